@@ -1,0 +1,3 @@
+from lockdiag.cli import main
+
+main()

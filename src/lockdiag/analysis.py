@@ -1,0 +1,338 @@
+"""Pure analysis of a snapshot: decode keys, infer lifetimes and lower bounds, raise flags.
+
+Nothing here talks to a server or prints: the same snapshot always gives the same report.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Literal
+
+from lockdiag.durations import format_duration
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Namespace, Registry
+from lockdiag.snapshot import LockRow, Session, Snapshot
+
+Lifetime = Literal["session", "unknown"]
+
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
+
+# Flags, as they appear in JSON and in the FLAGS column.
+LONG_SESSION_LOCK = "long-session-lock"
+STUCK_OWNER = "stuck-owner"
+UNREGISTERED = "unregistered"
+EXPECT_XACT = "expect-xact"
+MAX_HOLD = "max-hold"
+FLAG_MEANINGS = {
+    LONG_SESSION_LOCK: "a certain session-level lock held longer than --session-age",
+    STUCK_OWNER: "the holder is idle in transaction while others wait for it",
+    UNREGISTERED: "the advisory key matches no namespace of the registry",
+    EXPECT_XACT: "the namespace expects transaction locks, but this is a certain session lock",
+    MAX_HOLD: "held longer than the namespace's max_hold (a certain lower bound)",
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    session_age: float = 300.0  # seconds; flag certain session locks held at least this long
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """An advisory key in the team's words: a namespace and resource, or the raw numbers."""
+
+    triple: LockTriple
+    namespace: Namespace | None = None
+    resource: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.namespace is not None:
+            return f"{self.namespace.name} {self.resource}"
+        return f"unregistered {self.triple.form} {self.triple.describe()}"
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """One pg_locks row with everything known about it."""
+
+    lock: LockRow
+    session: Session | None
+    database: str | None
+    decoded: Decoded | None
+    lifetime: Lifetime | None  # None for a waiter
+    held_at_least: float | None  # seconds; a lower bound, only where one is certain
+    waited: float | None  # seconds since waitstart, for a waiter
+    blocks: tuple[int, ...] = ()  # waiters held up by this lock, in queue order
+    waits_for: tuple[int, ...] = ()  # for a waiter: pids holding a conflicting lock
+    queued_behind: tuple[int, ...] = ()  # for a waiter: conflicting waiters ahead in the queue
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ListReport:
+    snapshot: Snapshot
+    entries: list[LockEntry]
+    notes: list[str]
+    total: int  # entries before filters
+
+
+@dataclass(frozen=True)
+class Filters:
+    namespace: Namespace | None = None
+    pids: frozenset[int] = frozenset()
+    app: str | None = None  # fnmatch pattern on application_name
+    waiting: bool = False  # only locks that wait or that others wait for
+    min_age: float | None = None
+
+    def accept(self, entry: LockEntry) -> bool:
+        if self.namespace is not None and (
+            entry.decoded is None or entry.decoded.namespace != self.namespace
+        ):
+            return False
+        if self.pids and entry.lock.pid not in self.pids:
+            return False
+        if self.app is not None:
+            name = entry.session.application_name if entry.session else None
+            if name is None or not fnmatch.fnmatchcase(name, self.app):
+                return False
+        if self.waiting and entry.lock.granted and not entry.blocks:
+            return False
+        if self.min_age is not None:
+            age = entry.waited if entry.waited is not None else entry.held_at_least
+            if age is None or age < self.min_age:
+                return False
+        return True
+
+
+def analyse(
+    snapshot: Snapshot, registry: Registry, policy: Policy = Policy(), advisory_only: bool = True
+) -> list[LockEntry]:
+    """Every lock of the snapshot (advisory ones only by default) as LockEntry, in a stable
+    order: by database and lock, holders before waiters, waiters by wait start."""
+    now = snapshot.server.now
+    databases = snapshot.server.databases
+    rows = (
+        [r for r in snapshot.locks if r.locktype == "advisory"] if advisory_only else snapshot.locks
+    )
+
+    # pg_blocking_pids() names hard blockers (they hold a conflicting lock) and soft ones
+    # (queued ahead with a conflicting request); holders of the same object are the hard ones.
+    waiters: dict[tuple[object, ...], list[LockRow]] = defaultdict(list)
+    blocker_pids: set[int] = set()
+    for row in rows:
+        if not row.granted:
+            waiters[row.lock_object].append(row)
+            blocker_pids.update(row.blocked_by or ())
+    holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
+    for row in rows if waiters else ():
+        if row.granted and row.pid in blocker_pids and row.lock_object in waiters:
+            holders[row.lock_object].add(row.pid)
+    for queue in waiters.values():
+        queue.sort(key=_queue_order)
+
+    decoded_cache: dict[LockTriple, Decoded] = {}
+    entries = []
+    for row in rows:
+        session = snapshot.session(row.pid)
+        key = row.advisory_key
+        decoded = None
+        if key is not None:
+            decoded = decoded_cache.get(key)
+            if decoded is None:
+                match = registry.decode(key)
+                decoded = Decoded(key, *match) if match else Decoded(key)
+                decoded_cache[key] = decoded
+        blocks: tuple[int, ...] = ()
+        if row.granted and row.pid in blocker_pids:
+            blocks = tuple(
+                w.pid
+                for w in waiters.get(row.lock_object, ())
+                if w.pid is not None and row.pid in (w.blocked_by or ())
+            )
+        waits_for: tuple[int, ...] = ()
+        queued_behind: tuple[int, ...] = ()
+        if row.granted:
+            lifetime: Lifetime | None = (
+                "session" if session and session.certainly_outside_transaction else "unknown"
+            )
+            held = _idle_since(session, now)
+            waited = None
+        else:
+            lifetime, held = None, None
+            waited = (now - row.waitstart).total_seconds() if row.waitstart else None
+            holding = holders.get(row.lock_object, set())
+            blocked_by = row.blocked_by or ()
+            # pid 0 is a prepared transaction: it holds, it cannot be queued
+            waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
+            queued_behind = tuple(p for p in blocked_by if p not in waits_for)
+        entry = LockEntry(
+            lock=row,
+            session=session,
+            database=databases.get(row.database) if row.database is not None else None,
+            decoded=decoded,
+            lifetime=lifetime,
+            held_at_least=held,
+            waited=waited,
+            blocks=blocks,
+            waits_for=waits_for,
+            queued_behind=queued_behind,
+        )
+        entries.append(_with_flags(entry, policy))
+    entries.sort(key=_order)
+    return entries
+
+
+def list_report(
+    snapshot: Snapshot,
+    registry: Registry,
+    policy: Policy = Policy(),
+    filters: Filters = Filters(),
+    all_types: bool = False,
+) -> ListReport:
+    entries = analyse(snapshot, registry, policy, advisory_only=not all_types)
+    selected = [e for e in entries if filters.accept(e)]
+    return ListReport(snapshot, selected, privilege_notes(snapshot, entries), len(entries))
+
+
+def _idle_since(session: Session | None, now: datetime) -> float | None:
+    """A lower bound on how long any lock of an idle backend has been held.
+
+    An idle backend (in a transaction or not) acquires nothing: its locks were all taken
+    before it went idle at ``state_change``. PostgreSQL records no acquisition time.
+    """
+    if session is None or session.state not in IDLE_STATES or session.state_change is None:
+        return None
+    return max(0.0, (now - session.state_change).total_seconds())
+
+
+def _with_flags(entry: LockEntry, policy: Policy) -> LockEntry:
+    flags = []
+    namespace = entry.decoded.namespace if entry.decoded else None
+    certain_session = entry.lifetime == "session"
+    expected_session = namespace is not None and namespace.expect == "session"
+    if (
+        certain_session
+        and not expected_session
+        and entry.held_at_least is not None
+        and entry.held_at_least >= policy.session_age
+    ):
+        flags.append(LONG_SESSION_LOCK)
+    if entry.blocks and entry.session and entry.session.state in IN_TRANSACTION_IDLE:
+        flags.append(STUCK_OWNER)
+    if entry.decoded is not None and namespace is None:
+        flags.append(UNREGISTERED)
+    if namespace is not None and entry.lock.granted:
+        if namespace.expect == "xact" and certain_session:
+            flags.append(EXPECT_XACT)
+        if (
+            namespace.max_hold is not None
+            and entry.held_at_least is not None
+            and entry.held_at_least > namespace.max_hold
+        ):
+            flags.append(MAX_HOLD)
+    if not flags:
+        return entry
+    return replace(entry, flags=tuple(flags))
+
+
+def _queue_order(row: LockRow) -> tuple[float, int]:
+    return (row.waitstart.timestamp() if row.waitstart else float("inf"), row.pid or 0)
+
+
+def _order(entry: LockEntry) -> tuple[object, ...]:
+    lock = entry.lock
+    key = entry.decoded.triple if entry.decoded else None
+    return (
+        lock.database or 0,
+        lock.locktype,
+        (key.objsubid, key.classid, key.objid) if key else (0, lock.relation or 0, 0),
+        not lock.granted,
+        *_queue_order(lock),
+    )
+
+
+def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
+    """Say which fields are hidden and which role would show them."""
+    hidden = sorted({e.session.pid for e in entries if e.session and e.session.hidden})
+    if not hidden:
+        return []
+    user = snapshot.server.current_user
+    shown = ", ".join(str(pid) for pid in hidden[:8]) + (" ..." if len(hidden) > 8 else "")
+    return [
+        f"{len(hidden)} session(s) of other roles ({shown}) show no state, times, client address "
+        f"or query to {user}: lifetimes there are 'unknown'. "
+        f"GRANT pg_monitor (or pg_read_all_stats) TO {user} to see them."
+    ]
+
+
+# -- who-holds ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhoHolds:
+    key: LockTriple
+    decoded: Decoded
+    holders: list[LockEntry]
+    waiters: list[LockEntry]  # in queue order (by wait start)
+    notes: list[str]
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holders)
+
+    @property
+    def verdict(self) -> str:
+        label = f"{self.decoded.label} {self.key}"
+        if not self.holders:
+            if self.waiters:
+                return f"nobody holds {label} right now, but {len(self.waiters)} session(s) wait"
+            return f"nobody holds {label}"
+        parts = [_holder_summary(h) for h in self.holders]
+        text = f"{label} is held by " + "; ".join(parts)
+        if self.waiters:
+            longest = max((w.waited or 0.0) for w in self.waiters)
+            text += f"; {len(self.waiters)} waiting (longest {format_duration(longest)})"
+        return text
+
+
+def who_holds(
+    snapshot: Snapshot, registry: Registry, key: LockTriple, policy: Policy = Policy()
+) -> WhoHolds:
+    entries = [
+        e for e in analyse(snapshot, registry, policy) if e.decoded and e.decoded.triple == key
+    ]
+    match = registry.decode(key)
+    decoded = Decoded(key, *match) if match else Decoded(key)
+    holders = [e for e in entries if e.lock.granted]
+    waiters = [e for e in entries if not e.lock.granted]
+    notes = privilege_notes(snapshot, entries)
+    databases = {e.database for e in entries}
+    if len(databases) > 1:
+        notes.append(
+            "advisory locks are per database: this key is taken in "
+            + ", ".join(sorted(str(d) for d in databases))
+            + " (different locks that do not conflict)"
+        )
+    return WhoHolds(key, decoded, holders, waiters, notes)
+
+
+def _holder_summary(entry: LockEntry) -> str:
+    session = entry.session
+    who = f"pid {entry.lock.pid}" if entry.lock.pid is not None else "a prepared transaction"
+    if session is None:
+        return who
+    if session.application_name:
+        who += f" ({session.application_name})"
+    if session.hidden:
+        return f"{who}, state hidden (no pg_read_all_stats), lifetime unknown"
+    state = session.state or "state unknown"
+    if entry.held_at_least is not None:
+        state += f" {format_duration(entry.held_at_least)}"
+    if entry.lifetime == "session":
+        return f"{who}, {state}, session lock: outlived its work"
+    return f"{who}, {state}, lifetime unknown (transaction or session lock)"

@@ -1,0 +1,411 @@
+"""Command line: options in, one core call, one render, errors out as messages and exit codes.
+
+Heavy modules (psycopg, rich) are imported inside the commands that need them, so ``--help``
+and ``--version`` stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from lockdiag import __version__
+from lockdiag.errors import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK, InputError, LockdiagError
+
+if TYPE_CHECKING:
+    from lockdiag.registry import Registry
+    from lockdiag.render import Output
+    from lockdiag.snapshot import Scope, Snapshot
+
+F = TypeVar("F", bound=Callable[..., Any])
+NUMBERS_SETTINGS = {"ignore_unknown_options": True}  # lets negative keys through: decode -5 7
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Click callback: ``90s``, ``5m``, ``250ms`` or a number of seconds."""
+    if value is None:
+        return None
+    from lockdiag.durations import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
+
+
+class LockdiagGroup(click.Group):
+    """Turns lockdiag's own errors and Ctrl-C into one message and a documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LockdiagError as error:
+            for line in str(error).splitlines() or [type(error).__name__]:
+                click.echo(f"lockdiag: error: {line}", err=True)
+            if error.hint:
+                click.echo(f"lockdiag: hint: {error.hint}", err=True)
+            ctx.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("lockdiag: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+# -- common options ----------------------------------------------------------------------------
+
+
+def connection_options(command: F) -> F:
+    command = click.option(
+        "--timeout",
+        **DURATION,
+        default="5s",
+        show_default=True,
+        help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
+    )(command)
+    return click.option(
+        "--dsn",
+        envvar="LOCKDIAG_DSN",
+        metavar="DSN",
+        help="Connection string or URI [env LOCKDIAG_DSN]. Default: libpq's environment "
+        "(PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
+    )(command)
+
+
+def source_options(command: F) -> F:
+    command = connection_options(command)
+    return click.option(
+        "--from",
+        "from_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="Read a snapshot file saved by `lockdiag snapshot` instead of a server.",
+    )(command)
+
+
+def registry_option(command: F) -> F:
+    return click.option(
+        "--registry",
+        metavar="PATH",
+        help="Registry file [env LOCKDIAG_REGISTRY; default ./lockdiag.toml, then "
+        "~/.config/lockdiag/lockdiag.toml].",
+    )(command)
+
+
+def format_option(command: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "table", "plain", "json"]),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, plain text when piped.",
+    )(command)
+
+
+def get_snapshot(dsn: str | None, from_file: Path | None, timeout: float, scope: Scope) -> Snapshot:
+    if from_file is not None:
+        if dsn:
+            raise InputError("give either --from FILE or --dsn, not both")
+        from lockdiag import snapshot
+
+        loaded = snapshot.load(from_file)
+        if scope == "all" and loaded.scope != "all":
+            click.echo(
+                f"lockdiag: note: {from_file} holds advisory locks only (saved without --all)",
+                err=True,
+            )
+        return loaded
+    from lockdiag.connect import take_snapshot
+
+    return take_snapshot(dsn, timeout, scope)
+
+
+def get_registry(path: str | None) -> Registry:
+    from lockdiag.registry import load_registry
+
+    return load_registry(path)
+
+
+def show(output: Output, fmt: str) -> None:
+    from lockdiag.render import render
+
+    render(output, fmt)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@click.group(cls=LockdiagGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="lockdiag")
+def cli() -> None:
+    """Who holds that PostgreSQL advisory lock, since when, and who waits behind it.
+
+    Reads pg_locks and pg_stat_activity in one read-only query, decodes advisory keys
+    through the registry file (lockdiag.toml), and says what is known and what is not.
+
+    \b
+    Exit codes: 0 ok; 1 negative answer (who-holds: nobody holds it; registry check: errors);
+    2 bad input (usage, key, namespace, registry or snapshot file); 3 server unreachable or
+    query refused; 130 interrupted.
+    """
+
+
+@cli.command("list")
+@click.option("--all", "all_types", is_flag=True, help="Every lock type, not only advisory locks.")
+@click.option("--namespace", metavar="NAME", help="Only this registry namespace.")
+@click.option("--pid", "pids", type=int, multiple=True, help="Only this backend (repeatable).")
+@click.option(
+    "--app", metavar="PATTERN", help="Only application_name matching (glob, e.g. 'billing-*')."
+)
+@click.option("--waiting", is_flag=True, help="Only locks that wait or that others wait for.")
+@click.option("--min-age", **DURATION, help="Only locks held (lower bound) or waited this long.")
+@click.option(
+    "--session-age",
+    **DURATION,
+    default="5m",
+    show_default=True,
+    help="Flag certain session-level locks held at least this long.",
+)
+@source_options
+@registry_option
+@format_option
+def list_command(
+    all_types: bool,
+    namespace: str | None,
+    pids: tuple[int, ...],
+    app: str | None,
+    waiting: bool,
+    min_age: float | None,
+    session_age: float,
+    dsn: str | None,
+    from_file: Path | None,
+    timeout: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Every advisory lock (or every lock with --all), decoded, with its session.
+
+    LIFETIME is "session" when the holder has no open transaction (certain), otherwise
+    "unknown". AGE "≥ 12m" is a lower bound: PostgreSQL records no acquisition time.
+
+    \b
+    Examples:
+      lockdiag list
+      lockdiag list --waiting --format json
+      lockdiag list --namespace tenant_summary --min-age 5m
+    """
+    from lockdiag.analysis import Filters, Policy, list_report
+    from lockdiag.views import list_output
+
+    names = get_registry(registry)
+    filters = Filters(
+        namespace=names.namespace(namespace) if namespace else None,
+        pids=frozenset(pids),
+        app=app,
+        waiting=waiting,
+        min_age=min_age,
+    )
+    snapshot = get_snapshot(dsn, from_file, timeout, "all" if all_types else "advisory")
+    report = list_report(snapshot, names, Policy(session_age=session_age), filters, all_types)
+    show(list_output(report), fmt)
+
+
+@cli.command("who-holds", context_settings=NUMBERS_SETTINGS)
+@click.argument("namespace", required=False)
+@click.argument("resource", type=int, required=False)
+@click.option(
+    "--key",
+    "raw_key",
+    metavar="NUMBERS",
+    help="A raw key instead: '4102,73' (int4 pair), "
+    "'-55037190' (bigint) or '4102,73,2' (classid,objid,objsubid from pg_locks).",
+)
+@source_options
+@registry_option
+@format_option
+def who_holds_command(
+    namespace: str | None,
+    resource: int | None,
+    raw_key: str | None,
+    dsn: str | None,
+    from_file: Path | None,
+    timeout: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Holders and queued waiters of one advisory key, with what each session is doing.
+
+    Exit 0 when the key is held, 1 when nobody holds it.
+
+    \b
+    Examples:
+      lockdiag who-holds tenant_summary 73
+      lockdiag who-holds --key 4102,73
+      lockdiag who-holds tenant_summary 73 --from incident.json --format json
+    """
+    from lockdiag.analysis import who_holds
+    from lockdiag.keys import parse_numbers
+    from lockdiag.views import who_holds_output
+
+    names = get_registry(registry)
+    if raw_key is not None:
+        if namespace is not None:
+            raise InputError("give either NAMESPACE RESOURCE or --key, not both")
+        key = parse_numbers([raw_key])
+    elif namespace is None or resource is None:
+        raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
+    else:
+        key = names.key(namespace, resource).triple
+    snapshot = get_snapshot(dsn, from_file, timeout, "advisory")
+    report = who_holds(snapshot, names, key)
+    show(who_holds_output(report, snapshot), fmt)
+    sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
+
+
+@cli.command("snapshot")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="File to write ('-' for standard output).",
+)
+@click.option("--advisory-only", is_flag=True, help="Save advisory locks only (smaller file).")
+@connection_options
+def snapshot_command(output: Path, advisory_only: bool, dsn: str | None, timeout: float) -> None:
+    """Save every lock and its sessions to a JSON file, for later or for someone else.
+
+    Every read command accepts --from FILE and gives the same answer offline.
+    The file holds query texts and client addresses, never a password.
+
+    \b
+    Examples:
+      lockdiag snapshot -o incident-$(date +%F-%H%M).json
+      lockdiag list --from incident.json
+    """
+    from lockdiag import snapshot
+    from lockdiag.connect import take_snapshot
+
+    taken = take_snapshot(dsn, timeout, "advisory" if advisory_only else "all")
+    if str(output) == "-":
+        click.echo(snapshot.dumps(taken), nl=False)
+        return
+    snapshot.save(taken, output)
+    click.echo(
+        f"saved {len(taken.locks)} lock(s) and {len(taken.sessions)} session(s) from "
+        f"{taken.source} to {output}",
+        err=True,
+    )
+
+
+@cli.group("registry", cls=LockdiagGroup)
+def registry_group() -> None:
+    """Validate and show the registry file (lockdiag.toml)."""
+
+
+@registry_group.command("check")
+@registry_option
+@format_option
+def registry_check(registry: str | None, fmt: str) -> None:
+    """Validate the registry: errors (with file and line) exit 1, warnings do not.
+
+    \b
+    Example:
+      lockdiag registry check --registry ops/lockdiag.toml
+    """
+    from lockdiag.registry import check_file, find_registry
+    from lockdiag.views import check_output
+
+    path = find_registry(registry)
+    if path is None:
+        raise InputError(
+            "no registry file found: give --registry PATH, set LOCKDIAG_REGISTRY, or create "
+            "./lockdiag.toml"
+        )
+    parsed, problems = check_file(path)
+    show(check_output(str(path), problems, len(parsed.namespaces) if parsed else 0), fmt)
+    if any(p.severity == "error" for p in problems):
+        sys.exit(EXIT_NEGATIVE)
+
+
+@registry_group.command("show")
+@registry_option
+@format_option
+def registry_show(registry: str | None, fmt: str) -> None:
+    """List the namespaces of the registry.
+
+    \b
+    Example:
+      lockdiag registry show --format json
+    """
+    from lockdiag.views import registry_output
+
+    show(registry_output(get_registry(registry)), fmt)
+
+
+@cli.command("key", context_settings=NUMBERS_SETTINGS)
+@click.argument("namespace")
+@click.argument("resource", type=int)
+@click.option(
+    "--function",
+    default="pg_try_advisory_xact_lock",
+    show_default=True,
+    type=click.Choice(
+        [
+            f"pg_{try_}advisory_{xact}lock{shared}"
+            for try_ in ("try_", "")
+            for xact in ("xact_", "")
+            for shared in ("", "_shared")
+        ]
+        + ["pg_advisory_unlock", "pg_advisory_unlock_shared"]
+    ),
+    help="The SQL function to show.",
+)
+@registry_option
+@format_option
+def key_command(
+    namespace: str, resource: int, function: str, registry: str | None, fmt: str
+) -> None:
+    """The pg_locks numbers and the SQL that takes NAMESPACE RESOURCE.
+
+    \b
+    Examples:
+      lockdiag key tenant_summary 73
+      lockdiag key tenant_summary 73 --function pg_advisory_lock
+    """
+    from lockdiag.views import key_output
+
+    key = get_registry(registry).key(namespace, resource)
+    show(key_output(namespace, resource, key.triple, function), fmt)
+
+
+@cli.command("decode", context_settings=NUMBERS_SETTINGS)
+@click.argument("numbers", nargs=-1, required=True)
+@registry_option
+@format_option
+def decode_command(numbers: tuple[str, ...], registry: str | None, fmt: str) -> None:
+    """Turn numbers back into a name.
+
+    One number is a bigint key, two are a signed int4 pair, three are classid objid objsubid
+    as pg_locks shows them (unsigned).
+
+    \b
+    Examples:
+      lockdiag decode 4102 73 2
+      lockdiag decode 4102 73
+      lockdiag decode -55037190
+    """
+    from lockdiag.keys import parse_numbers
+    from lockdiag.views import decode_output
+
+    show(decode_output(parse_numbers(numbers), get_registry(registry)), fmt)
+
+
+def main() -> None:
+    cli(prog_name="lockdiag")

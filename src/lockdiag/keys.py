@@ -1,0 +1,169 @@
+"""Advisory key arithmetic: how a key is written in SQL and how it appears in pg_locks.
+
+PostgreSQL stores an advisory key in the lock tag as three numbers (``lockfuncs.c``,
+``SET_LOCKTAG_INT64`` / ``SET_LOCKTAG_INT32``), shown by pg_locks as unsigned ``oid`` values:
+
+=====================  ==================  =================  ========
+call form              classid             objid              objsubid
+=====================  ==================  =================  ========
+one bigint ``k``       high 32 bits of k   low 32 bits of k   1
+two int4 ``(a, b)``    a                   b                  2
+=====================  ==================  =================  ========
+
+The two forms are different lock spaces: ``(4102, 73)`` and ``4102 << 32 | 73`` never conflict.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from lockdiag.errors import InputError
+
+Form = Literal["pair", "bigint"]
+
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+INT8_MIN, INT8_MAX = -(2**63), 2**63 - 1
+UINT4_MAX = 2**32 - 1
+BIGINT_SUBID, PAIR_SUBID = 1, 2
+
+
+class InvalidKey(InputError):
+    """A number that cannot be an advisory key (out of range, wrong count, not a number)."""
+
+
+def to_int4(value: int) -> int:
+    """Reinterpret an unsigned 32-bit oid as the signed int4 it was written as."""
+    return value - 2**32 if value > INT4_MAX else value
+
+
+def to_uint4(value: int) -> int:
+    """Reinterpret a signed int4 as the unsigned oid pg_locks shows."""
+    return value & UINT4_MAX
+
+
+@dataclass(frozen=True, order=True)
+class LockTriple:
+    """An advisory key as pg_locks shows it: unsigned ``classid``, ``objid``, ``objsubid``."""
+
+    classid: int
+    objid: int
+    objsubid: int
+
+    def __post_init__(self) -> None:
+        for name in ("classid", "objid"):
+            value = getattr(self, name)
+            if not 0 <= value <= UINT4_MAX:
+                raise InvalidKey(f"{name} {value} is outside 0..{UINT4_MAX} (pg_locks shows oids)")
+        if self.objsubid not in (BIGINT_SUBID, PAIR_SUBID):
+            raise InvalidKey(
+                f"objsubid {self.objsubid} is not an advisory key form "
+                "(1 = one bigint key, 2 = two int4 keys)"
+            )
+
+    @property
+    def form(self) -> Form:
+        return "bigint" if self.objsubid == BIGINT_SUBID else "pair"
+
+    @property
+    def bigint(self) -> int:
+        """The signed bigint key (meaningful for the bigint form)."""
+        unsigned = (self.classid << 32) | self.objid
+        return unsigned - 2**64 if unsigned > INT8_MAX else unsigned
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        """The two signed int4 keys (meaningful for the pair form)."""
+        return to_int4(self.classid), to_int4(self.objid)
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        """The arguments to pass to ``pg_advisory_lock`` and friends to take this lock."""
+        return (self.bigint,) if self.form == "bigint" else self.pair
+
+    def sql(self, function: str = "pg_try_advisory_xact_lock") -> str:
+        """A literal SQL call that takes this lock, for display and copy-paste."""
+        return f"SELECT {function}({', '.join(str(a) for a in self.args)})"
+
+    def describe(self) -> str:
+        """The numbers as a person would write them in SQL: ``(4102, 73)`` or ``-55037190``."""
+        if self.form == "bigint":
+            return str(self.bigint)
+        a, b = self.pair
+        return f"({a}, {b})"
+
+    def __str__(self) -> str:
+        return f"({self.classid}, {self.objid}, {self.objsubid})"
+
+
+def from_bigint(key: int) -> LockTriple:
+    if not INT8_MIN <= key <= INT8_MAX:
+        raise InvalidKey(f"{key} is outside the bigint range {INT8_MIN}..{INT8_MAX}")
+    unsigned = key & (2**64 - 1)
+    return LockTriple(unsigned >> 32, unsigned & UINT4_MAX, BIGINT_SUBID)
+
+
+def from_pair(a: int, b: int) -> LockTriple:
+    for value in (a, b):
+        if not INT4_MIN <= value <= INT4_MAX:
+            raise InvalidKey(f"{value} is outside the int4 range {INT4_MIN}..{INT4_MAX}")
+    return LockTriple(to_uint4(a), to_uint4(b), PAIR_SUBID)
+
+
+def parse_numbers(numbers: list[str] | tuple[str, ...]) -> LockTriple:
+    """Read a key written one of three ways.
+
+    - one number: a bigint key, as passed to ``pg_advisory_lock(bigint)``;
+    - two numbers: a signed int4 pair, as passed to ``pg_advisory_lock(int4, int4)``;
+    - three numbers: ``classid objid objsubid`` copied from pg_locks.
+    """
+    values: list[int] = []
+    for text in numbers:
+        for part in re.split(r"[\s,:/]+", text.strip()):
+            if not part:
+                continue
+            try:
+                values.append(int(part))
+            except ValueError:
+                raise InvalidKey(f"{part!r} is not an integer") from None
+    if len(values) == 1:
+        return from_bigint(values[0])
+    if len(values) == 2:
+        return from_pair(values[0], values[1])
+    if len(values) == 3:
+        return LockTriple(*values)
+    raise InvalidKey(
+        f"expected 1 number (bigint key), 2 (int4 pair) or 3 (classid objid objsubid), "
+        f"got {len(values)}"
+    )
+
+
+def namespace_key(form: Form, namespace_id: int, resource: int) -> LockTriple:
+    """The key of ``resource`` in a namespace.
+
+    ``pair``: ``pg_advisory_lock(namespace_id, resource)``, both int4.
+    ``bigint``: ``pg_advisory_lock(namespace_id << 32 | resource)``: the namespace id (int4) in
+    the high 32 bits, the resource (0..2^32-1) in the low 32 bits.
+    """
+    if not INT4_MIN <= namespace_id <= INT4_MAX:
+        raise InvalidKey(f"namespace id {namespace_id} is outside int4 {INT4_MIN}..{INT4_MAX}")
+    if form == "pair":
+        if not INT4_MIN <= resource <= INT4_MAX:
+            raise InvalidKey(
+                f"resource {resource} is outside int4 {INT4_MIN}..{INT4_MAX} (pair form)"
+            )
+        return from_pair(namespace_id, resource)
+    if not 0 <= resource <= UINT4_MAX:
+        raise InvalidKey(
+            f"resource {resource} is outside 0..{UINT4_MAX} "
+            "(bigint form: the resource is the low 32 bits)"
+        )
+    return LockTriple(to_uint4(namespace_id), resource, BIGINT_SUBID)
+
+
+def split_namespace(triple: LockTriple) -> tuple[int, int]:
+    """The (namespace id, resource) of a key read under the registry's convention."""
+    if triple.form == "pair":
+        return triple.pair
+    return to_int4(triple.classid), triple.objid

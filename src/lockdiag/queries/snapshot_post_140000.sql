@@ -1,0 +1,43 @@
+-- Snapshot for PostgreSQL 14 and later (pg_locks.waitstart appeared in 14).
+-- One statement, one round trip. pg_locks is read once, into the MATERIALIZED CTE: every
+-- reference to the view would copy the whole lock table again (lock.c, GetLockStatusData).
+-- pg_blocking_pids() runs only for rows that wait (NOT granted), never per held lock.
+-- Three kinds of rows: 'lock' (typed lock columns), then 'session' and 'server' (a JSON
+-- detail column), so session text is sent once per session, not once per lock.
+-- %(all_types)s: false keeps advisory locks only; lockdiag's own backend is left out.
+WITH locks AS MATERIALIZED (
+    SELECT l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
+           l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid,
+           l.virtualtransaction, l.pid, l.mode, l.granted, l.waitstart
+    FROM pg_catalog.pg_locks AS l
+    WHERE (%(all_types)s OR l.locktype = 'advisory')
+      AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+)
+SELECT 'lock' AS kind, l.*,
+       CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END AS blocked_by,
+       NULL::json AS detail
+FROM locks AS l
+UNION ALL
+SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL,
+       pg_catalog.json_build_object(
+           'pid', a.pid, 'database', a.datname, 'user', a.usename,
+           'application_name', a.application_name, 'client_addr', a.client_addr,
+           'client_port', a.client_port, 'backend_start', a.backend_start,
+           'xact_start', a.xact_start, 'query_start', a.query_start,
+           'state_change', a.state_change, 'state', a.state,
+           'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
+           'backend_type', a.backend_type, 'leader_pid', a.leader_pid, 'query', a.query)
+FROM pg_catalog.pg_stat_activity AS a
+WHERE a.pid IN (SELECT pid FROM locks)
+UNION ALL
+SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL,
+       pg_catalog.json_build_object(
+           'now', pg_catalog.now(),
+           'current_user', CURRENT_USER,
+           'backend_pid', pg_catalog.pg_backend_pid(),
+           'in_recovery', pg_catalog.pg_is_in_recovery(),
+           'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
+           'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
+                         FROM pg_catalog.pg_database AS d))

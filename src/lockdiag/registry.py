@@ -1,0 +1,372 @@
+"""The registry file: the team's names for advisory-lock numbers, shared by workers and the CLI.
+
+Workers import this module to take locks by name, so it stays light (no psycopg, no click)::
+
+    from lockdiag.registry import load_registry
+
+    registry = load_registry()                      # --registry rules, see find_registry()
+    key = registry.key("tenant_summary", 73)
+    cursor.execute(f"SELECT pg_try_advisory_xact_lock({key.placeholders})", key.args)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lockdiag.durations import parse_duration
+from lockdiag.errors import InputError
+from lockdiag.keys import INT4_MAX, INT4_MIN, Form, LockTriple, namespace_key, split_namespace
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+Expect = Literal["xact", "session", "any"]
+
+FILE_NAME = "lockdiag.toml"
+ENV_VAR = "LOCKDIAG_REGISTRY"
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
+NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold"}
+TOP_LEVEL_KEYS = {"namespaces"}
+
+
+class RegistryError(InputError):
+    """The registry file cannot be used; the message names the file, line and reason."""
+
+
+class UnknownNamespace(InputError):
+    """A namespace name that the registry does not define."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding of registry validation, located in the file where possible."""
+
+    severity: Literal["error", "warning"]
+    message: str
+    path: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One lock space of the team: an id in one key form, and what its locks mean."""
+
+    name: str
+    id: int
+    form: Form
+    description: str = ""
+    owner: str = ""
+    expect: Expect = "any"
+    max_hold: float | None = None  # seconds
+
+    def key(self, resource: int) -> LockTriple:
+        return namespace_key(self.form, self.id, resource)
+
+
+@dataclass(frozen=True)
+class AdvisoryKey:
+    """A registered key, ready for a worker to pass to ``pg_advisory_*`` functions."""
+
+    namespace: Namespace
+    resource: int
+    triple: LockTriple
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        return self.triple.args
+
+    @property
+    def placeholders(self) -> str:
+        """``%s, %s`` or ``%s``: the parameter list matching ``args``, for psycopg and friends."""
+        return ", ".join(["%s"] * len(self.args))
+
+    def sql(self, function: str = "pg_try_advisory_xact_lock") -> str:
+        return self.triple.sql(function)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Namespaces by name, with a reverse index from (form, id) for decoding pg_locks."""
+
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    path: Path | None = None
+    warnings: tuple[Problem, ...] = ()
+    _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        namespaces: list[Namespace],
+        path: Path | None = None,
+        warnings: tuple[Problem, ...] = (),
+    ) -> Registry:
+        return cls(
+            namespaces={ns.name: ns for ns in namespaces},
+            path=path,
+            warnings=warnings,
+            _by_id={(ns.form, ns.id): ns for ns in namespaces},
+        )
+
+    def namespace(self, name: str) -> Namespace:
+        try:
+            return self.namespaces[name]
+        except KeyError:
+            raise UnknownNamespace(self._unknown_message(name)) from None
+
+    def key(self, name: str, resource: int) -> AdvisoryKey:
+        namespace = self.namespace(name)
+        return AdvisoryKey(namespace, resource, namespace.key(resource))
+
+    def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
+        """The namespace and resource of a pg_locks key, or None when no namespace matches."""
+        namespace_id, resource = split_namespace(triple)
+        namespace = self._by_id.get((triple.form, namespace_id))
+        return (namespace, resource) if namespace else None
+
+    def _unknown_message(self, name: str) -> str:
+        where = f" in {self.path}" if self.path else " (no registry file found)"
+        message = f"unknown namespace {name!r}{where}"
+        nearest = difflib.get_close_matches(name, list(self.namespaces), n=3, cutoff=0.5)
+        if nearest:
+            return f"{message}; did you mean {', '.join(nearest)}?"
+        if self.namespaces:
+            known = ", ".join(sorted(self.namespaces)[:10])
+            return f"{message}; known namespaces: {known}"
+        return message
+
+
+def find_registry(explicit: str | None = None) -> Path | None:
+    """Where the registry is: ``--registry``, ``$LOCKDIAG_REGISTRY``, ``./lockdiag.toml``, then
+    the user's config directory. An explicit path must exist; the defaults may be absent."""
+    chosen = explicit or os.environ.get(ENV_VAR)
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not path.is_file():
+            source = "--registry" if explicit else ENV_VAR
+            raise RegistryError(f"registry file {path} (from {source}) does not exist")
+        return path
+    for candidate in (Path.cwd() / FILE_NAME, config_dir() / FILE_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def config_dir() -> Path:
+    if sys.platform == "win32":  # pragma: no cover
+        return Path(os.environ.get("APPDATA", Path.home())) / "lockdiag"
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "lockdiag"
+
+
+def load_registry(explicit: str | None = None) -> Registry:
+    """The registry found by :func:`find_registry`, or an empty one when there is none.
+
+    Raises RegistryError listing every error when the file is invalid.
+    """
+    path = find_registry(explicit)
+    if path is None:
+        return Registry()
+    registry, problems = check_file(path)
+    errors = [p for p in problems if p.severity == "error"]
+    if registry is None or errors:
+        raise RegistryError("\n".join(str(p) for p in errors))
+    return registry
+
+
+def check_file(path: Path) -> tuple[Registry | None, list[Problem]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        return None, [Problem("error", f"cannot read: {error}", str(path))]
+    return parse_registry(text, str(path))
+
+
+def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, list[Problem]]:
+    """Validate registry text. Returns the registry (None when an error makes it unusable)
+    and every problem found, errors and warnings, each with its line where it can be located."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        line = getattr(error, "lineno", None) or _line_from_message(str(error))
+        message = getattr(error, "msg", None) or re.sub(r"\s*\(at line.*\)$", "", str(error))
+        return None, [Problem("error", f"not valid TOML: {message}", path, line)]
+    lines = _LineIndex(text)
+    problems: list[Problem] = []
+
+    def problem(severity: Literal["error", "warning"], message: str, line: int | None) -> None:
+        problems.append(Problem(severity, message, path, line))
+
+    for key in document:
+        if key not in TOP_LEVEL_KEYS:
+            message = f"unknown top-level key {key!r} (expected: namespaces)"
+            problem("error", message, lines.key("", key))
+    raw_namespaces = document.get("namespaces", {})
+    if not isinstance(raw_namespaces, dict):
+        problem("error", "'namespaces' must be a table", lines.key("", "namespaces"))
+        raw_namespaces = {}
+
+    namespaces: list[Namespace] = []
+    first_by_id: dict[tuple[str, int], Namespace] = {}
+    for name, raw in raw_namespaces.items():
+        table = f"namespaces.{name}"
+
+        def report(message: str, key: str | None = None, table: str = table) -> None:
+            problem("error", message, lines.key(table, key) if key else lines.table(table))
+
+        namespace = _parse_namespace(name, raw, report)
+        if namespace is None:
+            continue
+        earlier = first_by_id.get((namespace.form, namespace.id))
+        if earlier is not None:
+            problem(
+                "error",
+                f"namespace {name!r} reuses {namespace.form} id {namespace.id} "
+                f"of namespace {earlier.name!r}",
+                lines.key(table, "id"),
+            )
+            continue
+        first_by_id[(namespace.form, namespace.id)] = namespace
+        namespaces.append(namespace)
+
+    for (form, namespace_id), namespace in first_by_id.items():
+        other_form = "bigint" if form == "pair" else "pair"
+        other = first_by_id.get((other_form, namespace_id))
+        if form == "pair" and other is not None:
+            problem(
+                "warning",
+                f"id {namespace_id} is used by {namespace.name!r} (pair) and {other.name!r} "
+                "(bigint): these are different lock spaces and never conflict",
+                lines.key(f"namespaces.{other.name}", "id"),
+            )
+    if any(p.severity == "error" for p in problems):
+        return None, problems
+    warnings = tuple(p for p in problems if p.severity == "warning")
+    return Registry.of(namespaces, Path(path), warnings), problems
+
+
+def _parse_namespace(
+    name: str, raw: Any, error: Callable[[str, str | None], None]
+) -> Namespace | None:
+    """One namespace table, or None after reporting why through ``error(message, key)``."""
+    ok = True
+    if not NAME_PATTERN.match(name):
+        error(
+            f"namespace name {name!r} must start with a letter or _ and use only letters, "
+            "digits, _ . - (at most 63 characters)",
+            None,
+        )
+        ok = False
+    if not isinstance(raw, dict):
+        error(f"namespace {name!r} must be a table with at least an id", None)
+        return None
+    for key in raw:
+        if key not in NAMESPACE_KEYS:
+            allowed = ", ".join(sorted(NAMESPACE_KEYS))
+            error(f"namespace {name!r}: unknown key {key!r} (allowed: {allowed})", key)
+            ok = False
+
+    form = raw.get("form", "pair")
+    if form not in ("pair", "bigint"):
+        error(f'namespace {name!r}: form must be "pair" or "bigint", not {form!r}', "form")
+        ok = False
+    namespace_id = raw.get("id")
+    if namespace_id is None:
+        error(f"namespace {name!r}: missing id", None)
+        ok = False
+    elif not isinstance(namespace_id, int) or isinstance(namespace_id, bool):
+        error(f"namespace {name!r}: id must be an integer, not {namespace_id!r}", "id")
+        ok = False
+    elif not INT4_MIN <= namespace_id <= INT4_MAX:
+        where = "the high 32 bits of the key" if form == "bigint" else "the first int4 argument"
+        error(
+            f"namespace {name!r}: id {namespace_id} is outside int4 {INT4_MIN}..{INT4_MAX} "
+            f"(it is {where})",
+            "id",
+        )
+        ok = False
+    expect = raw.get("expect", "any")
+    if expect not in ("xact", "session", "any"):
+        error(
+            f'namespace {name!r}: expect must be "xact", "session" or "any", not {expect!r}',
+            "expect",
+        )
+        ok = False
+    texts: dict[str, str] = {}
+    for key in ("description", "owner"):
+        value = raw.get(key, "")
+        if not isinstance(value, str):
+            error(f"namespace {name!r}: {key} must be a string", key)
+            ok = False
+        texts[key] = value if isinstance(value, str) else ""
+    max_hold = None
+    if "max_hold" in raw:
+        value = raw["max_hold"]
+        try:
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ValueError(f"{value!r} is not a duration (examples: 90s, 5m, 1h)")
+            max_hold = parse_duration(str(value))
+        except ValueError as problem:
+            error(f"namespace {name!r}: max_hold: {problem}", "max_hold")
+            ok = False
+    if not ok:
+        return None
+    return Namespace(
+        name=name,
+        id=namespace_id,  # type: ignore[arg-type]
+        form=form,
+        description=texts["description"],
+        owner=texts["owner"],
+        expect=expect,
+        max_hold=max_hold,
+    )
+
+
+def _line_from_message(message: str) -> int | None:
+    match = re.search(r"at line (\d+)", message)
+    return int(match.group(1)) if match else None
+
+
+class _LineIndex:
+    """Line numbers of table headers and keys, found by reading the text the way TOML reads it
+    (tomllib reports no positions for valid documents, so semantic errors need this)."""
+
+    _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+    _KEY = re.compile(r"^\s*(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_.-]+)\s*=")
+
+    def __init__(self, text: str) -> None:
+        self._tables: dict[str, int] = {}
+        self._keys: dict[tuple[str, str], int] = {}
+        table = ""
+        for number, line in enumerate(text.splitlines(), start=1):
+            header = self._HEADER.match(line)
+            if header:
+                table = _normalise(header.group(1))
+                self._tables.setdefault(table, number)
+                continue
+            key = self._KEY.match(line)
+            if key:
+                self._keys.setdefault((table, _normalise(key.group(1))), number)
+
+    def table(self, name: str) -> int | None:
+        return self._tables.get(name) or self._keys.get(("namespaces", name.split(".", 1)[-1]))
+
+    def key(self, table: str, key: str) -> int | None:
+        return self._keys.get((table, key)) or self.table(table)
+
+
+def _normalise(dotted: str) -> str:
+    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([^.\s]+)", dotted)
+    return ".".join(next(p for p in part if p) if any(part) else "" for part in parts)

@@ -1,0 +1,166 @@
+"""The one place that decides how a result looks: a rich table on a terminal, aligned plain
+text when piped, JSON on request. Commands hand over an :class:`Output`; nothing else prints.
+
+Every string that came from the server (application_name, query, role and database names) is
+passed through :func:`clean` before display: control characters and escape sequences are made
+visible. Cells reach rich as ``Text`` objects, so markup in them is never interpreted. JSON
+keeps the exact values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+Format = Literal["table", "plain", "json"]
+FORMATS = ("auto", "table", "plain", "json")
+ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    title: str | None = None
+    important: list[bool] | None = None  # rows kept first when a terminal view is capped
+    wide: set[int] = field(default_factory=set)  # columns that may be cut on a terminal
+    empty: str = "(none)"
+
+
+@dataclass
+class Text:
+    lines: list[str]
+    style: Literal["plain", "verdict", "note", "error"] = "plain"
+
+
+Block = Table | Text
+
+
+@dataclass
+class Output:
+    """A result: ``blocks`` for people, ``data`` for JSON. Both are built only when needed."""
+
+    blocks: Callable[[], list[Block]]
+    data: Callable[[], Any]
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
+
+
+def clean(text: str | None) -> str:
+    """A server-provided string made safe to print: no escape sequences, no line breaks."""
+    if not text:
+        return ""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def resolve(fmt: str, stream: TextIO) -> Format:
+    if fmt == "auto":
+        return "table" if stream.isatty() else "plain"
+    return fmt  # type: ignore[return-value]
+
+
+def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
+    chosen = resolve(fmt, stream)
+    if chosen == "json":
+        pretty = stream.isatty()
+        stream.write(
+            json.dumps(output.data(), indent=2 if pretty else None, ensure_ascii=False) + "\n"
+        )
+    elif chosen == "plain":
+        stream.write(plain(output.blocks()))
+    else:
+        _rich(output.blocks(), stream)
+
+
+def plain(blocks: list[Block]) -> str:
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, Text):
+            parts.extend(block.lines)
+            continue
+        if block.title:
+            parts.append(block.title)
+        if not block.rows:
+            parts.append(block.empty)
+            continue
+        parts.extend(_aligned(block.headers, block.rows))
+    return "".join(line + "\n" for line in parts)
+
+
+def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], len(cell))
+    last = len(headers) - 1
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(widths[i]) if i < last else c for i, c in enumerate(cells)
+        ).rstrip()
+
+    return [line(headers), *map(line, rows)]
+
+
+def _rich(blocks: list[Block], stream: TextIO) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table as RichTable
+    from rich.text import Text as RichText
+
+    console = Console(file=stream, highlight=False, soft_wrap=False)
+    styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red"}
+    tables = sum(1 for b in blocks if isinstance(b, Table))
+    budget = max(10, (console.height - 8) // max(1, tables)) if stream.isatty() else 0
+    for block in blocks:
+        if isinstance(block, Text):
+            for text in block.lines:
+                console.print(RichText(text, style=styles[block.style]))
+            continue
+        if not block.rows:
+            if block.title:
+                console.print(RichText(block.title, style="bold"))
+            console.print(RichText(block.empty, style="dim"))
+            continue
+        rows, left_out = _cap(block, budget)
+        table = RichTable(
+            title=block.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        )
+        for index, header in enumerate(block.headers):
+            if index in block.wide:
+                table.add_column(
+                    header, overflow="ellipsis", no_wrap=True, max_width=ELLIPSIS_WIDTH
+                )
+            else:
+                table.add_column(header, no_wrap=True)
+        for row in rows:
+            table.add_row(*(RichText(cell) for cell in row))
+        console.print(table)
+        if left_out:
+            console.print(
+                RichText(
+                    f"{left_out} more row(s) not shown (waiting and flagged rows first); "
+                    "--format plain or json gives every row",
+                    style="yellow",
+                )
+            )
+
+
+def _cap(block: Table, budget: int) -> tuple[list[list[str]], int]:
+    """At most ``budget`` rows, important ones first, in their original order."""
+    if not budget or len(block.rows) <= budget:
+        return block.rows, 0
+    important = block.important or [False] * len(block.rows)
+    chosen = [i for i, keep in enumerate(important) if keep][:budget]
+    if len(chosen) < budget:
+        others = [i for i, keep in enumerate(important) if not keep]
+        chosen.extend(others[: budget - len(chosen)])
+    chosen.sort()
+    return [block.rows[i] for i in chosen], len(block.rows) - len(chosen)

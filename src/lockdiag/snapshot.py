@@ -1,0 +1,344 @@
+"""The snapshot: pg_locks joined with pg_stat_activity at one instant, and its JSON file form.
+
+Every read command works on a Snapshot, captured live by :func:`capture` or loaded from a file
+by :func:`load`, so the analysis gives the same answer online and offline.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+import time
+import types
+import typing
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from lockdiag import queries
+from lockdiag.errors import InputError
+from lockdiag.keys import LockTriple
+
+if TYPE_CHECKING:
+    import psycopg
+
+Scope = Literal["advisory", "all"]
+FILE_FORMAT = "lockdiag-snapshot"
+FILE_VERSION = 1
+HIDDEN_QUERY = "<insufficient privilege>"
+
+
+@dataclass(frozen=True)
+class Session:
+    """A backend's row of pg_stat_activity. Without pg_read_all_stats, another role's session
+    keeps pid, database, user and application_name; the rest is NULL (``hidden``)."""
+
+    pid: int
+    database: str | None = None
+    user: str | None = None
+    application_name: str | None = None
+    client_addr: str | None = None
+    client_port: int | None = None
+    backend_start: datetime | None = None
+    xact_start: datetime | None = None
+    query_start: datetime | None = None
+    state_change: datetime | None = None
+    state: str | None = None
+    wait_event_type: str | None = None
+    wait_event: str | None = None
+    backend_type: str | None = None
+    leader_pid: int | None = None
+    query: str | None = None
+
+    @property
+    def hidden(self) -> bool:
+        """True when the observer's privileges hide this session's state and times."""
+        return self.query == HIDDEN_QUERY or (self.state is None and self.backend_type is None)
+
+    @property
+    def certainly_outside_transaction(self) -> bool:
+        """Idle with no transaction: every advisory lock it holds is session-level."""
+        return self.state == "idle" and self.xact_start is None and not self.hidden
+
+    @property
+    def client(self) -> str | None:
+        if self.client_addr is None:
+            return None
+        return f"{self.client_addr}:{self.client_port}" if self.client_port else self.client_addr
+
+
+@dataclass(frozen=True)
+class LockRow:
+    """One row of pg_locks, plus the pids blocking it when it waits (pg_blocking_pids)."""
+
+    locktype: str
+    database: int | None
+    relation: int | None
+    page: int | None
+    tuple: int | None
+    virtualxid: str | None
+    transactionid: str | None
+    classid: int | None
+    objid: int | None
+    objsubid: int | None
+    virtualtransaction: str | None
+    pid: int | None  # NULL for a prepared transaction
+    mode: str
+    granted: bool
+    waitstart: datetime | None = None
+    blocked_by: builtins.tuple[int, ...] | None = None
+
+    @property
+    def advisory_key(self) -> LockTriple | None:
+        if self.locktype != "advisory" or self.classid is None or self.objid is None:
+            return None
+        return LockTriple(self.classid, self.objid, self.objsubid or 0)
+
+    @property
+    def lock_object(self) -> builtins.tuple[object, ...]:
+        """What is locked, without who or how: rows with equal objects can conflict."""
+        return (
+            self.locktype, self.database, self.relation, self.page, self.tuple,
+            self.virtualxid, self.transactionid, self.classid, self.objid, self.objsubid,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version_num: int
+    now: datetime
+    current_user: str
+    backend_pid: int
+    in_recovery: bool
+    read_all_stats: bool
+    databases: dict[int, str]
+
+    @property
+    def version(self) -> str:
+        return queries.format_version(self.version_num)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    server: ServerInfo
+    source: str  # where it was captured from, never with a password
+    scope: Scope
+    sessions: dict[int, Session]
+    locks: list[LockRow]
+    query_seconds: float = 0.0
+
+    def session(self, pid: int | None) -> Session | None:
+        return None if pid is None else self.sessions.get(pid)
+
+
+def capture(
+    connection: psycopg.Connection[Any], source: str, scope: Scope = "advisory"
+) -> Snapshot:
+    """One query, one round trip: every lock (or every advisory lock) with its sessions."""
+    sql = queries.query("snapshot", connection.info.server_version)
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"all_types": scope == "all"})
+        rows = cursor.fetchall()
+    elapsed = time.perf_counter() - started
+    locks: list[LockRow] = []
+    sessions: dict[int, Session] = {}
+    server: dict[str, Any] = {}
+    for row in rows:
+        kind = row[0]
+        if kind == "lock":
+            values = list(row[1:17])  # the LockRow fields, in order; blocked_by last
+            if values[-1] is not None:
+                values[-1] = tuple(values[-1])
+            locks.append(LockRow(*values))
+        elif kind == "session":
+            session = _build(Session, row[17], "session")
+            sessions[session.pid] = session
+        else:
+            server = row[17]
+    info = _build_server(server, connection.info.server_version)
+    return Snapshot(info, source, scope, sessions, locks, elapsed)
+
+
+def _build_server(raw: dict[str, Any], version_num: int) -> ServerInfo:
+    raw = dict(raw, version_num=version_num)
+    raw["databases"] = {int(oid): name for oid, name in (raw.get("databases") or {}).items()}
+    return _build(ServerInfo, raw, "server")
+
+
+# -- the snapshot file -------------------------------------------------------------------------
+
+
+def dumps(snapshot: Snapshot) -> str:
+    document = {
+        "format": FILE_FORMAT,
+        "version": FILE_VERSION,
+        "source": snapshot.source,
+        "scope": snapshot.scope,
+        "server": _plain(asdict(snapshot.server)),
+        "sessions": [_plain(asdict(s)) for s in snapshot.sessions.values()],
+        "locks": [_plain(asdict(lock)) for lock in snapshot.locks],
+    }
+    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+
+
+def save(snapshot: Snapshot, path: Path) -> None:
+    text = dumps(snapshot)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write snapshot file {path}: {error.strerror or error}") from None
+
+
+def load(path: Path) -> Snapshot:
+    """Read a snapshot file; any problem is an InputError naming the file and the place."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise InputError(f"cannot read snapshot file {path}: {reason}") from None
+    return loads(text, str(path))
+
+
+def loads(text: str, name: str = "<snapshot>") -> Snapshot:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(
+            f"{name}:{error.lineno}: not a snapshot file: invalid JSON ({error.msg})"
+        ) from None
+    if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
+        raise InputError(f'{name}: not a lockdiag snapshot file (no "format": "{FILE_FORMAT}")')
+    if document.get("version") != FILE_VERSION:
+        raise InputError(
+            f"{name}: snapshot file version {document.get('version')!r} is not supported "
+            f"(this lockdiag reads version {FILE_VERSION})"
+        )
+    try:
+        scope = document.get("scope")
+        if scope not in ("advisory", "all"):
+            raise _FieldError("scope", 'expected "advisory" or "all"')
+        source = document.get("source")
+        if not isinstance(source, str):
+            raise _FieldError("source", "expected a string")
+        raw_server = _expect_dict(document.get("server"), "server")
+        version_num = _convert(raw_server.get("version_num"), int, "server.version_num")
+        server = _build_server(raw_server, version_num)
+        sessions = {}
+        for index, raw in enumerate(_expect_list(document.get("sessions"), "sessions")):
+            session = _build(Session, raw, f"sessions[{index}]")
+            sessions[session.pid] = session
+        locks = [
+            _build(LockRow, raw, f"locks[{index}]")
+            for index, raw in enumerate(_expect_list(document.get("locks"), "locks"))
+        ]
+    except _FieldError as error:
+        raise InputError(f"{name}: {error.where}: {error.reason}") from None
+    except InputError as error:
+        raise InputError(f"{name}: {error}") from None
+    return Snapshot(server, source, scope, sessions, locks)
+
+
+class _FieldError(Exception):
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where, self.reason = where, reason
+
+
+_TIMESTAMP_FRACTION = re.compile(r"(\.\d+)")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """ISO 8601 as PostgreSQL's JSON writes it (1 to 6 fractional digits, any Python >= 3.10)."""
+    normalised = _TIMESTAMP_FRACTION.sub(lambda m: m.group(1)[:7].ljust(7, "0"), text, count=1)
+    value = datetime.fromisoformat(normalised.replace("Z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+_T = typing.TypeVar("_T")
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _build(cls: type[_T], raw: Any, where: str) -> _T:
+    """An instance of dataclass ``cls`` from a JSON object, checking every field's type."""
+    raw = _expect_dict(raw, where)
+    hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(raw) - names
+    if unknown:
+        raise _FieldError(where, f"unknown field {sorted(unknown)[0]!r}")
+    values = {name: _convert(value, hints[name], f"{where}.{name}") for name, value in raw.items()}
+    try:
+        return cls(**values)
+    except TypeError as error:
+        missing = re.search(r"'(\w+)'", str(error))
+        raise _FieldError(where, f"missing field {missing.group(1) if missing else ''}") from None
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [o for o in options if o is not type(None)]
+        return _convert(value, inner, where)
+    if hint is datetime:
+        if isinstance(value, str):
+            try:
+                return parse_timestamp(value)
+            except ValueError:
+                pass
+        raise _FieldError(where, f"expected an ISO 8601 timestamp, got {value!r:.60}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _FieldError(where, f"expected true or false, got {value!r:.60}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _FieldError(where, f"expected an integer, got {value!r:.60}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _FieldError(where, f"expected a number, got {value!r:.60}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise _FieldError(where, f"expected a string, got {value!r:.60}")
+    if origin is tuple:
+        items = _expect_list(value, where)
+        return tuple(_convert(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+    if origin is dict:
+        mapping = _expect_dict(value, where)
+        try:
+            return {int(k): _convert(v, str, f"{where}.{k}") for k, v in mapping.items()}
+        except ValueError:
+            raise _FieldError(where, "expected database oids as keys") from None
+    if typing.get_origin(hint) is Literal or hint is Any:
+        return value
+    raise TypeError(f"no converter for {hint!r}")  # pragma: no cover - a programming error
+
+
+def _expect_dict(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _FieldError(where, "expected an object")
+    return value
+
+
+def _expect_list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _FieldError(where, "expected an array")
+    return value
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON-ready values: timestamps as ISO 8601, tuples as lists."""
+    return {
+        key: value.isoformat() if isinstance(value, datetime)
+        else list(value) if isinstance(value, tuple)
+        else value
+        for key, value in values.items()
+    }  # fmt: skip

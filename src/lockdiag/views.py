@@ -1,0 +1,461 @@
+"""Reports turned into what people read (tables and lines) and what scripts read (JSON).
+
+JSON field names are a documented, stable interface (README, "JSON output"): add fields, never
+rename or remove them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from lockdiag.analysis import FLAG_MEANINGS, ListReport, LockEntry, WhoHolds
+from lockdiag.durations import format_duration
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Problem, Registry
+from lockdiag.render import Block, Output, Table, Text, clean
+from lockdiag.snapshot import LockRow, Snapshot
+
+JSON_VERSION = 1
+HOLDER_HEADERS = [
+    "PID", "MODE", "APPLICATION", "USER", "CLIENT", "DATABASE", "CONNECTED",
+    "STATE", "XACT START", "LIFETIME", "HELD", "FLAGS", "QUERY",
+]  # fmt: skip
+WAITER_HEADERS = [
+    "#",
+    "PID",
+    "MODE",
+    "APPLICATION",
+    "USER",
+    "CLIENT",
+    "WAITING",
+    "BLOCKED BY",
+    "QUERY",
+]
+
+# -- shared pieces -----------------------------------------------------------------------------
+
+
+def lock_label(entry: LockEntry) -> str:
+    if entry.decoded is not None:
+        return clean(entry.decoded.label)
+    return describe_lock(entry.lock)
+
+
+def describe_lock(lock: LockRow) -> str:
+    """A non-advisory lock in pg_locks' own terms (relation names arrive with `blockers`)."""
+    kind = lock.locktype
+    if kind in ("relation", "extend"):
+        return f"{kind} {lock.relation}"
+    if kind == "page":
+        return f"page {lock.relation}:{lock.page}"
+    if kind == "tuple":
+        return f"tuple {lock.relation}:({lock.page},{lock.tuple})"
+    if kind == "transactionid":
+        return f"transactionid {lock.transactionid}"
+    if kind == "virtualxid":
+        return f"virtualxid {lock.virtualxid}"
+    if kind == "object":
+        return f"object {lock.classid}:{lock.objid}:{lock.objsubid}"
+    return kind
+
+
+def age(entry: LockEntry) -> str:
+    """How long, marked as a lower bound where it is one."""
+    if entry.waited is not None:
+        return f"waiting {format_duration(entry.waited)}"
+    if entry.held_at_least is not None:
+        return f"≥ {format_duration(entry.held_at_least)}"
+    return "?" if entry.lock.granted else "waiting"
+
+
+def relation(entry: LockEntry) -> str:
+    if not entry.lock.granted:
+        parts = []
+        if entry.waits_for:
+            parts.append("waits for " + ",".join(map(str, entry.waits_for)))
+        if entry.queued_behind:
+            parts.append("behind " + ",".join(map(str, entry.queued_behind)))
+        return "; ".join(parts)
+    if entry.blocks:
+        return "blocks " + ",".join(map(str, entry.blocks))
+    return ""
+
+
+def ago(now: datetime, moment: datetime | None) -> str:
+    return f"{format_duration((now - moment).total_seconds())} ago" if moment else ""
+
+
+def pid_text(lock: LockRow) -> str:
+    if lock.pid is not None:
+        return str(lock.pid)
+    return f"prepared {lock.virtualtransaction}"
+
+
+def mode_text(mode: str) -> str:
+    return mode.removesuffix("Lock")
+
+
+def server_data(snapshot: Snapshot) -> dict[str, Any]:
+    server = snapshot.server
+    return {
+        "source": snapshot.source,
+        "version": server.version,
+        "version_num": server.version_num,
+        "now": server.now.isoformat(),
+        "current_user": server.current_user,
+        "in_recovery": server.in_recovery,
+        "read_all_stats": server.read_all_stats,
+        "scope": snapshot.scope,
+    }
+
+
+def entry_data(entry: LockEntry) -> dict[str, Any]:
+    lock, decoded = entry.lock, entry.decoded
+    triple = decoded.triple if decoded else None
+    return {
+        "pid": lock.pid,
+        "granted": lock.granted,
+        "mode": lock.mode,
+        "locktype": lock.locktype,
+        "database": entry.database,
+        "namespace": decoded.namespace.name if decoded and decoded.namespace else None,
+        "resource": decoded.resource if decoded else None,
+        "form": triple.form if triple else None,
+        "key": list(triple.args) if triple else None,
+        "classid": lock.classid,
+        "objid": lock.objid,
+        "objsubid": lock.objsubid,
+        "relation": lock.relation,
+        "page": lock.page,
+        "tuple": lock.tuple,
+        "transactionid": lock.transactionid,
+        "virtualxid": lock.virtualxid,
+        "virtualtransaction": lock.virtualtransaction,
+        "lifetime": entry.lifetime,
+        "held_at_least_seconds": entry.held_at_least,
+        "waited_seconds": entry.waited,
+        "waitstart": lock.waitstart.isoformat() if lock.waitstart else None,
+        "blocks": list(entry.blocks),
+        "waits_for": list(entry.waits_for),
+        "queued_behind": list(entry.queued_behind),
+        "flags": list(entry.flags),
+        **session_data(entry),
+    }
+
+
+def session_data(entry: LockEntry) -> dict[str, Any]:
+    session = entry.session
+    if session is None:
+        return {"application_name": None, "user": None, "state": None, "session_hidden": None}
+
+    def iso(moment: datetime | None) -> str | None:
+        return moment.isoformat() if moment else None
+
+    return {
+        "application_name": session.application_name,
+        "user": session.user,
+        "client_addr": session.client_addr,
+        "client_port": session.client_port,
+        "backend_start": iso(session.backend_start),
+        "xact_start": iso(session.xact_start),
+        "state": session.state,
+        "state_change": iso(session.state_change),
+        "wait_event_type": session.wait_event_type,
+        "wait_event": session.wait_event,
+        "backend_type": session.backend_type,
+        "query": session.query,
+        "session_hidden": session.hidden,
+    }
+
+
+def notes_block(notes: list[str]) -> list[Block]:
+    return [Text([f"note: {n}" for n in notes], "note")] if notes else []
+
+
+# -- list --------------------------------------------------------------------------------------
+
+
+def list_output(report: ListReport) -> Output:
+    def blocks() -> list[Block]:
+        entries = report.entries
+        many_databases = len({e.lock.database for e in entries}) > 1
+        headers = ["LOCK", "MODE", "STATUS", "PID", "APPLICATION", "USER", "CLIENT", "STATE"]
+        headers += ["LIFETIME", "AGE", "WAITS/BLOCKS", "FLAGS"]
+        if many_databases:
+            headers.insert(1, "DATABASE")
+        rows = []
+        for e in entries:
+            s = e.session
+            row = [
+                lock_label(e),
+                mode_text(e.lock.mode),
+                "held" if e.lock.granted else "WAITING",
+                pid_text(e.lock),
+                clean(s.application_name) if s else "",
+                clean(s.user) if s else "",
+                clean(s.client) if s and s.client else ("local" if s and s.backend_start else ""),
+                clean(s.state) if s and s.state else ("hidden" if s and s.hidden else ""),
+                e.lifetime or "",
+                age(e),
+                relation(e),
+                ",".join(e.flags),
+            ]
+            if many_databases:
+                row.insert(1, clean(e.database))
+            rows.append(row)
+        summary = _summary(report)
+        flags = sorted({f for e in entries for f in e.flags})
+        legend = [f"{f}: {FLAG_MEANINGS[f]}" for f in flags]
+        return [
+            Table(
+                headers,
+                rows,
+                important=[bool(e.flags or e.blocks or not e.lock.granted) for e in entries],
+                wide={0, 4, 6},
+                empty="no advisory locks" if report.snapshot.scope == "advisory" else "no locks",
+            ),
+            Text([summary]),
+            Text(legend, "note"),
+            *notes_block(report.notes),
+        ]
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "server": server_data(report.snapshot),
+            "total": report.total,
+            "notes": report.notes,
+            "locks": [entry_data(e) for e in report.entries],
+        }
+
+    return Output(blocks, data)
+
+
+def _summary(report: ListReport) -> str:
+    entries = report.entries
+    waiting = sum(1 for e in entries if not e.lock.granted)
+    server = report.snapshot.server
+    shown = (
+        f"{len(entries)} of {report.total}" if len(entries) != report.total else str(len(entries))
+    )
+    return (
+        f"{shown} lock(s), {waiting} waiting; {report.snapshot.source}, "
+        f"PostgreSQL {server.version}, at {server.now:%Y-%m-%d %H:%M:%S %Z}"
+    )
+
+
+# -- who-holds ---------------------------------------------------------------------------------
+
+
+def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
+    now = snapshot.server.now
+    key = report.key
+
+    def holder_rows() -> list[list[str]]:
+        rows = []
+        for e in report.holders:
+            s = e.session
+            rows.append(
+                [
+                    pid_text(e.lock),
+                    mode_text(e.lock.mode),
+                    clean(s.application_name) if s else "",
+                    clean(s.user) if s else "",
+                    clean(s.client) if s else "",
+                    clean(e.database),
+                    ago(now, s.backend_start) if s else "",
+                    (clean(s.state) + " " + ago(now, s.state_change)).strip() if s else "",
+                    ago(now, s.xact_start) if s and s.xact_start else "-",
+                    e.lifetime or "",
+                    age(e),
+                    ",".join(e.flags),
+                    clean(s.query) if s else "",
+                ]
+            )
+        return rows
+
+    def waiter_rows() -> list[list[str]]:
+        return [
+            [
+                str(position),
+                pid_text(e.lock),
+                mode_text(e.lock.mode),
+                clean(e.session.application_name) if e.session else "",
+                clean(e.session.user) if e.session else "",
+                clean(e.session.client) if e.session else "",
+                age(e),
+                relation(e),
+                clean(e.session.query) if e.session else "",
+            ]
+            for position, e in enumerate(report.waiters, start=1)
+        ]
+
+    def blocks() -> list[Block]:
+        return [
+            Text([clean(report.verdict)], "verdict"),
+            Text([f"key: pg_locks {key}, {key.form} {key.describe()}; SQL: {key.sql()}"]),
+            Table(
+                HOLDER_HEADERS,
+                holder_rows(),
+                title="Holders",
+                wide={2, 4, 12},
+                empty="nobody holds it",
+            ),
+            Table(
+                WAITER_HEADERS,
+                waiter_rows(),
+                title="Waiters (in queue order, by wait start)",
+                wide={3, 5, 8},
+                empty="nobody waits",
+            ),
+            *notes_block(report.notes),
+        ]
+
+    def data() -> dict[str, Any]:
+        decoded = report.decoded
+        return {
+            "version": JSON_VERSION,
+            "server": server_data(snapshot),
+            "namespace": decoded.namespace.name if decoded.namespace else None,
+            "resource": decoded.resource,
+            "key": key_data(key),
+            "held": report.held,
+            "verdict": report.verdict,
+            "holders": [entry_data(e) for e in report.holders],
+            "waiters": [entry_data(e) for e in report.waiters],
+            "notes": report.notes,
+        }
+
+    return Output(blocks, data)
+
+
+# -- registry, key, decode ---------------------------------------------------------------------
+
+
+def key_data(key: LockTriple) -> dict[str, Any]:
+    return {
+        "form": key.form,
+        "args": list(key.args),
+        "classid": key.classid,
+        "objid": key.objid,
+        "objsubid": key.objsubid,
+        "sql": key.sql(),
+    }
+
+
+def key_output(namespace: str, resource: int, key: LockTriple, function: str) -> Output:
+    sql = key.sql(function)
+
+    def blocks() -> list[Block]:
+        return [
+            Text(
+                [
+                    f"{namespace} {resource}",
+                    f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
+                    f"  SQL:       {sql}",
+                ]
+            )
+        ]
+
+    def data() -> dict[str, Any]:
+        return {"namespace": namespace, "resource": resource, **key_data(key), "sql": sql}
+
+    return Output(blocks, data)
+
+
+def decode_output(key: LockTriple, registry: Registry) -> Output:
+    match = registry.decode(key)
+    a, b = key.pair
+
+    def blocks() -> list[Block]:
+        name = f"{match[0].name} {match[1]}" if match else "unregistered"
+        lines = [
+            f"{name}",
+            f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
+            f"  form:      {key.form}  (bigint {key.bigint}; pair ({a}, {b}))",
+            f"  SQL:       {key.sql()}",
+        ]
+        if match and match[0].description:
+            lines.insert(1, f"  {clean(match[0].description)}")
+        return [Text(lines)]
+
+    def data() -> dict[str, Any]:
+        return {
+            "namespace": match[0].name if match else None,
+            "resource": match[1] if match else None,
+            **key_data(key),
+        }
+
+    return Output(blocks, data)
+
+
+def registry_output(registry: Registry) -> Output:
+    namespaces = sorted(registry.namespaces.values(), key=lambda n: (n.form, n.id))
+
+    def blocks() -> list[Block]:
+        rows = [
+            [
+                n.name,
+                str(n.id),
+                n.form,
+                n.expect,
+                format_duration(n.max_hold) if n.max_hold is not None else "",
+                clean(n.owner),
+                clean(n.description),
+            ]
+            for n in namespaces
+        ]
+        source = str(registry.path) if registry.path else "no registry file found"
+        return [
+            Text([f"registry: {source}"]),
+            Table(
+                ["NAMESPACE", "ID", "FORM", "EXPECT", "MAX HOLD", "OWNER", "DESCRIPTION"],
+                rows,
+                wide={6},
+                empty="no namespaces",
+            ),
+        ]
+
+    def data() -> dict[str, Any]:
+        return {
+            "path": str(registry.path) if registry.path else None,
+            "namespaces": [
+                {
+                    "name": n.name,
+                    "id": n.id,
+                    "form": n.form,
+                    "expect": n.expect,
+                    "max_hold_seconds": n.max_hold,
+                    "owner": n.owner,
+                    "description": n.description,
+                }
+                for n in namespaces
+            ],
+        }
+
+    return Output(blocks, data)
+
+
+def check_output(path: str, problems: list[Problem], namespaces: int) -> Output:
+    errors = [p for p in problems if p.severity == "error"]
+
+    def blocks() -> list[Block]:
+        lines = [clean(str(p)) for p in problems]
+        if errors:
+            verdict = f"{path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+            return [Text(lines, "error"), Text([verdict], "verdict")]
+        verdict = f"{path}: OK, {namespaces} namespace(s), {len(problems)} warning(s)"
+        return [Text(lines, "note"), Text([verdict], "verdict")]
+
+    def data() -> dict[str, Any]:
+        return {
+            "path": path,
+            "valid": not errors,
+            "namespaces": namespaces,
+            "problems": [
+                {"severity": p.severity, "line": p.line, "message": p.message} for p in problems
+            ],
+        }
+
+    return Output(blocks, data)
