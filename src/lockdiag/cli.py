@@ -150,6 +150,13 @@ def cli() -> None:
     through the registry file (lockdiag.toml), and says what is known and what is not.
 
     \b
+    Examples:
+      lockdiag list --dsn postgresql://monitor@db1/app
+      lockdiag who-holds tenant_summary 73
+      lockdiag snapshot -o incident.json && lockdiag list --from incident.json
+      lockdiag key tenant_summary 73        lockdiag decode 4102 73 2
+
+    \b
     Exit codes: 0 ok; 1 negative answer (who-holds: nobody holds it; registry check: errors);
     2 bad input (usage, key, namespace, registry or snapshot file); 3 server unreachable or
     query refused; 130 interrupted.

@@ -88,6 +88,11 @@ def server_errors(dsn: str | None, timeout: float) -> Iterator[None]:
             hint=f"statement_timeout is {timeout:g}s; raise it with --timeout if the lock "
             "table is very large",
         ) from None
+    except psycopg.errors.LockNotAvailable as error:
+        raise ServerError(
+            f"lockdiag's query waited too long for a lock: {one_line(str(error))}",
+            hint=f"lock_timeout is {timeout:g}s: something holds an exclusive lock on a catalog",
+        ) from None
     except psycopg.errors.InsufficientPrivilege as error:
         raise ServerError(f"permission denied: {one_line(str(error))}") from None
     except psycopg.OperationalError as error:

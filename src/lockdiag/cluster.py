@@ -1,0 +1,220 @@
+"""Throwaway PostgreSQL clusters for the tests, the benchmark and the demo.
+
+A cluster lives in a fresh temporary directory, listens on 127.0.0.1 on a free port and on a Unix
+socket in that directory, and is stopped by the pid of the server it started. PostgreSQL refuses
+to run as root, so when lockdiag runs as root the server runs as an unprivileged OS user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockdiag.errors import LockdiagError
+
+BIN_ENV = "LOCKDIAG_PG_BIN"
+UNPRIVILEGED_USERS = ("postgres", "nobody")
+DEFAULT_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+    "shared_buffers": "32MB",
+    "log_min_messages": "warning",
+}
+
+
+class ClusterError(LockdiagError):
+    """The server binaries are missing, or the server would not start."""
+
+
+def find_bindir() -> Path:
+    """PostgreSQL server binaries: ``$LOCKDIAG_PG_BIN``, ``pg_config --bindir``, then the newest
+    ``/usr/lib/postgresql/*/bin``."""
+    candidates: list[Path] = []
+    if os.environ.get(BIN_ENV):
+        candidates.append(Path(os.environ[BIN_ENV]))
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        result = subprocess.run(
+            [pg_config, "--bindir"], capture_output=True, text=True, check=False
+        )
+        if result.returncode == 0:
+            candidates.append(Path(result.stdout.strip()))
+    debian = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    candidates.extend(debian)
+    for candidate in candidates:
+        if (candidate / "postgres").is_file() and (candidate / "initdb").is_file():
+            return candidate
+    raise ClusterError(
+        "no PostgreSQL server binaries found (looked at $LOCKDIAG_PG_BIN, pg_config --bindir, "
+        "/usr/lib/postgresql/*/bin)",
+        hint="install them, e.g. apt-get install postgresql, or set LOCKDIAG_PG_BIN",
+    )
+
+
+def server_user() -> str | None:
+    """The OS user to run the server as: None (ourselves) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    for name in UNPRIVILEGED_USERS:
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    raise ClusterError("running as root and no unprivileged user (postgres, nobody) exists")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class Cluster:
+    bindir: Path
+    base: Path
+    port: int
+    user: str | None
+    settings: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "server.log"
+
+    @property
+    def version(self) -> int:
+        """The major version, from PG_VERSION."""
+        return int((self.data / "PG_VERSION").read_text().split(".")[0])
+
+    def dsn(self, user: str = "postgres", dbname: str = "postgres", **extra: str) -> str:
+        parts = {"host": "127.0.0.1", "port": str(self.port), "user": user, "dbname": dbname}
+        parts.update(extra)
+        return " ".join(f"{key}={_quote(value)}" for key, value in parts.items())
+
+    def socket_dsn(self, user: str = "postgres", dbname: str = "postgres") -> str:
+        return f"host={self.base} port={self.port} user={user} dbname={dbname}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        command = [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        command += ["-k", str(self.base), "-c", "listen_addresses=127.0.0.1"]
+        for name, value in {**DEFAULT_SETTINGS, **self.settings}.items():
+            command += ["-c", f"{name}={value}"]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=self.user,
+                cwd=self.base,
+                start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ClusterError(f"PostgreSQL exited at start:\n{self.log_tail()}")
+            if self._ready():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise ClusterError(f"PostgreSQL did not start within {timeout:g}s:\n{self.log_tail()}")
+
+    def _ready(self) -> bool:
+        result = subprocess.run(
+            [str(self.bindir / "pg_isready"), "-q", "-h", str(self.base), "-p", str(self.port)],
+            check=False,
+        )
+        return result.returncode == 0
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server we started, by its pid: SIGINT is a fast shutdown."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGINT if mode == "fast" else signal.SIGQUIT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+
+def create_cluster(
+    bindir: Path | None = None,
+    settings: dict[str, str] | None = None,
+    hba: list[str] | None = None,
+    start: bool = True,
+) -> Cluster:
+    """initdb a fresh cluster in a new temporary directory and start it.
+
+    ``hba`` lines go before the default rules (trust on the socket and on 127.0.0.1).
+    """
+    bindir = bindir or find_bindir()
+    user = server_user()
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    base.chmod(0o755)  # the server's user must reach its socket and data in it
+    cluster = Cluster(bindir, base, free_port(), user, dict(settings or {}))
+    initdb = [str(bindir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "-A", "trust"]
+    result = subprocess.run(
+        [*initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
+        capture_output=True,
+        text=True,
+        user=user,
+        cwd=base,
+        check=False,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        raise ClusterError(f"initdb failed:\n{result.stderr.strip() or result.stdout.strip()}")
+    rules = [*(hba or []), "local all all trust", "host all all 127.0.0.1/32 trust"]
+    (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
+    if start:
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.destroy()
+            raise
+    return cluster
+
+
+def _quote(value: str) -> str:
+    if value and not re.search(r"[\s'\\]", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

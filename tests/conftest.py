@@ -1,0 +1,156 @@
+"""Real PostgreSQL for the tests: one throwaway cluster per test run, real concurrent sessions.
+
+If the server cannot start the run fails (an error in the fixture), it never skips.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+from lockdiag.cluster import Cluster, create_cluster
+
+PASSWORD = "s3cret-Pa55"  # the password of role pw_user, checked never to be printed
+OBSERVER = "observer"  # a role without pg_read_all_stats
+OTHER_DB = "app2"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    server = create_cluster(
+        settings={"max_locks_per_transaction": "256", "deadlock_timeout": "60s"},
+        hba=["host all pw_user 127.0.0.1/32 scram-sha-256"],
+    )
+    try:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {OBSERVER} LOGIN")
+            admin.execute(f"CREATE ROLE pw_user LOGIN PASSWORD '{PASSWORD}'")
+            admin.execute(f"CREATE DATABASE {OTHER_DB}")
+            admin.execute("CREATE TABLE items (id int PRIMARY KEY, note text)")
+            admin.execute("INSERT INTO items SELECT g, 'x' FROM generate_series(1, 10) g")
+            admin.execute(f"GRANT SELECT, UPDATE ON items TO {OBSERVER}")
+        yield server
+    finally:
+        server.destroy()
+
+
+@dataclass
+class Worker:
+    """A real session, optionally running one statement in a background thread."""
+
+    connection: psycopg.Connection[Any]
+    pid: int
+    name: str
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def run(self, sql: str) -> list[Any]:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql.encode())
+            return cursor.fetchall() if cursor.description else []
+
+    def start(self, sql: str) -> None:
+        """Run ``sql`` in the background (for statements that wait on a lock)."""
+
+        def target() -> None:
+            try:
+                self.run(sql)
+            except BaseException as error:  # stored, looked at by tests that care
+                self.error = error
+
+        self.thread = threading.Thread(target=target, daemon=True, name=self.name)
+        self.thread.start()
+
+    def done(self, timeout: float = 10.0) -> bool:
+        if self.thread is not None:
+            self.thread.join(timeout)
+            return not self.thread.is_alive()
+        return True
+
+
+@dataclass
+class Sessions:
+    cluster: Cluster
+    workers: list[Worker] = field(default_factory=list)
+
+    def open(
+        self,
+        name: str = "worker",
+        user: str = "postgres",
+        dbname: str = "postgres",
+        autocommit: bool = True,
+    ) -> Worker:
+        connection = psycopg.connect(
+            self.cluster.dsn(user=user, dbname=dbname, application_name=name),
+            autocommit=autocommit,
+        )
+        pid = connection.info.backend_pid
+        worker = Worker(connection, pid, name)
+        self.workers.append(worker)
+        return worker
+
+    def waiting(self, worker: Worker, timeout: float = 10.0) -> None:
+        """Block until ``worker`` waits for a lock (seen in pg_locks, with its waitstart)."""
+        self.until(
+            lambda admin: (
+                admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted "
+                    "AND waitstart IS NOT NULL",
+                    (worker.pid,),
+                ).fetchone()[0]  # type: ignore[index]
+                > 0
+            ),
+            timeout,
+            f"{worker.name} (pid {worker.pid}) to wait for a lock",
+        )
+
+    def until(
+        self, condition: Callable[[psycopg.Connection[Any]], bool], timeout: float, what: str
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
+            while time.monotonic() < deadline:
+                if condition(admin):
+                    return
+                time.sleep(0.02)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def close(self) -> None:
+        """End every helper session by pid (waiters included), then close the connections."""
+        pids = [w.pid for w in self.workers]
+        if pids:
+            with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,)
+                )
+        for worker in self.workers:
+            worker.done(5)
+            worker.connection.close()
+        self.workers.clear()
+
+
+@pytest.fixture
+def sessions(cluster: Cluster) -> Iterator[Sessions]:
+    helper = Sessions(cluster)
+    try:
+        yield helper
+    finally:
+        helper.close()
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """No registry, DSN or libpq setting of the developer's may leak into a test."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("LOCKDIAG_", "PG")) and name != "LOCKDIAG_PG_BIN":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)

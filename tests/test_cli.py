@@ -1,0 +1,280 @@
+"""The CLI end to end: real server, real sessions, CliRunner and a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from conftest import PASSWORD, Sessions
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster, free_port
+
+REGISTRY = """\
+[namespaces.tenant_summary]
+id = 4102
+form = "pair"
+description = "Rebuild one tenant's summary"
+expect = "xact"
+max_hold = "5m"
+
+[namespaces.invoice_export]
+id = 7
+form = "bigint"
+"""
+
+
+@pytest.fixture
+def registry_file(tmp_path: Path) -> Path:
+    path = tmp_path / "lockdiag.toml"  # the current directory of every test
+    path.write_text(REGISTRY)
+    return path
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def test_list_json_field_by_field(
+    cluster: Cluster, sessions: Sessions, registry_file: Path
+) -> None:
+    idle = sessions.open("billing-worker")
+    idle.run("SELECT pg_advisory_lock(4102, 73), pg_advisory_lock(-55037190)")
+    waiter = sessions.open("summary-worker")
+    waiter.start("SELECT pg_advisory_lock(4102, 73)")
+    sessions.waiting(waiter)
+
+    document = as_json(
+        run("list", "--dsn", cluster.dsn(), "--format", "json", "--session-age", "0s")
+    )
+    assert document["version"] == 1
+    assert document["server"]["read_all_stats"] is True
+    assert document["total"] == 3
+    by_pid = {(lock["pid"], lock["namespace"], lock["granted"]): lock for lock in document["locks"]}
+    held = by_pid[(idle.pid, "tenant_summary", True)]
+    assert {k: held[k] for k in (
+        "mode", "locktype", "resource", "classid", "objid", "objsubid", "lifetime", "form", "key",
+        "application_name", "state", "database", "blocks", "waits_for",
+    )} == {
+        "mode": "ExclusiveLock", "locktype": "advisory", "resource": 73, "classid": 4102,
+        "objid": 73, "objsubid": 2, "lifetime": "session", "form": "pair", "key": [4102, 73],
+        "application_name": "billing-worker", "state": "idle", "database": "postgres",
+        "blocks": [waiter.pid], "waits_for": [],
+    }  # fmt: skip
+    assert held["flags"] == ["long-session-lock", "expect-xact"]
+    assert held["held_at_least_seconds"] >= 0
+    unregistered = by_pid[(idle.pid, None, True)]
+    assert (unregistered["classid"], unregistered["objid"], unregistered["objsubid"]) == (
+        4294967295,
+        4239930106,
+        1,
+    )
+    assert unregistered["key"] == [-55037190]
+    assert unregistered["flags"] == ["long-session-lock", "unregistered"]
+    waiting = by_pid[(waiter.pid, "tenant_summary", False)]
+    assert waiting["lifetime"] is None
+    assert waiting["waits_for"] == [idle.pid]
+    assert waiting["waited_seconds"] >= 0
+    assert waiting["application_name"] == "summary-worker"
+
+
+def test_list_plain_and_filters(cluster: Cluster, sessions: Sessions, registry_file: Path) -> None:
+    sessions.open("billing-worker").run(
+        "SELECT pg_advisory_lock(4102, 1), pg_advisory_lock(7::bigint << 32 | 5)"
+    )
+    sessions.open("other").run("SELECT pg_advisory_lock(4102, 2)")
+    result = run("list", "--dsn", cluster.dsn())
+    assert result.exit_code == 0
+    header, *rows, summary = result.stdout.splitlines()[:5]
+    assert header.split()[:3] == ["LOCK", "MODE", "STATUS"]
+    assert [row.split()[0:2] for row in rows] == [
+        ["invoice_export", "5"],
+        ["tenant_summary", "1"],
+        ["tenant_summary", "2"],
+    ]
+    assert summary.startswith("3 lock(s), 0 waiting")
+    only = run(
+        "list", "--dsn", cluster.dsn(), "--app", "billing-*", "--namespace", "tenant_summary"
+    )
+    assert [line.split()[:2] for line in only.stdout.splitlines()[1:2]] == [["tenant_summary", "1"]]
+    assert only.stdout.splitlines()[2].startswith("1 of 3 lock(s)")
+    assert run("list", "--dsn", cluster.dsn(), "--waiting").stdout.startswith("no advisory locks")
+
+
+def test_who_holds_exit_codes_and_json(
+    cluster: Cluster, sessions: Sessions, registry_file: Path
+) -> None:
+    holder = sessions.open("billing-worker")
+    holder.run("SELECT pg_advisory_lock(4102, 73)")
+    held = run("who-holds", "tenant_summary", "73", "--dsn", cluster.dsn())
+    assert held.exit_code == 0
+    assert held.stdout.splitlines()[0] == (
+        f"tenant_summary 73 (4102, 73, 2) is held by pid {holder.pid} (billing-worker), "
+        "idle " + held.stdout.split("idle ")[1].split(",")[0] + ", session lock: outlived its work"
+    )
+    document = as_json(
+        run("who-holds", "--key", "4102,73", "--dsn", cluster.dsn(), "--format", "json")
+    )
+    assert document["held"] is True
+    assert [h["pid"] for h in document["holders"]] == [holder.pid]
+    assert document["waiters"] == []
+    assert document["namespace"] == "tenant_summary"
+    nobody = run("who-holds", "tenant_summary", "-5", "--dsn", cluster.dsn())
+    assert nobody.exit_code == 1
+    assert nobody.stdout.startswith("nobody holds tenant_summary -5")
+
+
+def test_from_file_gives_the_same_answer(
+    cluster: Cluster, sessions: Sessions, registry_file: Path, tmp_path: Path
+) -> None:
+    sessions.open("billing-worker").run("SELECT pg_advisory_lock(4102, 73)")
+    saved = tmp_path / "incident.json"
+    result = run("snapshot", "-o", str(saved), "--dsn", cluster.dsn())
+    assert result.exit_code == 0 and "saved" in result.stderr
+    sessions.close()  # the incident is over; the file still tells it
+    offline = run("list", "--from", str(saved), "--format", "json")
+    again = run("list", "--from", str(saved), "--format", "json")
+    assert offline.stdout == again.stdout
+    (lock,) = json.loads(offline.stdout)["locks"]
+    assert (lock["namespace"], lock["resource"], lock["lifetime"]) == (
+        "tenant_summary",
+        73,
+        "session",
+    )
+    assert run("who-holds", "tenant_summary", "73", "--from", str(saved)).exit_code == 0
+    all_types = as_json(run("list", "--all", "--from", str(saved), "--format", "json"))
+    assert [lock["locktype"] for lock in all_types["locks"]] == ["advisory"]
+    assert run("list", "--from", str(saved), "--dsn", cluster.dsn()).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["who-holds", "tenant_sumary", "1"], 2, "did you mean tenant_summary"),
+        (["who-holds", "tenant_summary", "2147483648"], 2, "outside int4"),
+        (["who-holds"], 2, "give NAMESPACE RESOURCE"),
+        (["key", "invoice_export", "-1"], 2, "low 32 bits"),
+        (["decode", "1", "2", "3", "4"], 2, "expected 1 number"),
+        (["list", "--from", "missing.json"], 2, "cannot read snapshot file"),
+        (["list", "--min-age", "soon"], 2, "is not a duration"),
+        (["list", "--format", "xml"], 2, "Invalid value for '--format'"),
+        (["list", "--registry", "nope.toml"], 2, "does not exist"),
+    ],
+)
+def test_bad_input_is_one_clear_error(
+    registry_file: Path, args: list[str], code: int, message: str
+) -> None:
+    result = run(*args)
+    assert result.exit_code == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stdout == ""
+
+
+def test_broken_registry_stops_every_command(tmp_path: Path) -> None:
+    (tmp_path / "lockdiag.toml").write_text("[namespaces.a]\nid = 'x'\n")
+    result = run("list", "--from", "whatever.json")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"lockdiag: error: {tmp_path / 'lockdiag.toml'}:2: error:")
+
+
+def test_unreachable_server_exit_code() -> None:
+    result = run("list", "--dsn", f"host=127.0.0.1 port={free_port()} user=x", "--timeout", "2s")
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("lockdiag: error: cannot connect:")
+    assert lines[1].startswith("lockdiag: hint:")
+
+
+def test_wrong_password_never_printed(cluster: Cluster) -> None:
+    result = run(
+        "list", "--dsn", f"postgresql://pw_user:Wrong-{PASSWORD}@127.0.0.1:{cluster.port}/postgres"
+    )
+    assert result.exit_code == 3
+    assert "password authentication failed" in result.stderr
+    assert PASSWORD not in result.stderr + result.stdout
+
+
+def test_dsn_from_environment_and_libpq_variables(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKDIAG_DSN", cluster.dsn())
+    assert run("list").exit_code == 0
+    monkeypatch.delenv("LOCKDIAG_DSN")
+    monkeypatch.setenv("PGHOST", "127.0.0.1")
+    monkeypatch.setenv("PGPORT", str(cluster.port))
+    monkeypatch.setenv("PGUSER", "postgres")
+    assert run("list").exit_code == 0
+
+
+def test_registry_check(tmp_path: Path, registry_file: Path) -> None:
+    ok = run("registry", "check")
+    assert ok.exit_code == 0
+    assert ok.stdout.strip() == f"{registry_file}: OK, 2 namespace(s), 0 warning(s)"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        REGISTRY
+        + '\n[namespaces.dup]\nid = 7\nform = "bigint"\n'
+        + '[namespaces.both]\nid = 4103\nform = "bigint"\n[namespaces.p]\nid = 4103\n'
+    )
+    result = run("registry", "check", "--registry", str(bad))
+    assert result.exit_code == 1
+    assert f"{bad}:13: error: namespace 'dup' reuses bigint id 7" in result.stdout
+    document = as_json(run("registry", "check", "--registry", str(bad), "--format", "json"))
+    assert document["valid"] is False
+    assert [p["severity"] for p in document["problems"]] == ["error", "warning"]
+    (tmp_path / "lockdiag.toml").unlink()
+    assert run("registry", "check").exit_code == 2
+
+
+def test_registry_show_key_and_decode(registry_file: Path) -> None:
+    shown = as_json(run("registry", "show", "--format", "json"))
+    assert [n["name"] for n in shown["namespaces"]] == ["invoice_export", "tenant_summary"]
+    key = run("key", "tenant_summary", "-73")
+    assert "classid=4102 objid=4294967223 objsubid=2" in key.stdout
+    assert "SELECT pg_try_advisory_xact_lock(4102, -73)" in key.stdout
+    assert (
+        "SELECT pg_advisory_lock(30064771077)"
+        in run("key", "invoice_export", "5", "--function", "pg_advisory_lock").stdout
+    )
+    for numbers in (["4102", "4294967223", "2"], ["4102", "-73"], ["4102,-73"]):
+        decoded = as_json(run("decode", *numbers, "--format", "json"))
+        assert (decoded["namespace"], decoded["resource"]) == ("tenant_summary", -73)
+    unknown = run("decode", "-55037190")
+    assert unknown.stdout.startswith("unregistered")
+    assert "classid=4294967295 objid=4239930106 objsubid=1" in unknown.stdout
+
+
+def test_every_command_has_an_example() -> None:
+    commands = [["list"], ["who-holds"], ["snapshot"], ["registry", "check"], ["registry", "show"],
+                ["key"], ["decode"]]  # fmt: skip
+    for command in commands:
+        result = run(*command, "--help")
+        assert "Example" in result.stdout, command
+    assert "Examples" in run("--help").stdout
+
+
+def test_real_subprocess(cluster: Cluster, sessions: Sessions, registry_file: Path) -> None:
+    holder = sessions.open("billing-worker")
+    holder.run("SELECT pg_advisory_lock(4102, 73)")
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockdiag", "who-holds", "tenant_summary", "73",
+         "--dsn", cluster.dsn(), "--format", "json"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["holders"][0]["pid"] == holder.pid
+    version = subprocess.run(
+        [sys.executable, "-m", "lockdiag", "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("lockdiag, version ")

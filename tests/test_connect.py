@@ -1,0 +1,90 @@
+"""lockdiag's own session is harmless, and connection failures are one clear line."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from conftest import PASSWORD, Sessions
+
+from lockdiag.cluster import Cluster, free_port
+from lockdiag.connect import connect, conninfo, scrub, take_snapshot
+from lockdiag.errors import InputError, ServerError
+
+
+def test_session_is_read_only_named_and_bounded(cluster: Cluster) -> None:
+    with connect(cluster.dsn(), timeout=3) as connection:
+        settings = dict(
+            connection.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('application_name', 'statement_timeout', 'lock_timeout', "
+                "'default_transaction_read_only')"
+            ).fetchall()
+        )
+        assert settings == {
+            "application_name": "lockdiag",
+            "statement_timeout": "3000",
+            "lock_timeout": "3000",
+            "default_transaction_read_only": "on",
+        }
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            connection.execute("CREATE TABLE must_not_exist (id int)")
+
+
+def test_snapshot_takes_no_advisory_lock(cluster: Cluster, sessions: Sessions) -> None:
+    watcher = sessions.open("watcher")
+    before = watcher.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+    take_snapshot(cluster.dsn(), 5, "all")
+    assert watcher.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == before
+
+
+def test_user_options_are_kept() -> None:
+    info = conninfo("host=x options='-c search_path=a'", 2)
+    assert "-c search_path=a -c statement_timeout=2000" in info
+
+
+def test_unreachable_server() -> None:
+    with pytest.raises(ServerError) as raised:
+        connect(f"host=127.0.0.1 port={free_port()} user=postgres", timeout=2)
+    assert "cannot connect" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert raised.value.hint is not None and "running" in raised.value.hint
+
+
+def test_wrong_password_is_never_shown(cluster: Cluster) -> None:
+    with pytest.raises(ServerError) as raised:
+        connect(cluster.dsn(user="pw_user", password="not-the-Secret-123"), timeout=2)
+    assert "password authentication failed" in str(raised.value)
+    assert "not-the-Secret-123" not in str(raised.value)
+    with connect(cluster.dsn(user="pw_user", password=PASSWORD), timeout=2) as connection:
+        assert connection.info.user == "pw_user"
+
+
+def test_invalid_connection_string() -> None:
+    with pytest.raises(InputError, match="invalid connection string"):
+        conninfo("host=x nonsense", 2)
+
+
+def test_scrub_removes_passwords() -> None:
+    assert (
+        scrub("failed for postgresql://u:hunter2@h/db", None)
+        == "failed for postgresql://u:***@h/db"
+    )
+    assert scrub("x hunter2 y", "host=h password=hunter2") == "x *** y"
+
+
+def test_stuck_server_gives_up_after_the_timeout(cluster: Cluster, sessions: Sessions) -> None:
+    """New backends read pg_database at start: with it locked the server accepts no session.
+    lockdiag gives up after its connect timeout with a clear error instead of hanging."""
+    blocker = sessions.open("catalog-locker", autocommit=False)
+    blocker.run("LOCK TABLE pg_database IN ACCESS EXCLUSIVE MODE")
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServerError) as raised:
+            take_snapshot(cluster.dsn(), 1, "advisory")
+    finally:
+        blocker.connection.rollback()
+    assert time.monotonic() - started < 10
+    assert "timeout expired" in str(raised.value)
+    assert raised.value.hint is not None and "--timeout" in raised.value.hint

@@ -1,0 +1,239 @@
+"""Snapshots of real lock situations, built by real concurrent sessions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import OBSERVER, OTHER_DB, Sessions
+
+from lockdiag import queries, snapshot
+from lockdiag.analysis import (
+    EXPECT_XACT,
+    LONG_SESSION_LOCK,
+    MAX_HOLD,
+    STUCK_OWNER,
+    UNREGISTERED,
+    Policy,
+    analyse,
+    who_holds,
+)
+from lockdiag.cluster import Cluster
+from lockdiag.connect import take_snapshot
+from lockdiag.errors import InputError
+from lockdiag.keys import from_bigint, from_pair
+from lockdiag.registry import Registry, parse_registry
+
+REGISTRY_TEXT = """\
+[namespaces.tenant_summary]
+id = 4102
+expect = "xact"
+max_hold = "1s"
+
+[namespaces.leader]
+id = 9
+form = "bigint"
+expect = "session"
+"""
+
+
+@pytest.fixture
+def registry() -> Registry:
+    parsed, _ = parse_registry(REGISTRY_TEXT)
+    assert parsed is not None
+    return parsed
+
+
+def capture(
+    cluster: Cluster, user: str = "postgres", scope: snapshot.Scope = "advisory"
+) -> snapshot.Snapshot:
+    return take_snapshot(cluster.dsn(user=user), 5.0, scope)
+
+
+def test_idle_session_locks_are_certain_session_locks(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    idle = sessions.open("billing-worker")
+    idle.run(
+        "SELECT pg_advisory_lock(4102, 73), pg_advisory_lock(-1), "
+        "pg_advisory_lock_shared(-5, 7), pg_advisory_lock((9::bigint << 32) | 1)"
+    )
+    taken = capture(cluster)
+    entries = {e.decoded.triple: e for e in analyse(taken, registry, Policy(session_age=0))}  # type: ignore[union-attr]
+    assert set(entries) == {
+        from_pair(4102, 73),
+        from_bigint(-1),
+        from_pair(-5, 7),
+        from_bigint((9 << 32) | 1),
+    }
+    for entry in entries.values():
+        assert entry.lock.pid == idle.pid
+        assert entry.lifetime == "session"
+        assert entry.held_at_least is not None and entry.held_at_least >= 0
+        assert entry.session is not None and entry.session.application_name == "billing-worker"
+    assert entries[from_pair(-5, 7)].lock.mode == "ShareLock"
+    summary = entries[from_pair(4102, 73)]
+    assert summary.decoded is not None and summary.decoded.label == "tenant_summary 73"
+    assert {LONG_SESSION_LOCK, EXPECT_XACT} <= set(summary.flags)
+    assert UNREGISTERED in entries[from_bigint(-1)].flags
+    # a leader lock declared as an expected session lock raises no flag
+    assert entries[from_bigint((9 << 32) | 1)].flags == ()
+
+
+def test_transaction_holder_lifetime_is_unknown(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    worker = sessions.open("summary-worker", autocommit=False)
+    worker.run("SELECT pg_advisory_xact_lock(4102, 74)")
+    (entry,) = analyse(capture(cluster), registry)
+    assert entry.lifetime == "unknown"
+    assert entry.session is not None and entry.session.state == "idle in transaction"
+    # idle in transaction: the lock was taken before it went idle, a certain lower bound
+    assert entry.held_at_least is not None
+    assert STUCK_OWNER not in entry.flags  # nobody waits
+
+
+def test_chain_of_waiters(cluster: Cluster, sessions: Sessions, registry: Registry) -> None:
+    owner = sessions.open("owner", autocommit=False)
+    owner.run("SELECT pg_advisory_xact_lock(4102, 75)")
+    first, second = sessions.open("first"), sessions.open("second")
+    first.start("SELECT pg_advisory_lock(4102, 75)")
+    sessions.waiting(first)
+    second.start("SELECT pg_advisory_lock(4102, 75)")
+    sessions.waiting(second)
+
+    taken = capture(cluster)
+    entries = analyse(taken, registry)
+    holder, *waiters = entries
+    assert holder.lock.pid == owner.pid and holder.lock.granted
+    assert holder.blocks == (first.pid, second.pid)
+    assert STUCK_OWNER in holder.flags
+    assert [w.lock.pid for w in waiters] == [first.pid, second.pid]
+    assert waiters[0].waits_for == (owner.pid,) and waiters[0].queued_behind == ()
+    assert waiters[1].waits_for == (owner.pid,) and waiters[1].queued_behind == (first.pid,)
+    assert all(w.waited is not None and w.lifetime is None for w in waiters)
+
+    report = who_holds(taken, registry, from_pair(4102, 75))
+    assert [h.lock.pid for h in report.holders] == [owner.pid]
+    assert [w.lock.pid for w in report.waiters] == [first.pid, second.pid]
+    assert report.verdict.startswith("tenant_summary 75 (4102, 75, 2) is held by pid")
+    assert "2 waiting" in report.verdict
+
+    owner.connection.commit()  # the owner lets go: the first waiter gets the lock
+    assert first.done()
+    later = who_holds(capture(cluster), registry, from_pair(4102, 75))
+    assert [h.lock.pid for h in later.holders] == [first.pid]
+    assert [w.lock.pid for w in later.waiters] == [second.pid]
+
+
+def test_locks_in_two_databases_are_different_locks(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    here = sessions.open("here")
+    there = sessions.open("there", dbname=OTHER_DB)
+    here.run("SELECT pg_advisory_lock(4102, 76)")
+    there.run("SELECT pg_advisory_lock(4102, 76)")  # no conflict: another database
+    report = who_holds(capture(cluster), registry, from_pair(4102, 76))
+    assert sorted(h.database or "" for h in report.holders) == [OTHER_DB, "postgres"]
+    assert report.waiters == []
+    assert any("per database" in note for note in report.notes)
+
+
+def test_observer_without_privileges_sees_hidden_sessions(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    idle = sessions.open("secret-worker")
+    idle.run("SELECT pg_advisory_lock(4102, 77)")
+    taken = capture(cluster, user=OBSERVER)
+    assert not taken.server.read_all_stats
+    (entry,) = analyse(taken, registry)
+    assert entry.lock.pid == idle.pid  # pg_locks is readable by everyone
+    assert entry.session is not None and entry.session.hidden
+    assert entry.session.application_name == "secret-worker"  # kept without privileges
+    assert entry.lifetime == "unknown"  # never claimed without the evidence
+    assert entry.held_at_least is None
+    (note,) = who_holds(taken, registry, from_pair(4102, 77)).notes
+    assert f"GRANT pg_monitor (or pg_read_all_stats) TO {OBSERVER}" in note
+
+
+def test_all_lock_types_and_own_session_left_out(cluster: Cluster, sessions: Sessions) -> None:
+    writer = sessions.open("writer", autocommit=False)
+    writer.run("UPDATE items SET note = 'y' WHERE id = 1")
+    taken = capture(cluster, scope="all")
+    assert taken.scope == "all"
+    assert taken.server.backend_pid not in {lock.pid for lock in taken.locks}
+    kinds = {lock.locktype for lock in taken.locks if lock.pid == writer.pid}
+    assert {"relation", "virtualxid", "transactionid"} <= kinds
+    assert capture(cluster).locks == []  # advisory scope: nothing
+
+
+def test_snapshot_query_reads_pg_locks_once() -> None:
+    for versions in queries.VERSIONS.values():
+        for _, name in versions:
+            sql = re.sub(r"--[^\n]*", "", queries.load(name))
+            assert sql.count("pg_locks") <= 1
+
+
+def test_unsupported_version_is_refused() -> None:
+    with pytest.raises(Exception, match="needs PostgreSQL 14"):
+        queries.query("snapshot", 130012)
+
+
+def test_file_round_trip(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path, registry: Registry
+) -> None:
+    worker = sessions.open("file-worker")
+    worker.run("SELECT pg_advisory_lock(4102, 78), pg_advisory_lock(-9)")
+    taken = capture(cluster, scope="all")
+    path = tmp_path / "incident.json"
+    snapshot.save(taken, path)
+    loaded = snapshot.load(path)
+    assert loaded.locks == taken.locks
+    assert loaded.sessions == taken.sessions
+    assert loaded.server == taken.server
+    assert analyse(loaded, registry) == analyse(taken, registry)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", ":1: not a snapshot file: invalid JSON"),
+        ("[]", "not a lockdiag snapshot file"),
+        ('{"format": "lockdiag-snapshot", "version": 99}', "version 99 is not supported"),
+        (
+            '{"format": "lockdiag-snapshot", "version": 1, "scope": "advisory", "source": "x", '
+            '"server": {}, "sessions": [], "locks": []}',
+            "server.version_num: expected an integer",
+        ),
+    ],
+)
+def test_bad_snapshot_files(text: str, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        snapshot.loads(text, "f.json")
+
+
+def test_bad_field_is_named(cluster: Cluster, sessions: Sessions) -> None:
+    sessions.open("w").run("SELECT pg_advisory_lock(1)")
+    document = snapshot.dumps(capture(cluster))
+    broken = re.sub(r'"pid": (\d+)', r'"pid": "\1"', document, count=1)
+    with pytest.raises(InputError, match=r"f.json: sessions\[0\].pid: expected an integer"):
+        snapshot.loads(broken, "f.json")
+
+
+def test_max_hold_needs_a_certain_lower_bound(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    worker = sessions.open("slow-summary", autocommit=False)
+    worker.run("SELECT pg_advisory_xact_lock(4102, 79)")
+    sessions.until(
+        lambda admin: bool(admin.execute(
+            "SELECT now() - state_change > interval '1.1 s' FROM pg_stat_activity WHERE pid = %s",
+            (worker.pid,),
+        ).fetchone()[0]),  # type: ignore[index]
+        5,
+        "the worker to be idle in transaction for over a second",
+    )  # fmt: skip
+    (entry,) = analyse(capture(cluster), registry)
+    assert entry.lifetime == "unknown"
+    assert MAX_HOLD in entry.flags  # idle in transaction since > 1s: held > max_hold, certainly
