@@ -19,6 +19,7 @@ from typing import Any, Literal, TextIO
 Format = Literal["table", "plain", "json"]
 FORMATS = ("auto", "table", "plain", "json")
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
+VALUE_STYLES = {"WAITING": "bold red"}
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Table:
     title: str | None = None
     important: list[bool] | None = None  # rows kept first when a terminal view is capped
     wide: set[int] = field(default_factory=set)  # columns that may be cut on a terminal
+    styles: dict[int, str] = field(default_factory=dict)  # rich style of a column's cells
     empty: str = "(none)"
 
 
@@ -141,7 +143,12 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
             else:
                 table.add_column(header, no_wrap=True)
         for row in rows:
-            table.add_row(*(RichText(cell) for cell in row))
+            table.add_row(
+                *(
+                    RichText(cell, style=VALUE_STYLES.get(cell) or block.styles.get(index, ""))
+                    for index, cell in enumerate(row)
+                )
+            )
         console.print(table)
         if left_out:
             console.print(

@@ -213,6 +213,7 @@ def list_output(report: ListReport) -> Output:
                 rows,
                 important=[bool(e.flags or e.blocks or not e.lock.granted) for e in entries],
                 wide={0, 4, 6},
+                styles={len(headers) - 1: "yellow"},
                 empty="no advisory locks" if report.snapshot.scope == "advisory" else "no locks",
             ),
             Text([summary]),

@@ -1,0 +1,67 @@
+"""Rendering: one path for table, plain and JSON; hostile strings neutralised for display."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from click.testing import CliRunner
+
+from conftest import Sessions
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster
+from lockdiag.render import Output, Table, Text, clean, plain, render
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_clean_makes_control_characters_visible() -> None:
+    assert clean("ok\x1b[31mred\x1b[0m\nnext\ttab\x07\u202e") == (
+        "ok\\e[31mred\\e[0m\\nnext\\ttab\\x07\\x202e"
+    )
+    assert clean(None) == ""
+    assert clean("[bold]markup[/bold]") == "[bold]markup[/bold]"  # rich never parses cells
+
+
+def test_plain_aligns_columns() -> None:
+    text = plain([Table(["A", "LONGER"], [["x", "1"], ["yyyy", "2"]]), Text(["done"])])
+    assert text == "A     LONGER\nx     1\nyyyy  2\ndone\n"
+    assert plain([Table(["A"], [], title="T", empty="(none)")]) == "T\n(none)\n"
+
+
+def test_terminal_view_is_capped_with_important_rows_first() -> None:
+    rows = [[f"row{i}"] for i in range(500)]
+    important = [i == 450 for i in range(500)]
+    output = Output(lambda: [Table(["NAME"], rows, important=important)], dict)
+    terminal = Terminal()
+    render(output, "auto", terminal)
+    shown = terminal.getvalue()
+    assert "row450" in shown
+    assert "row499" not in shown
+    assert "more row(s) not shown" in shown
+
+
+def test_json_keeps_exact_values_and_display_escapes_them(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    worker = sessions.open("placeholder")
+    worker.connection.execute(
+        "SELECT set_config('application_name', %s, false)", ("evil\x1b]0;pwned\x07[red]x[/red]",)
+    )
+    worker.run("SELECT pg_advisory_lock(5, 5) /* \x1b[2J\nDROP */")
+    runner = CliRunner()
+    args = ["who-holds", "--key", "5,5", "--dsn", cluster.dsn()]
+    shown = runner.invoke(cli, args).stdout
+    assert "\x1b" not in shown and "\x07" not in shown
+    # the server keeps printable ASCII only in application_name; markup passes through as text
+    assert "evil?]0;pwned?[red]x[/red]" in shown
+    assert "/* \\e[2J\\nDROP */" in shown  # the query's escape and newline, made visible
+    document = json.loads(runner.invoke(cli, [*args, "--format", "json"]).stdout)
+    (holder,) = document["holders"]
+    assert holder["query"] == "SELECT pg_advisory_lock(5, 5) /* \x1b[2J\nDROP */"
+    terminal = Terminal()
+    render(Output(lambda: [Table(["Q"], [[clean(holder["query"])]])], dict), "table", terminal)
+    assert "\x1b[2J" not in terminal.getvalue()
