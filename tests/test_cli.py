@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import PASSWORD, Sessions
 
 from lockdiag.cli import cli
 from lockdiag.cluster import Cluster, free_port
+
+from conftest import PASSWORD, Sessions
 
 REGISTRY = """\
 [namespaces.tenant_summary]

@@ -6,11 +6,12 @@ import time
 
 import psycopg
 import pytest
-from conftest import PASSWORD, Sessions
 
 from lockdiag.cluster import Cluster, free_port
 from lockdiag.connect import connect, conninfo, scrub, take_snapshot
 from lockdiag.errors import InputError, ServerError
+
+from conftest import PASSWORD, Sessions
 
 
 def test_session_is_read_only_named_and_bounded(cluster: Cluster) -> None:

@@ -7,10 +7,11 @@ import json
 
 from click.testing import CliRunner
 
-from conftest import Sessions
 from lockdiag.cli import cli
 from lockdiag.cluster import Cluster
 from lockdiag.render import Output, Table, Text, clean, plain, render
+
+from conftest import Sessions
 
 
 class Terminal(io.StringIO):

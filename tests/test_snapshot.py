@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import OBSERVER, OTHER_DB, Sessions
 
 from lockdiag import queries, snapshot
 from lockdiag.analysis import (
@@ -24,6 +23,8 @@ from lockdiag.connect import take_snapshot
 from lockdiag.errors import InputError
 from lockdiag.keys import from_bigint, from_pair
 from lockdiag.registry import Registry, parse_registry
+
+from conftest import OBSERVER, OTHER_DB, Sessions
 
 REGISTRY_TEXT = """\
 [namespaces.tenant_summary]
