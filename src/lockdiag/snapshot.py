@@ -12,7 +12,7 @@ import re
 import time
 import types
 import typing
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -114,6 +114,18 @@ class ServerInfo:
     in_recovery: bool
     read_all_stats: bool
     databases: dict[int, str]
+    database: str = ""  # the database lockdiag connected to
+    relations: dict[int, str] = field(default_factory=dict)  # oid -> schema.name, this database
+
+    def relation_name(self, database: int | None, relation: int | None) -> str | None:
+        """A locked relation's name, when it lives in this database (or is shared)."""
+        if relation is None or database not in (0, self.database_oid):
+            return None
+        return self.relations.get(relation)
+
+    @property
+    def database_oid(self) -> int | None:
+        return next((oid for oid, name in self.databases.items() if name == self.database), None)
 
     @property
     def version(self) -> str:
@@ -164,7 +176,7 @@ def capture(
 
 def _build_server(raw: dict[str, Any], version_num: int) -> ServerInfo:
     raw = dict(raw, version_num=version_num)
-    raw["databases"] = {int(oid): name for oid, name in (raw.get("databases") or {}).items()}
+    raw["relations"] = raw.get("relations") or {}  # json_object_agg of no rows is NULL
     return _build(ServerInfo, raw, "server")
 
 
@@ -316,7 +328,7 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         try:
             return {int(k): _convert(v, str, f"{where}.{k}") for k, v in mapping.items()}
         except ValueError:
-            raise _FieldError(where, "expected database oids as keys") from None
+            raise _FieldError(where, "expected oids as keys") from None
     if typing.get_origin(hint) is Literal or hint is Any:
         return value
     raise TypeError(f"no converter for {hint!r}")  # pragma: no cover - a programming error

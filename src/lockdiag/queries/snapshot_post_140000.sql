@@ -39,5 +39,15 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'backend_pid', pg_catalog.pg_backend_pid(),
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
+           'database', pg_catalog.current_database(),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
-                         FROM pg_catalog.pg_database AS d))
+                         FROM pg_catalog.pg_database AS d),
+           -- names of locked relations: pg_class only knows this database's (and shared) ones
+           'relations', (SELECT pg_catalog.json_object_agg(
+                                    c.oid, pg_catalog.format('%%I.%%I', n.nspname, c.relname))
+                         FROM pg_catalog.pg_class AS c
+                         JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                         WHERE c.oid IN (SELECT relation FROM locks
+                                         WHERE relation IS NOT NULL
+                                           AND database IN (0, (SELECT oid FROM pg_catalog.pg_database
+                                                                WHERE datname = pg_catalog.current_database())))))
