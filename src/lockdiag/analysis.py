@@ -41,6 +41,9 @@ class Policy:
     session_age: float = 300.0  # seconds; flag certain session locks held at least this long
 
 
+DEFAULT_POLICY = Policy()
+
+
 @dataclass(frozen=True)
 class Decoded:
     """An advisory key in the team's words: a namespace and resource, or the raw numbers."""

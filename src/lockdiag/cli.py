@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lockdiag import __version__
-from lockdiag.errors import EXIT_INTERRUPTED, EXIT_NEGATIVE, EXIT_OK, InputError, LockdiagError
+from lockdiag.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    EXIT_UNKNOWN,
+    InputError,
+    LockdiagError,
+)
 
 if TYPE_CHECKING:
     from lockdiag.registry import Registry
@@ -412,6 +419,206 @@ def decode_command(numbers: tuple[str, ...], registry: str | None, fmt: str) -> 
     from lockdiag.views import decode_output
 
     show(decode_output(parse_numbers(numbers), get_registry(registry)), fmt)
+
+
+@cli.command("blockers")
+@source_options
+@registry_option
+@format_option
+def blockers_command(
+    dsn: str | None, from_file: Path | None, timeout: float, registry: str | None, fmt: str
+) -> None:
+    """Wait-for chains of every lock type: a tree per root blocker, worst first.
+
+    A root blocker blocks others and waits for nobody. Waiters only queued behind another
+    waiter are shown as such; a cycle (a deadlock not yet broken) is shown once.
+
+    \b
+    Examples:
+      lockdiag blockers
+      lockdiag blockers --format json | jq '.roots[0]'
+    """
+    from lockdiag.graph import blockers
+    from lockdiag.views_alerts import blockers_output
+
+    names = get_registry(registry)
+    snapshot = get_snapshot(dsn, from_file, timeout, "all")
+    show(blockers_output(blockers(snapshot, names)), fmt)
+
+
+def _threshold(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """WARN or WARN,CRIT: durations (``30s,5m``) or, for counts, integers (``5,20``)."""
+    if value is None:
+        return None
+    from lockdiag.durations import parse_duration
+    from lockdiag.findings import Threshold
+
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) > 2:
+        raise click.BadParameter("give WARN or WARN,CRIT", ctx, param)
+    try:
+        levels = [parse_duration(part) for part in parts]
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    if len(levels) == 2 and levels[1] < levels[0]:
+        raise click.BadParameter("the critical level is below the warning level", ctx, param)
+    return Threshold(*levels)
+
+
+class UnknownStatus(LockdiagError):
+    """`check` could not decide: the monitoring-plugin UNKNOWN."""
+
+    exit_code = EXIT_UNKNOWN
+
+
+class CheckCommand(click.Command):
+    """Monitoring-plugin exit codes: bad arguments are UNKNOWN (3), not click's usual 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as error:
+            raise _UnknownUsage(error.format_message(), error.ctx) from None
+
+
+class _UnknownUsage(click.UsageError):
+    exit_code = EXIT_UNKNOWN
+
+
+def threshold_option(name: str, default: str, text: str) -> Callable[[F], F]:
+    return click.option(
+        name, callback=_threshold, default=default, show_default=True, metavar="WARN[,CRIT]",
+        help=text,
+    )  # fmt: skip
+
+
+@cli.command("check", cls=CheckCommand)
+@threshold_option("--session-age", "5m,1h", "A certain session-level advisory lock held this long.")
+@threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
+@threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
+@threshold_option("--max-blocked", "5,20", "More than N sessions behind one root blocker.")
+@click.option("--no-unregistered", is_flag=True, help="Do not report unregistered namespaces.")
+@source_options
+@registry_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "table", "plain", "json", "nagios", "prometheus"]),
+    default="auto",
+    show_default=True,
+    help="nagios: one status line with perfdata; prometheus: text exposition format.",
+)
+def check_command(
+    session_age: Any,
+    wait_age: Any,
+    idle_age: Any,
+    max_blocked: Any,
+    no_unregistered: bool,
+    dsn: str | None,
+    from_file: Path | None,
+    timeout: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Findings against thresholds, for cron and alerting.
+
+    Exit codes follow the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL,
+    3 UNKNOWN (could not connect, bad registry, bad arguments). Namespaces in the registry
+    add their own critical limits (max_hold, max_wait); expect = "session" namespaces never
+    raise a session-lock finding.
+
+    \b
+    Examples:
+      lockdiag check
+      lockdiag check --wait-age 10s,1m --format nagios
+      lockdiag check --format prometheus > /var/lib/node_exporter/lockdiag.prom
+    """
+    from lockdiag.findings import CheckPolicy, check
+    from lockdiag.views_alerts import NAGIOS_EXIT, check_output
+
+    policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
+    try:
+        names = get_registry(registry)
+        snapshot = get_snapshot(dsn, from_file, timeout, "all")
+    except LockdiagError as error:
+        if fmt == "nagios":
+            click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")
+        raise UnknownStatus(str(error), error.hint) from None
+    report = check(snapshot, names, policy)
+    machine = fmt in ("nagios", "prometheus")
+    show(check_output(report, fmt, policy), "plain" if machine else fmt)
+    sys.exit(NAGIOS_EXIT[report.status])
+
+
+@cli.command("terminate")
+@click.argument("pid", type=int)
+@click.option(
+    "--cancel", is_flag=True, help="Cancel the running query instead of ending the session."
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
+@click.option(
+    "--wait",
+    **DURATION,
+    default="5s",
+    show_default=True,
+    help="How long to wait for the backend to exit.",
+)
+@connection_options
+@registry_option
+@format_option
+def terminate_command(
+    pid: int,
+    cancel: bool,
+    yes: bool,
+    wait: float,
+    dsn: str | None,
+    timeout: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """End one session (or cancel its query) after showing what that releases.
+
+    The only command that changes server state. It acts on exactly one pid, after a preview of
+    the locks it holds and the sessions waiting behind it, and asks first (--yes for scripts).
+    It refuses lockdiag's own session, non-client backends and sessions that hold no lock.
+
+    \b
+    Exit codes: 0 done; 1 not done (declined, or the pid already gone); 2 refused;
+    3 server error or missing privilege (pg_signal_backend, or membership in the owner's role).
+
+    \b
+    Examples:
+      lockdiag terminate 812
+      lockdiag terminate 812 --cancel --yes
+    """
+    from lockdiag.connect import connect, describe, server_errors
+    from lockdiag.snapshot import capture
+    from lockdiag.terminate import act, preview
+    from lockdiag.views_alerts import terminate_preview_output
+
+    names = get_registry(registry)
+    connection = connect(dsn, timeout)
+    try:
+        with server_errors(dsn, timeout):
+            snapshot = capture(connection, describe(connection), "all")
+            plan = preview(snapshot, names, pid)
+            show(
+                terminate_preview_output(plan, snapshot, cancel), fmt if fmt != "json" else "plain"
+            )
+            verb = "cancel the query of" if cancel else "terminate"
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise InputError(
+                        f"not confirmed: run with --yes to {verb} pid {pid} without a prompt"
+                    )
+                if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
+                    click.echo("nothing done", err=True)
+                    sys.exit(EXIT_NEGATIVE)
+            outcome = act(connection, pid, cancel, wait)
+    finally:
+        connection.close()
+    click.echo(outcome.message, err=not outcome.done)
+    sys.exit(EXIT_OK if outcome.done else EXIT_NEGATIVE)
 
 
 def main() -> None:

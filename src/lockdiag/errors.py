@@ -9,13 +9,14 @@ EXIT_OK = 0
 EXIT_NEGATIVE = 1  # the answer is "no": who-holds found no holder, registry check found errors
 EXIT_INPUT = 2  # bad input: usage, key, namespace, registry file, snapshot file
 EXIT_SERVER = 3  # could not connect, or the server refused or cancelled the snapshot
+EXIT_UNKNOWN = 3  # `check` only: the monitoring-plugin UNKNOWN
 EXIT_INTERRUPTED = 130
 
 
 class LockdiagError(Exception):
     """Base class: an expected failure with a message meant for the user."""
 
-    exit_code = EXIT_INPUT
+    exit_code: int = EXIT_INPUT
     hint: str | None = None
 
     def __init__(self, message: str, hint: str | None = None) -> None:
@@ -31,4 +32,4 @@ class InputError(LockdiagError, ValueError):
 class ServerError(LockdiagError):
     """The server could not be reached, refused us, or cancelled the query."""
 
-    exit_code = EXIT_SERVER
+    exit_code: int = EXIT_SERVER

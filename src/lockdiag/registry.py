@@ -34,7 +34,7 @@ Expect = Literal["xact", "session", "any"]
 FILE_NAME = "lockdiag.toml"
 ENV_VAR = "LOCKDIAG_REGISTRY"
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
-NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold"}
+NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait"}
 TOP_LEVEL_KEYS = {"namespaces"}
 
 
@@ -70,7 +70,8 @@ class Namespace:
     description: str = ""
     owner: str = ""
     expect: Expect = "any"
-    max_hold: float | None = None  # seconds
+    max_hold: float | None = None  # seconds; a holder held longer is a critical finding
+    max_wait: float | None = None  # seconds; a waiter waiting longer is a critical finding
 
     def key(self, resource: int) -> LockTriple:
         return namespace_key(self.form, self.id, resource)
@@ -311,15 +312,18 @@ def _parse_namespace(
             error(f"namespace {name!r}: {key} must be a string", key)
             ok = False
         texts[key] = value if isinstance(value, str) else ""
-    max_hold = None
-    if "max_hold" in raw:
-        value = raw["max_hold"]
+    limits: dict[str, float | None] = {}
+    for key in ("max_hold", "max_wait"):
+        limits[key] = None
+        if key not in raw:
+            continue
+        value = raw[key]
         try:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise ValueError(f"{value!r} is not a duration (examples: 90s, 5m, 1h)")
-            max_hold = parse_duration(str(value))
+            limits[key] = parse_duration(str(value))
         except ValueError as problem:
-            error(f"namespace {name!r}: max_hold: {problem}", "max_hold")
+            error(f"namespace {name!r}: {key}: {problem}", key)
             ok = False
     if not ok:
         return None
@@ -330,7 +334,8 @@ def _parse_namespace(
         description=texts["description"],
         owner=texts["owner"],
         expect=expect,
-        max_hold=max_hold,
+        max_hold=limits["max_hold"],
+        max_wait=limits["max_wait"],
     )
 
 

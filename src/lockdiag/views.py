@@ -14,7 +14,7 @@ from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Problem, Registry
 from lockdiag.render import Block, Output, Table, Text, clean
-from lockdiag.snapshot import LockRow, Snapshot
+from lockdiag.snapshot import LockRow, ServerInfo, Snapshot
 
 JSON_VERSION = 1
 HOLDER_HEADERS = [
@@ -36,21 +36,23 @@ WAITER_HEADERS = [
 # -- shared pieces -----------------------------------------------------------------------------
 
 
-def lock_label(entry: LockEntry) -> str:
+def lock_label(entry: LockEntry, server: ServerInfo) -> str:
     if entry.decoded is not None:
         return clean(entry.decoded.label)
-    return describe_lock(entry.lock)
+    return clean(describe_lock(entry.lock, server))
 
 
-def describe_lock(lock: LockRow) -> str:
-    """A non-advisory lock in pg_locks' own terms (relation names arrive with `blockers`)."""
+def describe_lock(lock: LockRow, server: ServerInfo) -> str:
+    """A non-advisory lock in pg_locks' own terms; a relation by name when the snapshot's
+    database is the relation's (pg_class is per database), else by OID."""
     kind = lock.locktype
+    relation = server.relation_name(lock.database, lock.relation) or f"oid {lock.relation}"
     if kind in ("relation", "extend"):
-        return f"{kind} {lock.relation}"
+        return f"{kind} {relation}"
     if kind == "page":
-        return f"page {lock.relation}:{lock.page}"
+        return f"page {relation} {lock.page}"
     if kind == "tuple":
-        return f"tuple {lock.relation}:({lock.page},{lock.tuple})"
+        return f"tuple {relation} ({lock.page},{lock.tuple})"
     if kind == "transactionid":
         return f"transactionid {lock.transactionid}"
     if kind == "virtualxid":
@@ -188,7 +190,7 @@ def list_output(report: ListReport) -> Output:
         for e in entries:
             s = e.session
             row = [
-                lock_label(e),
+                lock_label(e, report.snapshot.server),
                 mode_text(e.lock.mode),
                 "held" if e.lock.granted else "WAITING",
                 pid_text(e.lock),

@@ -1,0 +1,278 @@
+"""Detectors for `lockdiag check`: what deserves an alert, with evidence and a next step.
+
+Each detector reads one analysed snapshot. Durations are the certain lower bounds of analysis
+(an idle holder has held its locks at least since it went idle); nothing is extrapolated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lockdiag.analysis import DEFAULT_POLICY, IN_TRANSACTION_IDLE, LockEntry, Policy, analyse
+from lockdiag.durations import format_duration
+from lockdiag.graph import Blockers, blockers
+from lockdiag.registry import Registry
+from lockdiag.snapshot import Snapshot
+
+Severity = Literal["warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
+
+SESSION_LOCK = "session-lock"
+LONG_WAIT = "long-wait"
+STUCK_OWNER = "stuck-owner"
+BLOCKED_MANY = "blocked-many"
+UNREGISTERED = "unregistered"
+EXPECT_VIOLATED = "expect-violated"
+MAX_HOLD = "max-hold"
+MAX_WAIT = "max-wait"
+KINDS = [SESSION_LOCK, LONG_WAIT, STUCK_OWNER, BLOCKED_MANY, UNREGISTERED, EXPECT_VIOLATED]
+KINDS += [MAX_HOLD, MAX_WAIT]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A warning level and an optional critical level (seconds, or a count)."""
+
+    warning: float
+    critical: float | None = None
+
+    def severity(self, value: float | None) -> Severity | None:
+        if value is None:
+            return None
+        if self.critical is not None and value >= self.critical:
+            return "critical"
+        return "warning" if value >= self.warning else None
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    session_age: Threshold = Threshold(300, 3600)  # certain session lock held this long
+    wait_age: Threshold = Threshold(30, 300)  # a session waiting for a lock
+    idle_age: Threshold = Threshold(60, 600)  # holder idle in transaction while others wait
+    max_blocked: Threshold = Threshold(5, 20)  # sessions behind one root blocker (more than N)
+    unregistered: bool = True  # report advisory namespaces missing from the registry
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: Severity
+    pid: int | None
+    lock: str
+    evidence: str
+    next_step: str
+    entry: LockEntry | None = None
+    value: float | None = None  # seconds or a count, for perfdata
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    snapshot: Snapshot
+    findings: list[Finding]
+    entries: list[LockEntry] = field(repr=False)
+    graph: Blockers = field(repr=False)
+
+    @property
+    def status(self) -> Literal["OK", "WARNING", "CRITICAL"]:
+        severities = {f.severity for f in self.findings}
+        if "critical" in severities:
+            return "CRITICAL"
+        return "WARNING" if severities else "OK"
+
+
+def check(
+    snapshot: Snapshot,
+    registry: Registry,
+    policy: CheckPolicy = CheckPolicy(),
+    list_policy: Policy = DEFAULT_POLICY,
+) -> CheckReport:
+    entries = analyse(snapshot, registry, list_policy, advisory_only=False)
+    graph = blockers(snapshot, registry, list_policy)
+    findings = [
+        *_session_locks(entries, policy),
+        *_waits(entries, policy),
+        *_stuck_owners(entries, policy),
+        *_crowded_roots(graph, policy),
+        *(_unregistered(entries) if policy.unregistered else ()),
+        *_namespace_rules(entries),
+    ]
+    order = {"critical": 0, "warning": 1}
+    findings.sort(key=lambda f: (order[f.severity], KINDS.index(f.kind), -(f.value or 0)))
+    return CheckReport(snapshot, findings, entries, graph)
+
+
+def _who(entry: LockEntry) -> str:
+    session = entry.session
+    name = f" ({session.application_name})" if session and session.application_name else ""
+    return f"pid {entry.lock.pid}{name}"
+
+
+def _label(entry: LockEntry) -> str:
+    return entry.decoded.label if entry.decoded else entry.lock.locktype
+
+
+def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    for entry in entries:
+        namespace = entry.decoded.namespace if entry.decoded else None
+        if entry.lifetime != "session" or entry.decoded is None:
+            continue
+        if namespace is not None and namespace.expect == "session":
+            continue  # declared long-lived (a leader lock): never an alert
+        severity = policy.session_age.severity(entry.held_at_least)
+        if severity is None or entry.held_at_least is None:
+            continue
+        yield Finding(
+            SESSION_LOCK,
+            severity,
+            entry.lock.pid,
+            _label(entry),
+            f"certain session-level lock held by {_who(entry)}, idle, for at least "
+            f"{format_duration(entry.held_at_least)}",
+            "its work is over but the lock was never released: look for a missing "
+            "pg_advisory_unlock in that application, or a lock taken through a pooled "
+            f"connection; last resort: lockdiag terminate {entry.lock.pid}",
+            entry,
+            entry.held_at_least,
+        )
+
+
+def _waits(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    for entry in entries:
+        if entry.lock.granted or entry.waited is None:
+            continue
+        namespace = entry.decoded.namespace if entry.decoded else None
+        if namespace is not None and namespace.max_wait is not None:
+            if entry.waited >= namespace.max_wait:
+                yield _wait_finding(MAX_WAIT, "critical", entry, f" (max_wait of {namespace.name})")
+            continue
+        severity = policy.wait_age.severity(entry.waited)
+        if severity is not None:
+            yield _wait_finding(LONG_WAIT, severity, entry, "")
+
+
+def _wait_finding(kind: str, severity: Severity, entry: LockEntry, why: str) -> Finding:
+    blockers = ", ".join(map(str, entry.waits_for or entry.queued_behind)) or "unknown"
+    return Finding(
+        kind,
+        severity,
+        entry.lock.pid,
+        _label(entry),
+        f"{_who(entry)} has waited {format_duration(entry.waited or 0)}{why}, "
+        f"blocked by pid {blockers}",
+        "see who blocks it: lockdiag blockers",
+        entry,
+        entry.waited,
+    )
+
+
+def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    reported: set[int | None] = set()
+    for entry in entries:
+        session = entry.session
+        if not entry.blocks or session is None or session.state not in IN_TRANSACTION_IDLE:
+            continue
+        if entry.lock.pid in reported:
+            continue
+        idle = entry.held_at_least  # for an idle backend: time since it went idle
+        severity = policy.idle_age.severity(idle)
+        if severity is None or idle is None:
+            continue
+        reported.add(entry.lock.pid)
+        yield Finding(
+            STUCK_OWNER,
+            severity,
+            entry.lock.pid,
+            _label(entry),
+            f"{_who(entry)} is {session.state} for {format_duration(idle)} while "
+            f"{len(entry.blocks)} session(s) wait for its lock",
+            "the application keeps a transaction open without working: fix that code path, "
+            f"or set idle_in_transaction_session_timeout; last resort: lockdiag terminate "
+            f"{entry.lock.pid}",
+            entry,
+            idle,
+        )
+
+
+def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
+    for root in graph.roots:
+        if root.total <= policy.max_blocked.warning:
+            continue
+        critical = policy.max_blocked.critical
+        severity: Severity = (
+            "critical" if critical is not None and root.total > critical else "warning"
+        )
+        node = graph.nodes.get(root.tree.pid)
+        held = ", ".join(dict.fromkeys(_label(e) for e in node.holds)) if node else ""
+        app = node.session.application_name if node and node.session else None
+        longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
+        yield Finding(
+            BLOCKED_MANY,
+            severity,
+            root.tree.pid,
+            held or "?",
+            f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {root.total} session(s), "
+            f"{root.direct} directly; longest wait {longest}",
+            "see the chain: lockdiag blockers",
+            None,
+            float(root.total),
+        )
+
+
+def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
+    namespaces: dict[tuple[str, int], list[LockEntry]] = {}
+    for entry in entries:
+        decoded = entry.decoded
+        if decoded is None or decoded.namespace is not None or not entry.lock.granted:
+            continue
+        triple = decoded.triple
+        namespace_id = triple.pair[0]
+        namespaces.setdefault((triple.form, namespace_id), []).append(entry)
+    for (form, namespace_id), found in namespaces.items():
+        first = found[0]
+        keys = len({e.decoded.triple for e in found if e.decoded})
+        yield Finding(
+            UNREGISTERED,
+            "warning",
+            first.lock.pid,
+            _label(first),
+            f"{keys} key(s) of unregistered {form} namespace {namespace_id}, held by {_who(first)}",
+            f'name it in the registry file: [namespaces.NAME] id = {namespace_id}, form = "{form}"',
+            first,
+            float(keys),
+        )
+
+
+def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
+    for entry in entries:
+        namespace = entry.decoded.namespace if entry.decoded else None
+        if namespace is None or not entry.lock.granted:
+            continue
+        if namespace.expect == "xact" and entry.lifetime == "session":
+            yield Finding(
+                EXPECT_VIOLATED,
+                "warning",
+                entry.lock.pid,
+                _label(entry),
+                f"{namespace.name} expects transaction-level locks, but {_who(entry)} holds a "
+                "certain session-level lock",
+                'use pg_advisory_xact_lock in that code path, or declare expect = "any"',
+                entry,
+                entry.held_at_least,
+            )
+        held = entry.held_at_least
+        if namespace.max_hold is not None and held is not None and held > namespace.max_hold:
+            yield Finding(
+                MAX_HOLD,
+                "critical",
+                entry.lock.pid,
+                _label(entry),
+                f"{_who(entry)} has held it at least {format_duration(held)}, over the "
+                f"max_hold of {format_duration(namespace.max_hold)}",
+                f"see the holder and its waiters: lockdiag who-holds {entry.decoded.label}"
+                if entry.decoded
+                else "lockdiag who-holds",
+                entry,
+                held,
+            )

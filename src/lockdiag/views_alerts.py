@@ -1,0 +1,372 @@
+"""Views of `blockers` (wait-for trees) and `check` (findings, Nagios, Prometheus)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from lockdiag.durations import format_duration
+from lockdiag.findings import KINDS, SEVERITIES, CheckPolicy, CheckReport, Finding
+from lockdiag.graph import Blockers, Node, Tree
+from lockdiag.render import Block, Output, Table, Text, clean
+from lockdiag.snapshot import Snapshot
+from lockdiag.terminate import Preview
+from lockdiag.views import JSON_VERSION, entry_data, lock_label, notes_block, server_data
+
+NAGIOS_EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2}
+
+# -- blockers ----------------------------------------------------------------------------------
+
+
+def _node_text(node: Node | None, pid: int, report: Blockers) -> str:
+    server = report.snapshot.server
+    if pid == 0:
+        return "a prepared transaction (pid 0: COMMIT PREPARED or ROLLBACK PREPARED ends it)"
+    if node is None or node.session is None:
+        return f"pid {pid}"
+    session = node.session
+    parts = [f"pid {pid}"]
+    if session.application_name:
+        parts.append(clean(session.application_name))
+    if session.hidden:
+        parts.append("[state hidden]")
+    elif session.state:
+        since = ""
+        if session.state_change is not None:
+            since = f" {format_duration((server.now - session.state_change).total_seconds())}"
+        parts.append(f"[{clean(session.state)}{since}]")
+    if node.workers:
+        parts.append(f"(+{len(node.workers)} parallel worker(s))")
+    return " ".join(parts)
+
+
+def _tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[str]:
+    node = report.nodes.get(tree.pid)
+    server = report.snapshot.server
+    if tree.edge is None:
+        line = _node_text(node, tree.pid, report)
+        if node and node.holds:
+            held = ", ".join(dict.fromkeys(lock_label(e, server) for e in node.holds))
+            line += f" holds {held}"
+            bound = max((e.held_at_least or 0.0) for e in node.holds)
+            if any(e.held_at_least is not None for e in node.holds):
+                line += f" (≥ {format_duration(bound)})"
+        lines = [line]
+        child_prefix = ""
+    else:
+        branch = "└─ " if last else "├─ "
+        line = prefix + branch + _node_text(node, tree.pid, report)
+        if tree.cycle:
+            line += "  ↺ cycle: already shown above"
+        elif node is not None and node.waits is not None:
+            waited = node.waits.waited
+            line += f" waits {format_duration(waited)}" if waited is not None else " waits"
+            line += f" for {lock_label(node.waits, server)} ({node.waits.lock.mode})"
+            if tree.edge.kind == "queued":
+                line += f", queued behind waiter {tree.edge.blocker} (not a holder)"
+        lines = [line]
+        child_prefix = prefix + ("   " if last else "│  ")
+    for index, child in enumerate(tree.children):
+        lines += _tree_lines(child, report, child_prefix, index == len(tree.children) - 1)
+    return lines
+
+
+def _tree_data(tree: Tree) -> dict[str, Any]:
+    return {
+        "pid": tree.pid,
+        "edge": tree.edge.kind if tree.edge else None,
+        "cycle": tree.cycle,
+        "children": [_tree_data(c) for c in tree.children],
+    }
+
+
+def blockers_output(report: Blockers) -> Output:
+    def blocks() -> list[Block]:
+        if not report.roots and not report.cycles:
+            waiting = sum(1 for n in report.nodes.values() if n.waits)
+            return [Text([f"no session waits for a lock ({waiting} waiting)" if waiting else
+                          "no session waits for a lock"], "verdict")]  # fmt: skip
+        out: list[Block] = []
+        for number, root in enumerate(report.roots, start=1):
+            longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
+            out.append(
+                Text(
+                    [
+                        f"root blocker {number}: blocks {root.direct} directly, {root.total} in "
+                        f"total, longest wait {longest}"
+                    ],
+                    "verdict",
+                )
+            )
+            out.append(Text(_tree_lines(root.tree, report)))
+        for cycle in report.cycles:
+            chain = " → ".join(map(str, [*cycle, cycle[0]]))
+            out.append(
+                Text(
+                    [
+                        f"cycle (a deadlock not yet broken; the server ends one of them after "
+                        f"deadlock_timeout): {chain}"
+                    ],
+                    "error",
+                )
+            )
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "server": server_data(report.snapshot),
+            "nodes": [_node_data(node) for node in report.nodes.values()],
+            "edges": [
+                {"waiter": e.waiter, "blocker": e.blocker, "kind": e.kind} for e in report.edges
+            ],
+            "roots": [
+                {
+                    "pid": r.tree.pid,
+                    "direct": r.direct,
+                    "total": r.total,
+                    "longest_wait_seconds": r.longest_wait,
+                    "tree": _tree_data(r.tree),
+                }
+                for r in report.roots
+            ],
+            "cycles": report.cycles,
+        }
+
+    return Output(blocks, data)
+
+
+def _node_data(node: Node) -> dict[str, Any]:
+    session = node.session
+    return {
+        "pid": node.pid,
+        "application_name": session.application_name if session else None,
+        "state": session.state if session else None,
+        "user": session.user if session else None,
+        "query": session.query if session else None,
+        "parallel_workers": node.workers,
+        "waits": entry_data(node.waits) if node.waits else None,
+        "holds": [entry_data(e) for e in node.holds],
+    }
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
+    if fmt == "nagios":
+        return Output(lambda: [Text([nagios_line(report, policy)])], dict)
+    if fmt == "prometheus":
+        return Output(lambda: [Text(prometheus_lines(report))], dict)
+
+    def blocks() -> list[Block]:
+        findings = report.findings
+        out: list[Block] = [Text([f"{report.status}: {_counts(findings)}"], "verdict")]
+        for finding in findings:
+            pid = f"  pid {finding.pid}" if finding.pid is not None else ""
+            style: Literal["error", "note"] = "error" if finding.severity == "critical" else "note"
+            out.append(
+                Text(
+                    [f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}"],
+                    style,
+                )
+            )
+            out.append(
+                Text([f"  {clean(finding.evidence)}", f"  next: {clean(finding.next_step)}"])
+            )
+        return [
+            *out,
+            *notes_block(_privilege_notes(report)),
+        ]
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "status": report.status,
+            "server": server_data(report.snapshot),
+            "findings": [_finding_data(f) for f in report.findings],
+            "notes": _privilege_notes(report),
+        }
+
+    return Output(blocks, data)
+
+
+def _privilege_notes(report: CheckReport) -> list[str]:
+    from lockdiag.analysis import privilege_notes
+
+    return privilege_notes(report.snapshot, report.entries)
+
+
+def _counts(findings: list[Finding]) -> str:
+    if not findings:
+        return "no findings"
+    critical = sum(1 for f in findings if f.severity == "critical")
+    return f"{critical} critical, {len(findings) - critical} warning"
+
+
+def _finding_data(finding: Finding) -> dict[str, Any]:
+    entry = finding.entry
+    return {
+        "kind": finding.kind,
+        "severity": finding.severity,
+        "pid": finding.pid,
+        "lock": finding.lock,
+        "evidence": finding.evidence,
+        "next_step": finding.next_step,
+        "value": finding.value,
+        "lower_bound": finding.kind in ("session-lock", "stuck-owner", "max-hold"),
+        "lock_detail": entry_data(entry) if entry else None,
+    }
+
+
+def _metrics(report: CheckReport) -> dict[str, float]:
+    entries = report.entries
+    waits = [e.waited for e in entries if e.waited is not None]
+    session_locks = [
+        e.held_at_least for e in entries if e.lifetime == "session" and e.held_at_least is not None
+    ]
+    return {
+        "waiting": float(len({e.lock.pid for e in entries if not e.lock.granted})),
+        "longest_wait": max(waits, default=0.0),
+        "oldest_session_lock": max(session_locks, default=0.0),
+        "most_blocked": float(max((r.total for r in report.graph.roots), default=0)),
+    }
+
+
+def nagios_line(report: CheckReport, policy: CheckPolicy) -> str:
+    """One status line with perfdata, as monitoring plugins write it."""
+    metrics = _metrics(report)
+    summary = _counts(report.findings)
+    if report.findings:
+        first = report.findings[0]
+        summary += f"; {first.kind}: {clean(first.evidence)}"
+
+    def limits(threshold: Any) -> str:
+        critical = "" if threshold.critical is None else f"{threshold.critical:g}"
+        return f"{threshold.warning:g};{critical}"
+
+    perfdata = [
+        f"findings={len(report.findings)};;;0",
+        f"waiting={metrics['waiting']:g};;;0",
+        f"longest_wait={metrics['longest_wait']:.3f}s;{limits(policy.wait_age)};0",
+        f"oldest_session_lock={metrics['oldest_session_lock']:.3f}s;{limits(policy.session_age)};0",
+        f"most_blocked={metrics['most_blocked']:g};{limits(policy.max_blocked)};0",
+    ]
+    return f"LOCKDIAG {report.status} - {summary} | {' '.join(perfdata)}"
+
+
+_LABEL_UNSAFE = re.compile(r'["\\\n]')
+
+
+def _label(value: str) -> str:
+    return _LABEL_UNSAFE.sub(lambda m: {"\n": "\\n"}.get(m.group(), "\\" + m.group()), value)
+
+
+def prometheus_lines(report: CheckReport) -> list[str]:
+    """Text exposition format, for node_exporter's textfile collector. Label values are
+    bounded: finding kinds and severities are fixed lists, namespaces come from the registry
+    (every unregistered key counts under namespace="unregistered")."""
+    metrics = _metrics(report)
+    lines = [
+        "# HELP lockdiag_findings Findings of the last check, by kind and severity.",
+        "# TYPE lockdiag_findings gauge",
+    ]
+    for kind in KINDS:
+        for severity in SEVERITIES:
+            count = sum(1 for f in report.findings if f.kind == kind and f.severity == severity)
+            lines.append(f'lockdiag_findings{{kind="{kind}",severity="{severity}"}} {count}')
+    gauges = [
+        ("waiting_sessions", "Sessions waiting for a lock.", metrics["waiting"]),
+        ("longest_wait_seconds", "Longest current lock wait.", metrics["longest_wait"]),
+        (
+            "oldest_session_lock_seconds",
+            "Oldest certain session-level advisory lock (a lower bound).",
+            metrics["oldest_session_lock"],
+        ),
+        (
+            "most_blocked_sessions",
+            "Sessions behind the worst root blocker.",
+            metrics["most_blocked"],
+        ),
+    ]
+    for name, text, value in gauges:
+        lines += [f"# HELP lockdiag_{name} {text}", f"# TYPE lockdiag_{name} gauge"]
+        lines.append(f"lockdiag_{name} {value:g}")
+    counts: dict[tuple[str, str], int] = {}
+    for entry in report.entries:
+        if entry.decoded is None:
+            continue
+        name = entry.decoded.namespace.name if entry.decoded.namespace else "unregistered"
+        state = "held" if entry.lock.granted else "waiting"
+        counts[(name, state)] = counts.get((name, state), 0) + 1
+    lines += [
+        "# HELP lockdiag_advisory_locks Advisory locks by registry namespace and state.",
+        "# TYPE lockdiag_advisory_locks gauge",
+    ]
+    for (name, state), count in sorted(counts.items()):
+        lines.append(
+            f'lockdiag_advisory_locks{{namespace="{_label(name)}",state="{state}"}} {count}'
+        )
+    return lines
+
+
+# -- terminate ---------------------------------------------------------------------------------
+
+
+def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool) -> Output:
+    server = snapshot.server
+    session = preview.session
+
+    def blocks() -> list[Block]:
+        who = f"pid {preview.pid}"
+        if session.application_name:
+            who += f" ({clean(session.application_name)})"
+        details = [
+            f"{who}: user {clean(session.user)}, database {clean(session.database)}, "
+            f"client {clean(session.client) or 'local socket'}, "
+            f"state {clean(session.state) or 'hidden'}",
+            f"query: {clean(session.query)}",
+        ]
+        if preview.waits is not None:
+            details.append(f"waits for {lock_label(preview.waits, server)}")
+        if preview.blocked:
+            details.append(
+                f"holds up {len(preview.blocked)} session(s): "
+                + ", ".join(map(str, preview.blocked[:20]))
+                + (" ..." if len(preview.blocked) > 20 else "")
+            )
+        rows = [
+            [
+                lock_label(e, server),
+                e.lock.mode.removesuffix("Lock"),
+                e.lifetime or "",
+                ",".join(map(str, e.blocks)),
+            ]
+            for e in preview.releases
+        ]
+        action = (
+            "cancelling its query releases its transaction-level locks only; session-level "
+            "locks stay held"
+            if cancel
+            else "ending the session releases every lock below"
+        )
+        return [
+            Text(details),
+            Table(["LOCK", "MODE", "LIFETIME", "BLOCKS"], rows, title=action, empty="no locks"),
+        ]
+
+    def data() -> dict[str, Any]:
+        return {
+            "pid": preview.pid,
+            "action": "cancel" if cancel else "terminate",
+            "application_name": session.application_name,
+            "user": session.user,
+            "client_addr": session.client_addr,
+            "state": session.state,
+            "query": session.query,
+            "holds": [entry_data(e) for e in preview.holds],
+            "waits": entry_data(preview.waits) if preview.waits else None,
+            "blocked": preview.blocked,
+        }
+
+    return Output(blocks, data)

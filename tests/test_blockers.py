@@ -1,0 +1,141 @@
+"""Wait-for chains, roots, queued waiters and cycles, with real sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster
+from lockdiag.connect import take_snapshot
+from lockdiag.graph import Blockers, behind, blockers
+from lockdiag.registry import Registry, parse_registry
+
+from conftest import Sessions, Worker
+
+REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
+
+
+@pytest.fixture(autouse=True)
+def registry_file(tmp_path: Path) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)  # tests run in tmp_path
+
+
+def registry() -> Registry:
+    parsed, _ = parse_registry(REGISTRY)
+    assert parsed is not None
+    return parsed
+
+
+def graph(cluster: Cluster) -> Blockers:
+    return blockers(take_snapshot(cluster.dsn(), 5, "all"), registry())
+
+
+def three_level_chain(sessions: Sessions) -> tuple[Worker, Worker, Worker]:
+    """A holds a table lock, idle in transaction; B holds an advisory lock and waits for the
+    table; C waits for B's advisory lock."""
+    a = sessions.open("table-owner", autocommit=False)
+    a.run("LOCK TABLE items IN SHARE MODE")
+    b = sessions.open("middle", autocommit=False)
+    b.run("SELECT pg_advisory_xact_lock(4102, 1)")
+    b.start("UPDATE items SET note = 'b' WHERE id = 1")
+    sessions.waiting(b)
+    c = sessions.open("leaf")
+    c.start("SELECT pg_advisory_lock(4102, 1)")
+    sessions.waiting(c)
+    return a, b, c
+
+
+def test_three_level_chain_mixing_table_and_advisory_locks(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    a, b, c = three_level_chain(sessions)
+    report = graph(cluster)
+    (root,) = report.roots
+    assert root.tree.pid == a.pid
+    assert (root.direct, root.total) == (1, 2)
+    assert [child.pid for child in root.tree.children] == [b.pid]
+    assert [grandchild.pid for grandchild in root.tree.children[0].children] == [c.pid]
+    assert root.longest_wait is not None and root.longest_wait >= 0
+    assert behind(report, a.pid) == [b.pid, c.pid]
+    assert report.cycles == []
+    b_waits = report.nodes[b.pid].waits
+    assert b_waits is not None and b_waits.lock.locktype == "relation"
+
+    text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "root blocker 1: blocks 1 directly, 2 in total, longest wait " + lines[0].split()[-1]
+    )
+    assert lines[1].startswith(f"pid {a.pid} table-owner [idle in transaction")
+    assert "holds relation public.items" in lines[1]
+    assert lines[2].startswith(f"└─ pid {b.pid} middle [active")
+    assert "for relation public.items (RowExclusiveLock)" in lines[2]
+    assert lines[3].startswith(f"   └─ pid {c.pid} leaf [active")
+    assert (
+        lines[3].endswith("for unregistered pair (4102, 1) (ExclusiveLock)") or "for " in lines[3]
+    )
+
+    document = json.loads(
+        CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn(), "--format", "json"]).stdout
+    )
+    assert {(e["waiter"], e["blocker"], e["kind"]) for e in document["edges"]} == {
+        (b.pid, a.pid, "holds"), (c.pid, b.pid, "holds")
+    }  # fmt: skip
+    assert document["roots"][0]["tree"]["children"][0]["children"][0]["pid"] == c.pid
+
+
+def test_waiter_queued_behind_a_waiter_is_not_a_holder(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    reader = sessions.open("reader")
+    reader.run("SELECT pg_advisory_lock_shared(7, 7)")
+    writer = sessions.open("writer")
+    writer.start("SELECT pg_advisory_lock(7, 7)")
+    sessions.waiting(writer)
+    second_reader = sessions.open("second-reader")
+    second_reader.start("SELECT pg_advisory_lock_shared(7, 7)")  # compatible with the reader
+    sessions.waiting(second_reader)
+
+    report = graph(cluster)
+    kinds = {(e.waiter, e.blocker): e.kind for e in report.edges}
+    assert kinds == {(writer.pid, reader.pid): "holds", (second_reader.pid, writer.pid): "queued"}
+    (root,) = report.roots
+    assert root.tree.pid == reader.pid
+    (writer_tree,) = root.tree.children
+    (queued,) = writer_tree.children
+    assert (
+        queued.pid == second_reader.pid and queued.edge is not None and queued.edge.kind == "queued"
+    )
+    text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
+    assert f"queued behind waiter {writer.pid} (not a holder)" in text
+
+
+def test_cycle_is_shown_once(cluster: Cluster, sessions: Sessions) -> None:
+    """The test cluster's deadlock_timeout is 60s: the deadlock stays visible meanwhile."""
+    first = sessions.open("first", autocommit=False)
+    second = sessions.open("second", autocommit=False)
+    first.run("SELECT pg_advisory_xact_lock(9, 1)")
+    second.run("SELECT pg_advisory_xact_lock(9, 2)")
+    first.start("SELECT pg_advisory_xact_lock(9, 2)")
+    sessions.waiting(first)
+    second.start("SELECT pg_advisory_xact_lock(9, 1)")
+    sessions.waiting(second)
+
+    report = graph(cluster)
+    assert report.roots == []
+    assert report.cycles == [sorted([first.pid, second.pid])]
+    text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
+    low, high = sorted([first.pid, second.pid])
+    assert f"{low} → {high} → {low}" in text
+
+
+def test_no_waits(cluster: Cluster, sessions: Sessions) -> None:
+    sessions.open("idle").run("SELECT pg_advisory_lock(1, 1)")
+    result = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "no session waits for a lock"

@@ -1,0 +1,226 @@
+"""`lockdiag check`: each detector fires in its scenario and stays silent in the others; exit
+codes follow the monitoring-plugin convention; `terminate` previews, refuses and acts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+from click.testing import CliRunner, Result
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster, free_port
+from lockdiag.connect import take_snapshot
+from lockdiag.registry import parse_registry
+from lockdiag.terminate import Refused, preview
+
+from conftest import OBSERVER, Sessions
+
+REGISTRY = """\
+[namespaces.tenant_summary]
+id = 4102
+expect = "xact"
+
+[namespaces.leader]
+id = 1
+expect = "session"
+
+[namespaces.export]
+id = 5
+max_hold = "1ms"
+max_wait = "1ms"
+"""
+# every duration threshold at zero, so each scenario fires at once
+ZERO = ["--session-age", "0s", "--wait-age", "0s", "--idle-age", "0s", "--max-blocked", "1"]
+
+
+@pytest.fixture(autouse=True)
+def registry_file(tmp_path: Path) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+
+
+def check(cluster: Cluster, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["check", "--dsn", cluster.dsn(), *args])
+
+
+def kinds(cluster: Cluster, *args: str) -> set[tuple[str, str, int | None]]:
+    result = check(cluster, "--format", "json", *args)
+    document: dict[str, Any] = json.loads(result.stdout)
+    return {(f["kind"], f["severity"], f["pid"]) for f in document["findings"]}
+
+
+def test_nothing_to_report(cluster: Cluster, sessions: Sessions) -> None:
+    sessions.open("leader").run("SELECT pg_advisory_lock(1, 1)")  # declared long-lived
+    result = check(cluster, *ZERO)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0] == "OK: no findings"
+    nagios = check(cluster, *ZERO, "--format", "nagios")
+    assert nagios.exit_code == 0
+    assert nagios.stdout.startswith("LOCKDIAG OK - no findings | findings=0;;;0 waiting=0;;;0")
+
+
+def test_session_lock_expect_and_unregistered(cluster: Cluster, sessions: Sessions) -> None:
+    idle = sessions.open("billing-worker")
+    idle.run("SELECT pg_advisory_lock(4102, 73), pg_advisory_lock(77, 1), pg_advisory_lock(1, 2)")
+    found = kinds(cluster, *ZERO)
+    assert found == {
+        ("session-lock", "warning", idle.pid),  # a warning level alone: never critical
+        ("expect-violated", "warning", idle.pid),
+        ("unregistered", "warning", idle.pid),
+    }
+    assert ("session-lock", "warning", idle.pid) in kinds(cluster, "--session-age", "0s,1h")
+    assert ("session-lock", "critical", idle.pid) in kinds(cluster, "--session-age", "0s,0s")
+    assert not any(k[0] == "session-lock" for k in kinds(cluster))  # default 5m: too young
+    assert not any(k[0] == "unregistered" for k in kinds(cluster, "--no-unregistered"))
+    result = check(cluster, "--session-age", "0s,1h")
+    assert result.exit_code == 1
+    assert result.stdout.startswith("WARNING: 0 critical, ")
+
+
+def test_stuck_owner_waits_and_crowded_root(cluster: Cluster, sessions: Sessions) -> None:
+    owner = sessions.open("stuck", autocommit=False)
+    owner.run("SELECT pg_advisory_xact_lock(4102, 5)")
+    waiters = []
+    for number in range(2):
+        waiter = sessions.open(f"waiter-{number}")
+        waiter.start("SELECT pg_advisory_lock(4102, 5)")
+        sessions.waiting(waiter)
+        waiters.append(waiter)
+    found = kinds(cluster, "--wait-age", "0s,1h", "--idle-age", "0s,1h", "--max-blocked", "1,5")
+    assert found == {
+        ("stuck-owner", "warning", owner.pid),
+        ("long-wait", "warning", waiters[0].pid),
+        ("long-wait", "warning", waiters[1].pid),
+        ("blocked-many", "warning", owner.pid),
+    }
+    assert ("blocked-many", "critical", owner.pid) in kinds(cluster, "--max-blocked", "0,1")
+    assert not any(k[0] == "blocked-many" for k in kinds(cluster))  # default: more than 5
+    result = check(cluster, "--wait-age", "0s,0s")
+    assert result.exit_code == 2
+    assert result.stdout.startswith("CRITICAL: 2 critical")
+
+
+def test_namespace_limits_are_critical(cluster: Cluster, sessions: Sessions) -> None:
+    holder = sessions.open("exporter", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(5, 1)")
+    waiter = sessions.open("export-waiter")
+    waiter.start("SELECT pg_advisory_lock(5, 1)")
+    sessions.waiting(waiter)
+    found = kinds(cluster)
+    assert ("max-wait", "critical", waiter.pid) in found
+    assert ("max-hold", "critical", holder.pid) in found
+    assert check(cluster).exit_code == 2
+
+
+def test_prometheus_output(cluster: Cluster, sessions: Sessions) -> None:
+    sessions.open("w").run("SELECT pg_advisory_lock(4102, 1), pg_advisory_lock(99, 1)")
+    result = check(cluster, "--format", "prometheus", "--session-age", "0s,1h")
+    lines = result.stdout.splitlines()
+    assert 'lockdiag_findings{kind="session-lock",severity="warning"} 2' in lines
+    assert 'lockdiag_advisory_locks{namespace="tenant_summary",state="held"} 1' in lines
+    assert 'lockdiag_advisory_locks{namespace="unregistered",state="held"} 1' in lines
+    assert "# TYPE lockdiag_longest_wait_seconds gauge" in lines
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--wait-age", "soon"],
+        ["--max-blocked", "5,2"],
+        ["--format", "xml"],
+        ["--registry", "x.toml"],
+    ],
+)
+def test_unknown_on_bad_arguments(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["check", "--from", "x.json", *args])
+    assert result.exit_code == 3
+
+
+def test_unknown_when_unreachable() -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} user=x"
+    result = CliRunner().invoke(
+        cli, ["check", "--dsn", dsn, "--format", "nagios", "--timeout", "2s"]
+    )
+    assert result.exit_code == 3
+    assert result.stdout.startswith("LOCKDIAG UNKNOWN - cannot connect")
+
+
+# -- terminate ---------------------------------------------------------------------------------
+
+
+def test_terminate_preview_then_waiters_proceed(cluster: Cluster, sessions: Sessions) -> None:
+    blocker = sessions.open("stuck", autocommit=False)
+    blocker.run("SELECT pg_advisory_xact_lock(4102, 9)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 9)")
+    sessions.waiting(waiter)
+    result = CliRunner().invoke(
+        cli, ["terminate", str(blocker.pid), "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert f"pid {blocker.pid} (stuck)" in result.stdout
+    assert f"holds up 1 session(s): {waiter.pid}" in result.stdout
+    assert "tenant_summary 9" in result.stdout
+    assert f"pid {blocker.pid} ended" in result.stdout
+    assert waiter.done()  # the waiter got its lock
+    assert waiter.error is None
+
+
+def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions) -> None:
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 10)")
+    idle = sessions.open("lockless")
+    runner = CliRunner()
+    base = ["--dsn", cluster.dsn()]
+    no_confirmation = runner.invoke(cli, ["terminate", str(holder.pid), *base])  # stdin: no tty
+    assert no_confirmation.exit_code == 2
+    assert "not confirmed" in no_confirmation.stderr
+    lockless = runner.invoke(cli, ["terminate", str(idle.pid), "--yes", *base])
+    assert lockless.exit_code == 2
+    assert "holds and waits for no lock" in lockless.stderr
+    declined = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", "terminate", str(holder.pid), *base], timeout=30
+    )
+    declined.expect_exact(f"terminate pid {holder.pid}? [y/N]:")
+    declined.sendline("n")
+    declined.expect_exact("nothing done")
+    declined.expect(pexpect.EOF)
+    declined.close()
+    assert declined.exitstatus == 1
+    denied = runner.invoke(
+        cli, ["terminate", str(holder.pid), "--yes", "--dsn", cluster.dsn(user=OBSERVER)]
+    )
+    assert denied.exit_code == 3
+    assert "permission denied" in denied.stderr
+    assert holder.run("SELECT 1") == [(1,)]  # still alive, still holding
+    assert holder.run(
+        "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+    ) == [(1,)]
+    snapshot = take_snapshot(cluster.dsn(), 5, "all")
+    registry, _ = parse_registry(REGISTRY)
+    assert registry is not None
+    with pytest.raises(Refused, match="lockdiag's own session"):
+        preview(snapshot, registry, snapshot.server.backend_pid)
+
+
+def test_cancel_keeps_session_locks(cluster: Cluster, sessions: Sessions) -> None:
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 11)")
+    busy = sessions.open("busy")
+    busy.start("SELECT pg_advisory_lock(4102, 11)")
+    sessions.waiting(busy)
+    result = CliRunner().invoke(
+        cli, ["terminate", str(busy.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "cancel request sent" in result.stdout
+    assert busy.done()
+    assert busy.error is not None and "canceling statement" in str(busy.error)
+    assert holder.run(
+        "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
+    ) == [(1,)]
