@@ -13,6 +13,7 @@ from typing import Literal
 
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
+from lockdiag.known import Catalogue, Known, snapshot_catalogue
 from lockdiag.registry import Namespace, Registry
 from lockdiag.snapshot import LockRow, Session, Snapshot
 
@@ -51,12 +52,25 @@ class Decoded:
     triple: LockTriple
     namespace: Namespace | None = None
     resource: int | None = None
+    known: Known | None = None  # well-known software's key, when no namespace matches
 
     @property
     def label(self) -> str:
         if self.namespace is not None:
             return f"{self.namespace.name} {self.resource}"
+        if self.known is not None:
+            return self.known.label
         return f"unregistered {self.triple.form} {self.triple.describe()}"
+
+
+def decode(
+    registry: Registry, catalogue: Catalogue, key: LockTriple, database: str | None
+) -> Decoded:
+    """The registry first; then the catalogue of well-known software; else unregistered."""
+    match = registry.decode(key)
+    if match is not None:
+        return Decoded(key, *match)
+    return Decoded(key, known=catalogue.lookup(key, database))
 
 
 @dataclass(frozen=True)
@@ -138,18 +152,19 @@ def analyse(
     for queue in waiters.values():
         queue.sort(key=_queue_order)
 
-    decoded_cache: dict[LockTriple, Decoded] = {}
+    catalogue = snapshot_catalogue(snapshot, registry.candidates)
+    decoded_cache: dict[tuple[LockTriple, int | None], Decoded] = {}
     entries = []
     for row in rows:
         session = snapshot.session(row.pid)
         key = row.advisory_key
         decoded = None
         if key is not None:
-            decoded = decoded_cache.get(key)
+            decoded = decoded_cache.get((key, row.database))
             if decoded is None:
-                match = registry.decode(key)
-                decoded = Decoded(key, *match) if match else Decoded(key)
-                decoded_cache[key] = decoded
+                database = databases.get(row.database) if row.database is not None else None
+                decoded = decode(registry, catalogue, key, database)
+                decoded_cache[(key, row.database)] = decoded
         blocks: tuple[int, ...] = ()
         if row.granted and row.pid in blocker_pids:
             blocks = tuple(
@@ -199,7 +214,8 @@ def list_report(
 ) -> ListReport:
     entries = analyse(snapshot, registry, policy, advisory_only=not all_types)
     selected = [e for e in entries if filters.accept(e)]
-    return ListReport(snapshot, selected, privilege_notes(snapshot, entries), len(entries))
+    notes = [*privilege_notes(snapshot, entries), *snapshot.notes]
+    return ListReport(snapshot, selected, notes, len(entries))
 
 
 def _idle_since(session: Session | None, now: datetime) -> float | None:
@@ -227,7 +243,7 @@ def _with_flags(entry: LockEntry, policy: Policy) -> LockEntry:
         flags.append(LONG_SESSION_LOCK)
     if entry.blocks and entry.session and entry.session.state in IN_TRANSACTION_IDLE:
         flags.append(STUCK_OWNER)
-    if entry.decoded is not None and namespace is None:
+    if entry.decoded is not None and namespace is None and entry.decoded.known is None:
         flags.append(UNREGISTERED)
     if namespace is not None and entry.lock.granted:
         if namespace.expect == "xact" and certain_session:
@@ -309,11 +325,13 @@ def who_holds(
     entries = [
         e for e in analyse(snapshot, registry, policy) if e.decoded and e.decoded.triple == key
     ]
-    match = registry.decode(key)
-    decoded = Decoded(key, *match) if match else Decoded(key)
+    if entries and entries[0].decoded is not None:
+        decoded = entries[0].decoded
+    else:
+        decoded = decode(registry, snapshot_catalogue(snapshot, registry.candidates), key, None)
     holders = [e for e in entries if e.lock.granted]
     waiters = [e for e in entries if not e.lock.granted]
-    notes = privilege_notes(snapshot, entries)
+    notes = [*privilege_notes(snapshot, entries), *snapshot.notes]
     databases = {e.database for e in entries}
     if len(databases) > 1:
         notes.append(

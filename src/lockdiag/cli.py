@@ -115,7 +115,13 @@ def format_option(command: F) -> F:
     )(command)
 
 
-def get_snapshot(dsn: str | None, from_file: Path | None, timeout: float, scope: Scope) -> Snapshot:
+def get_snapshot(
+    dsn: str | None,
+    from_file: Path | None,
+    timeout: float,
+    scope: Scope,
+    registry: Registry | None = None,
+) -> Snapshot:
     if from_file is not None:
         if dsn:
             raise InputError("give either --from FILE or --dsn, not both")
@@ -130,7 +136,7 @@ def get_snapshot(dsn: str | None, from_file: Path | None, timeout: float, scope:
         return loaded
     from lockdiag.connect import take_snapshot
 
-    return take_snapshot(dsn, timeout, scope)
+    return take_snapshot(dsn, timeout, scope, registry)
 
 
 def get_registry(path: str | None) -> Registry:
@@ -225,7 +231,7 @@ def list_command(
         waiting=waiting,
         min_age=min_age,
     )
-    snapshot = get_snapshot(dsn, from_file, timeout, "all" if all_types else "advisory")
+    snapshot = get_snapshot(dsn, from_file, timeout, "all" if all_types else "advisory", names)
     report = list_report(snapshot, names, Policy(session_age=session_age), filters, all_types)
     show(list_output(report), fmt)
 
@@ -276,7 +282,7 @@ def who_holds_command(
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, resource).triple
-    snapshot = get_snapshot(dsn, from_file, timeout, "advisory")
+    snapshot = get_snapshot(dsn, from_file, timeout, "advisory", names)
     report = who_holds(snapshot, names, key)
     show(who_holds_output(report, snapshot), fmt)
     sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
@@ -292,7 +298,10 @@ def who_holds_command(
 )
 @click.option("--advisory-only", is_flag=True, help="Save advisory locks only (smaller file).")
 @connection_options
-def snapshot_command(output: Path, advisory_only: bool, dsn: str | None, timeout: float) -> None:
+@registry_option
+def snapshot_command(
+    output: Path, advisory_only: bool, dsn: str | None, timeout: float, registry: str | None
+) -> None:
     """Save every lock and its sessions to a JSON file, for later or for someone else.
 
     Every read command accepts --from FILE and gives the same answer offline.
@@ -306,7 +315,9 @@ def snapshot_command(output: Path, advisory_only: bool, dsn: str | None, timeout
     from lockdiag import snapshot
     from lockdiag.connect import take_snapshot
 
-    taken = take_snapshot(dsn, timeout, "advisory" if advisory_only else "all")
+    taken = take_snapshot(
+        dsn, timeout, "advisory" if advisory_only else "all", get_registry(registry)
+    )
     if str(output) == "-":
         click.echo(snapshot.dumps(taken), nl=False)
         return
@@ -401,9 +412,16 @@ def key_command(
 
 @cli.command("decode", context_settings=NUMBERS_SETTINGS)
 @click.argument("numbers", nargs=-1, required=True)
+@click.option(
+    "--database",
+    metavar="NAME",
+    help="Also try keys that software derives from this database name (Rails, sqlx, ...).",
+)
 @registry_option
 @format_option
-def decode_command(numbers: tuple[str, ...], registry: str | None, fmt: str) -> None:
+def decode_command(
+    numbers: tuple[str, ...], database: str | None, registry: str | None, fmt: str
+) -> None:
     """Turn numbers back into a name.
 
     One number is a bigint key, two are a signed int4 pair, three are classid objid objsubid
@@ -414,11 +432,16 @@ def decode_command(numbers: tuple[str, ...], registry: str | None, fmt: str) -> 
       lockdiag decode 4102 73 2
       lockdiag decode 4102 73
       lockdiag decode -55037190
+      lockdiag decode 204970145 1222811995 1 --database shop_test
     """
+    from lockdiag.analysis import decode
     from lockdiag.keys import parse_numbers
+    from lockdiag.known import build_catalogue
     from lockdiag.views import decode_output
 
-    show(decode_output(parse_numbers(numbers), get_registry(registry)), fmt)
+    names = get_registry(registry)
+    catalogue = build_catalogue(names.candidates, [database] if database else [])
+    show(decode_output(decode(names, catalogue, parse_numbers(numbers), database)), fmt)
 
 
 @cli.command("blockers")
@@ -442,7 +465,7 @@ def blockers_command(
     from lockdiag.views_alerts import blockers_output
 
     names = get_registry(registry)
-    snapshot = get_snapshot(dsn, from_file, timeout, "all")
+    snapshot = get_snapshot(dsn, from_file, timeout, "all", names)
     show(blockers_output(blockers(snapshot, names)), fmt)
 
 
@@ -539,7 +562,7 @@ def check_command(
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
     try:
         names = get_registry(registry)
-        snapshot = get_snapshot(dsn, from_file, timeout, "all")
+        snapshot = get_snapshot(dsn, from_file, timeout, "all", names)
     except LockdiagError as error:
         if fmt == "nagios":
             click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")

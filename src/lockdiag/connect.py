@@ -18,6 +18,7 @@ from lockdiag.errors import InputError, ServerError
 if TYPE_CHECKING:
     import psycopg
 
+    from lockdiag.registry import Registry
     from lockdiag.snapshot import Scope, Snapshot
 
 APPLICATION_NAME = "lockdiag"
@@ -101,16 +102,49 @@ def server_errors(dsn: str | None, timeout: float) -> Iterator[None]:
         raise ServerError(f"query failed: {one_line(scrub(str(error), dsn))}") from None
 
 
-def take_snapshot(dsn: str | None, timeout: float, scope: Scope) -> Snapshot:
-    """Connect, capture one snapshot, disconnect."""
+def take_snapshot(
+    dsn: str | None, timeout: float, scope: Scope, registry: Registry | None = None
+) -> Snapshot:
+    """Connect, capture one snapshot, name well-known keys that need the server, disconnect."""
     from lockdiag.snapshot import capture
 
     connection = connect(dsn, timeout)
     try:
         with server_errors(dsn, timeout):
-            return capture(connection, describe(connection), scope)
+            snapshot = capture(connection, describe(connection), scope)
+        return enrich(connection, snapshot, registry) if registry is not None else snapshot
     finally:
         connection.close()
+
+
+def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
+    """At most one extra query, only when some advisory key has no name yet: hashtext() of
+    listed names, and keys from well-known software's rows. Skipped cleanly when refused."""
+    import dataclasses
+
+    import psycopg
+
+    from lockdiag.known import derived_keys, enrichment_query
+
+    planned = enrichment_query(snapshot, registry)
+    if planned is None:
+        return snapshot
+    notes = list(snapshot.notes)
+    unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
+    if unreadable:
+        notes.append(
+            f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
+            "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
+        )
+    sql, params = planned
+    try:
+        rows = connection.execute(sql.encode(), params).fetchall()
+    except psycopg.Error as error:
+        reason = error.diag.message_primary or one_line(str(error))
+        notes.append(f"well-known keys from rows or hashtext() not read: {reason}")
+        return dataclasses.replace(snapshot, notes=notes)
+    derived = derived_keys(rows, snapshot.server.database)
+    return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
 
 
 def one_line(message: str) -> str:

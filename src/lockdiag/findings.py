@@ -224,7 +224,7 @@ def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
     namespaces: dict[tuple[str, int], list[LockEntry]] = {}
     for entry in entries:
         decoded = entry.decoded
-        if decoded is None or decoded.namespace is not None or not entry.lock.granted:
+        if decoded is None or decoded.namespace or decoded.known or not entry.lock.granted:
             continue
         triple = decoded.triple
         namespace_id = triple.pair[0]

@@ -35,7 +35,12 @@ FILE_NAME = "lockdiag.toml"
 ENV_VAR = "LOCKDIAG_REGISTRY"
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
 NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait"}
-TOP_LEVEL_KEYS = {"namespaces"}
+TOP_LEVEL_KEYS = {"namespaces", "known"}
+# [known]: names the team uses with libraries that hash names into keys (known.py)
+KNOWN_LISTS = (
+    "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
+)  # fmt: skip
+KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
 
 class RegistryError(InputError):
@@ -99,12 +104,26 @@ class AdvisoryKey:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """Names to try for third-party keys that hash a name (the ``[known]`` table)."""
+
+    with_advisory_lock: tuple[str, ...] = ()
+    with_advisory_lock_prefix: int = 0
+    django_pglocks: tuple[str, ...] = ()
+    pals: tuple[str, ...] = ()  # "app.name", as pals hashes it
+    hashtext: tuple[str, ...] = ()  # any string passed to hashtext(), e.g. pg_partman's
+    pgmq_queues: tuple[str, ...] = ()
+    flyway_schemas: tuple[str, ...] = ("public",)
+
+
+@dataclass(frozen=True)
 class Registry:
     """Namespaces by name, with a reverse index from (form, id) for decoding pg_locks."""
 
     namespaces: Mapping[str, Namespace] = field(default_factory=dict)
     path: Path | None = None
     warnings: tuple[Problem, ...] = ()
+    candidates: Candidates = Candidates()
     _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -113,11 +132,13 @@ class Registry:
         namespaces: list[Namespace],
         path: Path | None = None,
         warnings: tuple[Problem, ...] = (),
+        candidates: Candidates = Candidates(),
     ) -> Registry:
         return cls(
             namespaces={ns.name: ns for ns in namespaces},
             path=path,
             warnings=warnings,
+            candidates=candidates,
             _by_id={(ns.form, ns.id): ns for ns in namespaces},
         )
 
@@ -252,10 +273,62 @@ def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, l
                 "(bigint): these are different lock spaces and never conflict",
                 lines.key(f"namespaces.{other.name}", "id"),
             )
-    if any(p.severity == "error" for p in problems):
+    candidates = _parse_known(document.get("known", {}), lines, problem)
+    for namespace in namespaces:
+        for collision in _known_collisions(namespace):
+            problem("warning", collision, lines.key(f"namespaces.{namespace.name}", "id"))
+    if any(p.severity == "error" for p in problems) or candidates is None:
         return None, problems
     warnings = tuple(p for p in problems if p.severity == "warning")
-    return Registry.of(namespaces, Path(path), warnings), problems
+    return Registry.of(namespaces, Path(path), warnings, candidates), problems
+
+
+def _parse_known(
+    raw: Any, lines: _LineIndex, problem: Callable[[Literal["error"], str, int | None], None]
+) -> Candidates | None:
+    if not isinstance(raw, dict):
+        problem("error", "'known' must be a table", lines.key("", "known"))
+        return None
+    values: dict[str, Any] = {}
+    ok = True
+    for key, value in raw.items():
+        line = lines.key("known", key)
+        if key not in KNOWN_KEYS:
+            problem(
+                "error",
+                f"[known]: unknown key {key!r} (allowed: {', '.join(sorted(KNOWN_KEYS))})",
+                line,
+            )
+            ok = False
+        elif key == "with_advisory_lock_prefix":
+            if not isinstance(value, int) or isinstance(value, bool):
+                problem("error", f"[known]: {key} must be an integer", line)
+                ok = False
+            values[key] = value
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problem("error", f"[known]: {key} must be a list of strings", line)
+            ok = False
+        else:
+            values[key] = tuple(value)
+    return Candidates(**values) if ok else None
+
+
+def _known_collisions(namespace: Namespace) -> list[str]:
+    """Well-known software keys that fall inside a namespace of the team."""
+    from lockdiag.known import FIXED, FLYWAY_CLASSIDS
+
+    found = [
+        f"namespace {namespace.name!r} contains the key {triple.describe()} that "
+        f"{known.software} uses ({known.meaning})"
+        for triple, known in FIXED.items()
+        if triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
+    ]
+    if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
+        found.append(
+            f"namespace {namespace.name!r} covers the keys of Flyway's migration lock "
+            f"(high 32 bits {min(FLYWAY_CLASSIDS)}..{max(FLYWAY_CLASSIDS)})"
+        )
+    return found
 
 
 def _parse_namespace(

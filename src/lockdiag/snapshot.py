@@ -116,6 +116,7 @@ class ServerInfo:
     databases: dict[int, str]
     database: str = ""  # the database lockdiag connected to
     relations: dict[int, str] = field(default_factory=dict)  # oid -> schema.name, this database
+    tables: list[str] = field(default_factory=list)  # well-known software's tables found here
 
     def relation_name(self, database: int | None, relation: int | None) -> str | None:
         """A locked relation's name, when it lives in this database (or is shared)."""
@@ -133,6 +134,17 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class DerivedKey:
+    """A key of well-known software computed on the server (from its rows, or hashtext)."""
+
+    database: str | None  # None: the same in every database
+    key: int  # the bigint key; for a "pair-prefix", the first int4 argument
+    form: Literal["bigint", "pair-prefix"]
+    software: str
+    meaning: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
     server: ServerInfo
     source: str  # where it was captured from, never with a password
@@ -140,6 +152,8 @@ class Snapshot:
     sessions: dict[int, Session]
     locks: list[LockRow]
     query_seconds: float = 0.0
+    derived: list[DerivedKey] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be read, for the user
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)
@@ -177,6 +191,7 @@ def capture(
 def _build_server(raw: dict[str, Any], version_num: int) -> ServerInfo:
     raw = dict(raw, version_num=version_num)
     raw["relations"] = raw.get("relations") or {}  # json_object_agg of no rows is NULL
+    raw["tables"] = raw.get("tables") or []
     return _build(ServerInfo, raw, "server")
 
 
@@ -192,6 +207,8 @@ def dumps(snapshot: Snapshot) -> str:
         "server": _plain(asdict(snapshot.server)),
         "sessions": [_plain(asdict(s)) for s in snapshot.sessions.values()],
         "locks": [_plain(asdict(lock)) for lock in snapshot.locks],
+        "derived": [asdict(key) for key in snapshot.derived],
+        "notes": snapshot.notes,
     }
     return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
 
@@ -246,11 +263,19 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
             _build(LockRow, raw, f"locks[{index}]")
             for index, raw in enumerate(_expect_list(document.get("locks"), "locks"))
         ]
+        derived = [
+            _build(DerivedKey, raw, f"derived[{index}]")
+            for index, raw in enumerate(_expect_list(document.get("derived", []), "derived"))
+        ]
+        notes = [
+            _convert(note, str, f"notes[{index}]")
+            for index, note in enumerate(_expect_list(document.get("notes", []), "notes"))
+        ]
     except _FieldError as error:
         raise InputError(f"{name}: {error.where}: {error.reason}") from None
     except InputError as error:
         raise InputError(f"{name}: {error}") from None
-    return Snapshot(server, source, scope, sessions, locks)
+    return Snapshot(server, source, scope, sessions, locks, 0.0, derived, notes)
 
 
 class _FieldError(Exception):
@@ -323,14 +348,20 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     if origin is tuple:
         items = _expect_list(value, where)
         return tuple(_convert(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+    if origin is list:
+        items = _expect_list(value, where)
+        return [_convert(item, str, f"{where}[{i}]") for i, item in enumerate(items)]
     if origin is dict:
         mapping = _expect_dict(value, where)
         try:
             return {int(k): _convert(v, str, f"{where}.{k}") for k, v in mapping.items()}
         except ValueError:
             raise _FieldError(where, "expected oids as keys") from None
-    if typing.get_origin(hint) is Literal or hint is Any:
-        return value
+    if origin is Literal:
+        if value in typing.get_args(hint):
+            return value
+        choices = ", ".join(repr(a) for a in typing.get_args(hint))
+        raise _FieldError(where, f"expected one of {choices}, got {value!r:.60}")
     raise TypeError(f"no converter for {hint!r}")  # pragma: no cover - a programming error
 
 

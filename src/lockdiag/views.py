@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from lockdiag.analysis import FLAG_MEANINGS, ListReport, LockEntry, WhoHolds
+from lockdiag.analysis import FLAG_MEANINGS, Decoded, ListReport, LockEntry, WhoHolds
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
+from lockdiag.known import Known
 from lockdiag.registry import Problem, Registry
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.snapshot import LockRow, ServerInfo, Snapshot
@@ -124,6 +125,7 @@ def entry_data(entry: LockEntry) -> dict[str, Any]:
         "namespace": decoded.namespace.name if decoded and decoded.namespace else None,
         "resource": decoded.resource if decoded else None,
         "form": triple.form if triple else None,
+        "known": known_data(decoded.known) if decoded and decoded.known else None,
         "key": list(triple.args) if triple else None,
         "classid": lock.classid,
         "objid": lock.objid,
@@ -144,6 +146,10 @@ def entry_data(entry: LockEntry) -> dict[str, Any]:
         "flags": list(entry.flags),
         **session_data(entry),
     }
+
+
+def known_data(known: Known) -> dict[str, Any]:
+    return {"software": known.software, "meaning": known.meaning, "confidence": known.confidence}
 
 
 def session_data(entry: LockEntry) -> dict[str, Any]:
@@ -322,6 +328,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "server": server_data(snapshot),
             "namespace": decoded.namespace.name if decoded.namespace else None,
             "resource": decoded.resource,
+            "known": known_data(decoded.known) if decoded.known else None,
             "key": key_data(key),
             "held": report.held,
             "verdict": report.verdict,
@@ -367,26 +374,28 @@ def key_output(namespace: str, resource: int, key: LockTriple, function: str) ->
     return Output(blocks, data)
 
 
-def decode_output(key: LockTriple, registry: Registry) -> Output:
-    match = registry.decode(key)
+def decode_output(decoded: Decoded) -> Output:
+    key = decoded.triple
     a, b = key.pair
 
     def blocks() -> list[Block]:
-        name = f"{match[0].name} {match[1]}" if match else "unregistered"
         lines = [
-            f"{name}",
+            clean(decoded.label),
             f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
             f"  form:      {key.form}  (bigint {key.bigint}; pair ({a}, {b}))",
             f"  SQL:       {key.sql()}",
         ]
-        if match and match[0].description:
-            lines.insert(1, f"  {clean(match[0].description)}")
+        if decoded.namespace and decoded.namespace.description:
+            lines.insert(1, f"  {clean(decoded.namespace.description)}")
+        if decoded.known:
+            lines.insert(1, f"  confidence: {decoded.known.confidence}")
         return [Text(lines)]
 
     def data() -> dict[str, Any]:
         return {
-            "namespace": match[0].name if match else None,
-            "resource": match[1] if match else None,
+            "namespace": decoded.namespace.name if decoded.namespace else None,
+            "resource": decoded.resource,
+            "known": known_data(decoded.known) if decoded.known else None,
             **key_data(key),
         }
 

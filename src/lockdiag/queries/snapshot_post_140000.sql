@@ -40,6 +40,18 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
            'database', pg_catalog.current_database(),
+           -- tables of well-known software whose rows name advisory keys (known.py)
+           -- (read from the catalog: to_regclass() raises without USAGE on the schema);
+           -- a table we may not read is listed with a leading '!'
+           'tables', (SELECT pg_catalog.json_agg(
+                                 CASE WHEN pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+                                       AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
+                                      THEN '' ELSE '!' END || n.nspname || '.' || c.relname)
+                      FROM pg_catalog.pg_class AS c
+                      JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+                      WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),
+                            ('public', 'good_job_processes'), ('public', 'que_jobs'),
+                            ('pgmq', 'meta'))),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
                          FROM pg_catalog.pg_database AS d),
            -- names of locked relations: pg_class only knows this database's (and shared) ones

@@ -1,0 +1,229 @@
+"""Well-known software's advisory keys: reference values, and real locks taken with each
+software's own formula on a real server."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster
+from lockdiag.keys import LockTriple, from_bigint, from_pair
+from lockdiag.known import (
+    FIXED,
+    build_catalogue,
+    database_keys,
+    flyway_key,
+    goodjob_key,
+    java_hash,
+    name_keys,
+)
+from lockdiag.registry import Candidates, parse_registry
+
+from conftest import OBSERVER, Sessions
+
+DB = "known_db"
+
+
+def test_reference_values() -> None:
+    """known-locks.md, "Example values (checked)"."""
+    rails = {k: v for k, v in database_keys("shop_test").items() if v.software == "Ruby on Rails"}
+    assert list(rails) == [LockTriple(204970145, 1222811995, 1)]
+    lockdiag = database_keys("lockdiag")
+    expected = {
+        LockTriple(1310747230, 1655128355, 1): "Ruby on Rails",
+        LockTriple(655373614, 3751769762, 1): "sqlx",
+        LockTriple(0, 1545581028, 1): "golang-migrate",
+        LockTriple(2915364753, 2332063824, 1): "pg-boss v10+",
+    }
+    for triple, software in expected.items():
+        assert lockdiag[triple].software == software
+        assert lockdiag[triple].confidence == "derived"
+    assert flyway_key("app") == LockTriple(18028, 1766558393, 1)
+    assert flyway_key("app").bigint == 77431436970681
+    assert goodjob_key("ReportJob") == LockTriple(3471931636, 2830636080, 1)
+    names = name_keys(["nightly-sync"], 0, ["report:daily"], ["billing.export"])
+    assert names[LockTriple(967887184, 0, 2)].software == "with_advisory_lock"
+    assert names[LockTriple(4294967295, 4239930106, 1)].software == "django-pglocks"
+    assert names[LockTriple(1395438166, 3705982614, 1)].software == "pals"
+    assert FIXED[LockTriple(2797599524, 3317543529, 2)].software == "liquibase-sessionlock"
+    assert FIXED[from_bigint(7241865325823964)].software == "node-pg-migrate"
+    assert FIXED[from_bigint(1)].confidence == "guess"
+    assert java_hash("databasechangeloglock") == -1497367772
+
+
+def test_catalogue_is_per_database() -> None:
+    catalogue = build_catalogue(Candidates(), ["shop"])
+    rails_shop = from_bigint(2053462845 * zlib.crc32(b"shop"))
+    assert catalogue.lookup(rails_shop, "shop") is not None
+    assert catalogue.lookup(rails_shop, "other") is None  # another database, another key
+    assert catalogue.lookup(from_bigint(72707369), None) is not None  # fixed keys: anywhere
+    assert catalogue.lookup(from_pair(4102, 73), "shop") is None
+
+
+@pytest.fixture(scope="module")
+def known_db(cluster: Cluster) -> Iterator[str]:
+    """A database with the tables of GoodJob, Que and pgmq, as those programs create them."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {DB}")
+    with psycopg.connect(cluster.dsn(dbname=DB), autocommit=True) as setup:
+        setup.execute(
+            "CREATE TABLE good_jobs (id uuid PRIMARY KEY, concurrency_key text, "
+            "created_at timestamp DEFAULT now(), performed_at timestamp, finished_at timestamp)"
+        )
+        setup.execute("CREATE TABLE good_job_processes (id uuid PRIMARY KEY)")
+        setup.execute("CREATE TABLE que_jobs (id bigserial PRIMARY KEY, job_class text)")
+        setup.execute("CREATE SCHEMA pgmq")
+        setup.execute("CREATE TABLE pgmq.meta (queue_name varchar PRIMARY KEY)")
+        setup.execute("INSERT INTO pgmq.meta VALUES ('orders')")
+        setup.execute(
+            "INSERT INTO good_jobs (id, concurrency_key, performed_at) VALUES "
+            "('3b9fd7b4-7e26-4a7e-9f2d-1b8f3c1e0a01', 'ReportJob', now())"
+        )
+        setup.execute(
+            "INSERT INTO good_job_processes VALUES ('0a4c2e1d-2222-4c4c-8888-aaaaaaaaaaaa')"
+        )
+        setup.execute("INSERT INTO que_jobs (id, job_class) VALUES (4242, 'SendInvoice')")
+    yield DB
+
+
+def listed(cluster: Cluster, dbname: str, *args: str, user: str = "postgres") -> dict[str, Any]:
+    result = CliRunner().invoke(
+        cli, ["list", "--dsn", cluster.dsn(dbname=dbname, user=user), "--format", "json", *args]
+    )
+    assert result.exit_code == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def by_software(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {lock["known"]["software"]: lock for lock in document["locks"] if lock["known"]}
+
+
+def test_migration_tools_with_their_real_formulas(
+    cluster: Cluster, sessions: Sessions, known_db: str
+) -> None:
+    worker = sessions.open("migrations", dbname=known_db)
+    rails = 2053462845 * zlib.crc32(known_db.encode())  # Rails: MIGRATOR_SALT * Zlib.crc32
+    sqlx = 1026731422 * zlib.crc32(known_db.encode())
+    golang = (
+        zlib.crc32(f"public\x00schema_migrations\x00/{known_db}".encode()) * 1486364155
+    ) % 2**32
+    worker.run(
+        f"SELECT pg_advisory_lock({rails}), pg_advisory_lock({sqlx}), pg_advisory_lock({golang})"
+    )
+    # pg-boss v10 and v7-v9 and Flyway: computed by the server itself, not by lockdiag's code
+    worker.run(
+        "SELECT pg_advisory_lock(('x' || substr(encode(sha224((current_database() "
+        "|| '.pgboss.pgboss')::bytea), 'hex'), 1, 16))::bit(64)::bigint), "
+        "pg_advisory_lock(('x' || substr(md5(current_database() || '.pgboss.pgboss'), 1, 16))"
+        "::bit(64)::bigint)"
+    )
+    worker.run(f"SELECT pg_advisory_lock({flyway_key('public').bigint})")
+    found = by_software(listed(cluster, known_db))
+    assert set(found) == {
+        "Ruby on Rails", "sqlx", "golang-migrate", "pg-boss v10+", "pg-boss v7-v9", "Flyway"
+    }  # fmt: skip
+    assert found["Ruby on Rails"]["known"] == {
+        "software": "Ruby on Rails",
+        "meaning": f"migration lock of database {known_db}",
+        "confidence": "derived",
+    }
+    assert all(lock["flags"] == [] for lock in found.values())  # known: not "unregistered"
+
+
+def test_rails_key_of_another_database_is_not_named(
+    cluster: Cluster, sessions: Sessions, known_db: str
+) -> None:
+    """The same number in another database is not that database's Rails lock."""
+    worker = sessions.open("misplaced", dbname="postgres")
+    worker.run(f"SELECT pg_advisory_lock({2053462845 * zlib.crc32(known_db.encode())})")
+    (lock,) = listed(cluster, "postgres")["locks"]
+    assert lock["known"] is None
+    assert lock["flags"] == ["unregistered"]
+
+
+def test_fixed_keys_and_guesses(cluster: Cluster, sessions: Sessions) -> None:
+    worker = sessions.open("tools")
+    worker.run("SELECT pg_advisory_lock(72707369), pg_advisory_lock(1)")
+    found = by_software(listed(cluster, "postgres"))
+    assert found["Prisma Migrate"]["known"]["confidence"] == "exact"
+    assert found["Apache Airflow"]["known"]["confidence"] == "guess"
+
+
+def test_keys_from_rows_and_hashtext(
+    cluster: Cluster, sessions: Sessions, known_db: str, tmp_path: Path
+) -> None:
+    (tmp_path / "lockdiag.toml").write_text('[known]\nhashtext = ["nightly-report"]\n')
+    worker = sessions.open("workers", dbname=known_db)
+    worker.run(
+        "SELECT pg_advisory_lock(('x' || substr(md5('good_jobs-' || id::text), 1, 16))"
+        "::bit(64)::bigint) FROM good_jobs"
+    )
+    worker.run("SELECT pg_advisory_lock(('x' || substr(md5('ReportJob'), 1, 16))::bit(64)::bigint)")
+    worker.run(
+        "SELECT pg_advisory_lock(('x' || substr(md5('good_job_processes-' || id::text), 1, 16))"
+        "::bit(64)::bigint) FROM good_job_processes"
+    )
+    worker.run("SELECT pg_advisory_lock(id) FROM que_jobs")
+    worker.run("SELECT pg_advisory_lock(hashtext('pgmq.queue_orders'))")
+    worker.run("SELECT pg_advisory_lock(hashtext('nightly-report'))")
+    worker.run(
+        "SELECT pg_advisory_lock(hashtext('pg_partman run_maintenance'), hashtext('public.events'))"
+    )
+    worker.run("SELECT pg_advisory_lock(123456789)")  # matches nothing
+    document = listed(cluster, known_db)
+    meanings = sorted(
+        (lock["known"]["software"], lock["known"]["meaning"])
+        for lock in document["locks"]
+        if lock["known"]
+    )
+    assert meanings == [
+        ("GoodJob", "concurrency key 'ReportJob'"),
+        ("GoodJob", "job 3b9fd7b4-7e26-4a7e-9f2d-1b8f3c1e0a01"),
+        ("GoodJob", "process 0a4c2e1d-2222-4c4c-8888-aaaaaaaaaaaa"),
+        ("Que", "job 4242"),
+        ("hashtext", "hashtext('nightly-report')"),
+        ("pg_partman", "pg_partman run_maintenance"),
+        ("pgmq", "queue 'orders'"),
+    ]
+    (unknown,) = [lock for lock in document["locks"] if not lock["known"]]
+    assert unknown["key"] == [123456789] and unknown["flags"] == ["unregistered"]
+
+    # saved to a file, the names survive offline
+    saved = tmp_path / "s.json"
+    CliRunner().invoke(cli, ["snapshot", "-o", str(saved), "--dsn", cluster.dsn(dbname=known_db)])
+    offline = CliRunner().invoke(cli, ["list", "--from", str(saved), "--format", "json"])
+    assert sum(1 for lock in json.loads(offline.stdout)["locks"] if lock["known"]) == 7
+
+
+def test_rows_unreadable_without_privileges(
+    cluster: Cluster, sessions: Sessions, known_db: str
+) -> None:
+    worker = sessions.open("jobs", dbname=known_db)
+    worker.run("SELECT pg_advisory_lock(id) FROM que_jobs")
+    document = listed(cluster, known_db, user=OBSERVER)
+    (lock,) = document["locks"]
+    assert lock["known"] is None  # skipped cleanly, not an error
+    result = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(dbname=known_db, user=OBSERVER)])
+    assert result.exit_code == 0
+    assert "public.que_jobs" in result.stdout and "cannot be read by observer" in result.stdout
+
+
+def test_registry_wins_and_collisions_warn() -> None:
+    registry, problems = parse_registry('[namespaces.small]\nid = 0\nform = "bigint"\n')
+    assert registry is not None
+    assert any("Prisma Migrate" in p.message and p.severity == "warning" for p in problems)
+    result = CliRunner().invoke(cli, ["decode", "72707369", "--format", "json"])
+    assert json.loads(result.stdout)["known"]["software"] == "Prisma Migrate"
+    rails = CliRunner().invoke(
+        cli, ["decode", "204970145", "1222811995", "1", "--database", "shop_test"]
+    )
+    assert rails.stdout.startswith("Ruby on Rails: migration lock of database shop_test")
