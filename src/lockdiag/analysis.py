@@ -15,7 +15,7 @@ from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
 from lockdiag.known import Catalogue, Known, snapshot_catalogue
 from lockdiag.registry import Namespace, Registry
-from lockdiag.snapshot import LockRow, Session, Snapshot
+from lockdiag.snapshot import LockRow, PoolLink, Session, Snapshot
 
 Lifetime = Literal["session", "unknown"]
 
@@ -28,12 +28,18 @@ STUCK_OWNER = "stuck-owner"
 UNREGISTERED = "unregistered"
 EXPECT_XACT = "expect-xact"
 MAX_HOLD = "max-hold"
+OUTLIVED_CLIENT = "outlived-client"
+POOLED_SESSION_LOCK = "pooled-session-lock"
 FLAG_MEANINGS = {
     LONG_SESSION_LOCK: "a certain session-level lock held longer than --session-age",
     STUCK_OWNER: "the holder is idle in transaction while others wait for it",
     UNREGISTERED: "the advisory key matches no namespace of the registry",
     EXPECT_XACT: "the namespace expects transaction locks, but this is a certain session lock",
     MAX_HOLD: "held longer than the namespace's max_hold (a certain lower bound)",
+    OUTLIVED_CLIENT: "a session lock on a pooler's server connection with no client attached: "
+    "the lock outlived the client that took it",
+    POOLED_SESSION_LOCK: "a session lock on a connection from a pooler address (no console "
+    "access: whether a client is attached is unknown)",
 }
 
 
@@ -88,6 +94,7 @@ class LockEntry:
     waits_for: tuple[int, ...] = ()  # for a waiter: pids holding a conflicting lock
     queued_behind: tuple[int, ...] = ()  # for a waiter: conflicting waiters ahead in the queue
     flags: tuple[str, ...] = ()
+    pool: PoolLink | None = None  # set when the backend is a pooler's server connection
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,7 @@ def analyse(
             blocks=blocks,
             waits_for=waits_for,
             queued_behind=queued_behind,
+            pool=snapshot.pool.get(row.pid) if row.pid is not None else None,
         )
         entries.append(_with_flags(entry, policy))
     entries.sort(key=_order)
@@ -245,6 +253,11 @@ def _with_flags(entry: LockEntry, policy: Policy) -> LockEntry:
         flags.append(STUCK_OWNER)
     if entry.decoded is not None and namespace is None and entry.decoded.known is None:
         flags.append(UNREGISTERED)
+    if entry.pool is not None and certain_session and entry.decoded is not None:
+        if entry.pool.via == "address":
+            flags.append(POOLED_SESSION_LOCK)
+        elif entry.pool.client is None:
+            flags.append(OUTLIVED_CLIENT)
     if namespace is not None and entry.lock.granted:
         if namespace.expect == "xact" and certain_session:
             flags.append(EXPECT_XACT)
@@ -332,6 +345,11 @@ def who_holds(
     holders = [e for e in entries if e.lock.granted]
     waiters = [e for e in entries if not e.lock.granted]
     notes = [*privilege_notes(snapshot, entries), *snapshot.notes]
+    if any(e.pool for e in entries):
+        notes.append(
+            "application_name of a pooled server connection is the last client's, and a client "
+            "that sends none inherits the previous one's: it may not name who took the lock"
+        )
     databases = {e.database for e in entries}
     if len(databases) > 1:
         notes.append(
@@ -354,6 +372,14 @@ def _holder_summary(entry: LockEntry) -> str:
     state = session.state or "state unknown"
     if entry.held_at_least is not None:
         state += f" {format_duration(entry.held_at_least)}"
+    pool = entry.pool
+    if entry.lifetime == "session" and pool is not None and pool.via == "console":
+        attached = f"client {pool.client} attached" if pool.client else "no client attached"
+        return (
+            f"{who}, {state}, session lock on pooled server connection of {pool.pooler} pool "
+            f"{pool.pool} ({attached})"
+            + (": the lock outlived the client that took it" if not pool.client else "")
+        )
     if entry.lifetime == "session":
         return f"{who}, {state}, session lock: outlived its work"
     return f"{who}, {state}, lifetime unknown (transaction or session lock)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,10 +68,43 @@ class LockdiagGroup(click.Group):
 # -- common options ----------------------------------------------------------------------------
 
 
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep a common option in the context, so commands need not pass it along."""
+    ctx.meta[f"lockdiag.{param.name}"] = value
+    return value
+
+
+def _remember_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return _remember(ctx, param, _duration(ctx, param, value))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the snapshot comes from: the common options of every read command."""
+
+    dsn: str | None = None
+    timeout: float = 5.0
+    from_file: Path | None = None
+    pgbouncer: tuple[str, ...] = ()
+    pooler_addr: tuple[str, ...] = ()
+
+
+def source() -> Source:
+    meta = click.get_current_context().meta
+    given = {
+        name: meta[f"lockdiag.{name}"]
+        for name in ("dsn", "timeout", "from_file", "pgbouncer", "pooler_addr")
+        if meta.get(f"lockdiag.{name}") is not None
+    }
+    return Source(**given)
+
+
 def connection_options(command: F) -> F:
     command = click.option(
         "--timeout",
-        **DURATION,
+        callback=_remember_duration,
+        expose_value=False,
+        metavar="DURATION",
         default="5s",
         show_default=True,
         help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
@@ -79,18 +113,43 @@ def connection_options(command: F) -> F:
         "--dsn",
         envvar="LOCKDIAG_DSN",
         metavar="DSN",
+        callback=_remember,
+        expose_value=False,
         help="Connection string or URI [env LOCKDIAG_DSN]. Default: libpq's environment "
         "(PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
     )(command)
 
 
+def pooler_options(command: F) -> F:
+    command = click.option(
+        "--pooler-addr",
+        multiple=True,
+        metavar="ADDR",
+        callback=_remember,
+        expose_value=False,
+        help="Client address (or addr:port) of a connection pooler, when its console is not "
+        "readable; repeatable. Also [poolers] addresses in the registry.",
+    )(command)
+    return click.option(
+        "--pgbouncer",
+        multiple=True,
+        metavar="DSN",
+        callback=_remember,
+        expose_value=False,
+        help="PgBouncer admin console to read (SHOW SERVERS, CLIENTS, POOLS); repeatable. "
+        "Also [poolers] pgbouncer in the registry.",
+    )(command)
+
+
 def source_options(command: F) -> F:
-    command = connection_options(command)
+    command = pooler_options(connection_options(command))
     return click.option(
         "--from",
         "from_file",
         type=click.Path(dir_okay=False, path_type=Path),
         metavar="FILE",
+        callback=_remember,
+        expose_value=False,
         help="Read a snapshot file saved by `lockdiag snapshot` instead of a server.",
     )(command)
 
@@ -115,28 +174,25 @@ def format_option(command: F) -> F:
     )(command)
 
 
-def get_snapshot(
-    dsn: str | None,
-    from_file: Path | None,
-    timeout: float,
-    scope: Scope,
-    registry: Registry | None = None,
-) -> Snapshot:
-    if from_file is not None:
-        if dsn:
+def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
+    where = source()
+    if where.from_file is not None:
+        if where.dsn:
             raise InputError("give either --from FILE or --dsn, not both")
         from lockdiag import snapshot
 
-        loaded = snapshot.load(from_file)
+        loaded = snapshot.load(where.from_file)
         if scope == "all" and loaded.scope != "all":
             click.echo(
-                f"lockdiag: note: {from_file} holds advisory locks only (saved without --all)",
+                f"lockdiag: note: {where.from_file} holds advisory locks only "
+                "(saved with --advisory-only)",
                 err=True,
             )
         return loaded
     from lockdiag.connect import take_snapshot
 
-    return take_snapshot(dsn, timeout, scope, registry)
+    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
+    return take_snapshot(where.dsn, where.timeout, scope, registry, poolers)
 
 
 def get_registry(path: str | None) -> Registry:
@@ -203,9 +259,6 @@ def list_command(
     waiting: bool,
     min_age: float | None,
     session_age: float,
-    dsn: str | None,
-    from_file: Path | None,
-    timeout: float,
     registry: str | None,
     fmt: str,
 ) -> None:
@@ -231,7 +284,7 @@ def list_command(
         waiting=waiting,
         min_age=min_age,
     )
-    snapshot = get_snapshot(dsn, from_file, timeout, "all" if all_types else "advisory", names)
+    snapshot = get_snapshot("all" if all_types else "advisory", names)
     report = list_report(snapshot, names, Policy(session_age=session_age), filters, all_types)
     show(list_output(report), fmt)
 
@@ -253,9 +306,6 @@ def who_holds_command(
     namespace: str | None,
     resource: int | None,
     raw_key: str | None,
-    dsn: str | None,
-    from_file: Path | None,
-    timeout: float,
     registry: str | None,
     fmt: str,
 ) -> None:
@@ -282,7 +332,7 @@ def who_holds_command(
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, resource).triple
-    snapshot = get_snapshot(dsn, from_file, timeout, "advisory", names)
+    snapshot = get_snapshot("advisory", names)
     report = who_holds(snapshot, names, key)
     show(who_holds_output(report, snapshot), fmt)
     sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
@@ -297,11 +347,10 @@ def who_holds_command(
     help="File to write ('-' for standard output).",
 )
 @click.option("--advisory-only", is_flag=True, help="Save advisory locks only (smaller file).")
+@pooler_options
 @connection_options
 @registry_option
-def snapshot_command(
-    output: Path, advisory_only: bool, dsn: str | None, timeout: float, registry: str | None
-) -> None:
+def snapshot_command(output: Path, advisory_only: bool, registry: str | None) -> None:
     """Save every lock and its sessions to a JSON file, for later or for someone else.
 
     Every read command accepts --from FILE and gives the same answer offline.
@@ -313,11 +362,8 @@ def snapshot_command(
       lockdiag list --from incident.json
     """
     from lockdiag import snapshot
-    from lockdiag.connect import take_snapshot
 
-    taken = take_snapshot(
-        dsn, timeout, "advisory" if advisory_only else "all", get_registry(registry)
-    )
+    taken = get_snapshot("advisory" if advisory_only else "all", get_registry(registry))
     if str(output) == "-":
         click.echo(snapshot.dumps(taken), nl=False)
         return
@@ -448,9 +494,7 @@ def decode_command(
 @source_options
 @registry_option
 @format_option
-def blockers_command(
-    dsn: str | None, from_file: Path | None, timeout: float, registry: str | None, fmt: str
-) -> None:
+def blockers_command(registry: str | None, fmt: str) -> None:
     """Wait-for chains of every lock type: a tree per root blocker, worst first.
 
     A root blocker blocks others and waits for nobody. Waiters only queued behind another
@@ -465,7 +509,7 @@ def blockers_command(
     from lockdiag.views_alerts import blockers_output
 
     names = get_registry(registry)
-    snapshot = get_snapshot(dsn, from_file, timeout, "all", names)
+    snapshot = get_snapshot("all", names)
     show(blockers_output(blockers(snapshot, names)), fmt)
 
 
@@ -537,9 +581,6 @@ def check_command(
     idle_age: Any,
     max_blocked: Any,
     no_unregistered: bool,
-    dsn: str | None,
-    from_file: Path | None,
-    timeout: float,
     registry: str | None,
     fmt: str,
 ) -> None:
@@ -562,7 +603,7 @@ def check_command(
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
     try:
         names = get_registry(registry)
-        snapshot = get_snapshot(dsn, from_file, timeout, "all", names)
+        snapshot = get_snapshot("all", names)
     except LockdiagError as error:
         if fmt == "nagios":
             click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")
@@ -586,18 +627,12 @@ def check_command(
     show_default=True,
     help="How long to wait for the backend to exit.",
 )
+@pooler_options
 @connection_options
 @registry_option
 @format_option
 def terminate_command(
-    pid: int,
-    cancel: bool,
-    yes: bool,
-    wait: float,
-    dsn: str | None,
-    timeout: float,
-    registry: str | None,
-    fmt: str,
+    pid: int, cancel: bool, yes: bool, wait: float, registry: str | None, fmt: str
 ) -> None:
     """End one session (or cancel its query) after showing what that releases.
 
@@ -614,16 +649,19 @@ def terminate_command(
       lockdiag terminate 812
       lockdiag terminate 812 --cancel --yes
     """
-    from lockdiag.connect import connect, describe, server_errors
+    from lockdiag.connect import complete, connect, describe, server_errors
     from lockdiag.snapshot import capture
     from lockdiag.terminate import act, preview
     from lockdiag.views_alerts import terminate_preview_output
 
     names = get_registry(registry)
-    connection = connect(dsn, timeout)
+    where = source()
+    poolers = names.poolers.merged(where.pgbouncer, where.pooler_addr)
+    connection = connect(where.dsn, where.timeout)
     try:
-        with server_errors(dsn, timeout):
+        with server_errors(where.dsn, where.timeout):
             snapshot = capture(connection, describe(connection), "all")
+            snapshot = complete(connection, snapshot, names, poolers, where.timeout)
             plan = preview(snapshot, names, pid)
             show(
                 terminate_preview_output(plan, snapshot, cancel), fmt if fmt != "json" else "plain"
@@ -642,6 +680,47 @@ def terminate_command(
         connection.close()
     click.echo(outcome.message, err=not outcome.done)
     sys.exit(EXIT_OK if outcome.done else EXIT_NEGATIVE)
+
+
+@cli.command("pooltest")
+@click.option(
+    "--pooled", required=True, metavar="DSN", help="The DSN the workers use (through the pooler)."
+)
+@click.option(
+    "--direct", required=True, metavar="DSN", help="The same database, not through the pooler."
+)
+@click.option(
+    "--key",
+    "raw_key",
+    default="1818977383,1",
+    show_default=True,
+    metavar="A,B",
+    help="The reserved int4 pair to test with (B+1 is used too); never any other key.",
+)
+@click.option("--timeout", **DURATION, default="5s", show_default=True, help="Connect timeout.")
+@format_option
+def pooltest_command(pooled: str, direct: str, raw_key: str, timeout: float, fmt: str) -> None:
+    """Run the two-worker lock test through a real pool and report what survives.
+
+    Worker A takes a reserved test key through --pooled and ends in each way a worker can
+    (commit, rollback, exception, cancel, disconnect), with session and transaction locks;
+    worker B and a new client C try the key; --direct watches pg_locks. Exit 0 when every
+    scenario behaved safely, 1 when an unsafe behaviour was observed.
+
+    \b
+    Examples:
+      lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" --direct "host=db dbname=app"
+    """
+    from lockdiag.connect import server_errors
+    from lockdiag.keys import parse_numbers
+    from lockdiag.pooltest import run
+    from lockdiag.views_alerts import pooltest_output
+
+    key = parse_numbers([raw_key])
+    with server_errors(pooled, timeout):
+        results, left = run(pooled, direct, key, timeout)
+    show(pooltest_output(results, left), fmt)
+    sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)
 
 
 def main() -> None:

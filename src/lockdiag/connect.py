@@ -18,7 +18,7 @@ from lockdiag.errors import InputError, ServerError
 if TYPE_CHECKING:
     import psycopg
 
-    from lockdiag.registry import Registry
+    from lockdiag.registry import Poolers, Registry
     from lockdiag.snapshot import Scope, Snapshot
 
 APPLICATION_NAME = "lockdiag"
@@ -103,18 +103,51 @@ def server_errors(dsn: str | None, timeout: float) -> Iterator[None]:
 
 
 def take_snapshot(
-    dsn: str | None, timeout: float, scope: Scope, registry: Registry | None = None
+    dsn: str | None,
+    timeout: float,
+    scope: Scope,
+    registry: Registry | None = None,
+    poolers: Poolers | None = None,
 ) -> Snapshot:
-    """Connect, capture one snapshot, name well-known keys that need the server, disconnect."""
+    """Connect, capture one snapshot and complete it, disconnect."""
     from lockdiag.snapshot import capture
 
     connection = connect(dsn, timeout)
     try:
         with server_errors(dsn, timeout):
             snapshot = capture(connection, describe(connection), scope)
-        return enrich(connection, snapshot, registry) if registry is not None else snapshot
+            if registry is None:
+                return snapshot
+            return complete(connection, snapshot, registry, poolers, timeout)
     finally:
         connection.close()
+
+
+def complete(
+    connection: psycopg.Connection[Any],
+    snapshot: Snapshot,
+    registry: Registry,
+    poolers: Poolers | None,
+    timeout: float,
+) -> Snapshot:
+    """What the snapshot query alone cannot say: names of well-known keys computed on the
+    server, and which backends are a pooler's server connections (read in the same run)."""
+    import dataclasses
+
+    from lockdiag import pooler
+
+    snapshot = enrich(connection, snapshot, registry)
+    if poolers is None or not (poolers.pgbouncer or poolers.addresses):
+        return snapshot
+    links = pooler.address_links(poolers.addresses, snapshot.sessions)
+    consoles, notes = [], list(snapshot.notes)
+    for console_dsn in poolers.pgbouncer:
+        try:
+            consoles.append(pooler.read_console(console_dsn, timeout))
+        except ServerError as error:
+            notes.append(str(error))
+    links.update(pooler.links(consoles, snapshot.sessions))
+    return dataclasses.replace(snapshot, pool=links, notes=notes)
 
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:

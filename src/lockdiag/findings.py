@@ -27,7 +27,9 @@ UNREGISTERED = "unregistered"
 EXPECT_VIOLATED = "expect-violated"
 MAX_HOLD = "max-hold"
 MAX_WAIT = "max-wait"
-KINDS = [SESSION_LOCK, LONG_WAIT, STUCK_OWNER, BLOCKED_MANY, UNREGISTERED, EXPECT_VIOLATED]
+OUTLIVED_CLIENT = "outlived-client"
+KINDS = [OUTLIVED_CLIENT, SESSION_LOCK, LONG_WAIT, STUCK_OWNER, BLOCKED_MANY, UNREGISTERED]
+KINDS += [EXPECT_VIOLATED]
 KINDS += [MAX_HOLD, MAX_WAIT]
 
 
@@ -91,6 +93,7 @@ def check(
     entries = analyse(snapshot, registry, list_policy, advisory_only=False)
     graph = blockers(snapshot, registry, list_policy)
     findings = [
+        *_outlived_clients(entries),
         *_session_locks(entries, policy),
         *_waits(entries, policy),
         *_stuck_owners(entries, policy),
@@ -111,6 +114,34 @@ def _who(entry: LockEntry) -> str:
 
 def _label(entry: LockEntry) -> str:
     return entry.decoded.label if entry.decoded else entry.lock.locktype
+
+
+def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
+    """The leak this tool exists for: a session lock taken through a transaction-pooling
+    PgBouncer, on a server connection that no client is using any more."""
+    for entry in entries:
+        pool = entry.pool
+        if pool is None or pool.via != "console" or pool.client is not None:
+            continue
+        if entry.lifetime != "session" or entry.decoded is None:
+            continue
+        held = entry.held_at_least
+        bound = f" for at least {format_duration(held)}" if held is not None else ""
+        yield Finding(
+            OUTLIVED_CLIENT,
+            "critical" if entry.blocks else "warning",
+            entry.lock.pid,
+            _label(entry),
+            f"lock outlived its client: taken through pool {pool.pool} of {pool.pooler} "
+            f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
+            f"pid {entry.lock.pid} with no client attached"
+            + (f"; {len(entry.blocks)} session(s) wait for it" if entry.blocks else ""),
+            "use transaction-level locks (pg_advisory_xact_lock) behind a transaction pooler, "
+            "or session pooling, or server_reset_query_always = 1; last resort: lockdiag "
+            f"terminate {entry.lock.pid} (ends that pooled server connection)",
+            entry,
+            held,
+        )
 
 
 def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:

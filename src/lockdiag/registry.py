@@ -35,7 +35,7 @@ FILE_NAME = "lockdiag.toml"
 ENV_VAR = "LOCKDIAG_REGISTRY"
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
 NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait"}
-TOP_LEVEL_KEYS = {"namespaces", "known"}
+TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
     "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
@@ -117,6 +117,20 @@ class Candidates:
 
 
 @dataclass(frozen=True)
+class Poolers:
+    """Connection poolers in front of the server (the ``[poolers]`` table, plus options)."""
+
+    pgbouncer: tuple[str, ...] = ()  # admin console DSNs
+    addresses: tuple[str, ...] = ()  # client addresses of poolers whose console is unreadable
+
+    def merged(self, pgbouncer: tuple[str, ...], addresses: tuple[str, ...]) -> Poolers:
+        return Poolers(
+            tuple(dict.fromkeys((*self.pgbouncer, *pgbouncer))),
+            tuple(dict.fromkeys((*self.addresses, *addresses))),
+        )
+
+
+@dataclass(frozen=True)
 class Registry:
     """Namespaces by name, with a reverse index from (form, id) for decoding pg_locks."""
 
@@ -124,6 +138,7 @@ class Registry:
     path: Path | None = None
     warnings: tuple[Problem, ...] = ()
     candidates: Candidates = Candidates()
+    poolers: Poolers = Poolers()
     _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -133,12 +148,14 @@ class Registry:
         path: Path | None = None,
         warnings: tuple[Problem, ...] = (),
         candidates: Candidates = Candidates(),
+        poolers: Poolers = Poolers(),
     ) -> Registry:
         return cls(
             namespaces={ns.name: ns for ns in namespaces},
             path=path,
             warnings=warnings,
             candidates=candidates,
+            poolers=poolers,
             _by_id={(ns.form, ns.id): ns for ns in namespaces},
         )
 
@@ -274,13 +291,36 @@ def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, l
                 lines.key(f"namespaces.{other.name}", "id"),
             )
     candidates = _parse_known(document.get("known", {}), lines, problem)
+    poolers = _parse_poolers(document.get("poolers", {}), lines, problem)
     for namespace in namespaces:
         for collision in _known_collisions(namespace):
             problem("warning", collision, lines.key(f"namespaces.{namespace.name}", "id"))
-    if any(p.severity == "error" for p in problems) or candidates is None:
+    if any(p.severity == "error" for p in problems) or candidates is None or poolers is None:
         return None, problems
     warnings = tuple(p for p in problems if p.severity == "warning")
-    return Registry.of(namespaces, Path(path), warnings, candidates), problems
+    return Registry.of(namespaces, Path(path), warnings, candidates, poolers), problems
+
+
+def _parse_poolers(
+    raw: Any, lines: _LineIndex, problem: Callable[[Literal["error"], str, int | None], None]
+) -> Poolers | None:
+    if not isinstance(raw, dict):
+        problem("error", "'poolers' must be a table", lines.key("", "poolers"))
+        return None
+    values: dict[str, tuple[str, ...]] = {}
+    for key, value in raw.items():
+        line = lines.key("poolers", key)
+        if key not in ("pgbouncer", "addresses"):
+            problem(
+                "error", f"[poolers]: unknown key {key!r} (allowed: addresses, pgbouncer)", line
+            )
+        elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problem("error", f"[poolers]: {key} must be a list of strings", line)
+        else:
+            values[key] = tuple(value)
+            continue
+        return None
+    return Poolers(**values)
 
 
 def _parse_known(

@@ -134,6 +134,19 @@ class ServerInfo:
 
 
 @dataclass(frozen=True)
+class PoolLink:
+    """A backend that is a connection pooler's server connection."""
+
+    pooler: str  # the console's host:port, or the pooler's address
+    pool: str  # "database/user" (empty when known by address only)
+    pool_mode: str  # session, transaction, statement ("" when unknown)
+    server_state: str  # PgBouncer's state of the server connection: active, idle, used...
+    client: str | None  # the client attached right now (addr:port), None when none is
+    client_application: str | None
+    via: Literal["console", "address"]  # read from the admin console, or only the address
+
+
+@dataclass(frozen=True)
 class DerivedKey:
     """A key of well-known software computed on the server (from its rows, or hashtext)."""
 
@@ -154,6 +167,7 @@ class Snapshot:
     query_seconds: float = 0.0
     derived: list[DerivedKey] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, for the user
+    pool: dict[int, PoolLink] = field(default_factory=dict)  # backend pid -> pooler link
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)
@@ -209,6 +223,7 @@ def dumps(snapshot: Snapshot) -> str:
         "locks": [_plain(asdict(lock)) for lock in snapshot.locks],
         "derived": [asdict(key) for key in snapshot.derived],
         "notes": snapshot.notes,
+        "pool": [{"pid": pid, **asdict(link)} for pid, link in snapshot.pool.items()],
     }
     return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
 
@@ -271,11 +286,16 @@ def loads(text: str, name: str = "<snapshot>") -> Snapshot:
             _convert(note, str, f"notes[{index}]")
             for index, note in enumerate(_expect_list(document.get("notes", []), "notes"))
         ]
+        pool = {}
+        for index, item in enumerate(_expect_list(document.get("pool", []), "pool")):
+            fields_of_link = dict(_expect_dict(item, f"pool[{index}]"))
+            pid = _convert(fields_of_link.pop("pid", None), int, f"pool[{index}].pid")
+            pool[pid] = _build(PoolLink, fields_of_link, f"pool[{index}]")
     except _FieldError as error:
         raise InputError(f"{name}: {error.where}: {error.reason}") from None
     except InputError as error:
         raise InputError(f"{name}: {error}") from None
-    return Snapshot(server, source, scope, sessions, locks, 0.0, derived, notes)
+    return Snapshot(server, source, scope, sessions, locks, 0.0, derived, notes, pool)
 
 
 class _FieldError(Exception):

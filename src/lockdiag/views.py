@@ -19,7 +19,7 @@ from lockdiag.snapshot import LockRow, ServerInfo, Snapshot
 
 JSON_VERSION = 1
 HOLDER_HEADERS = [
-    "PID", "MODE", "APPLICATION", "USER", "CLIENT", "DATABASE", "CONNECTED",
+    "PID", "MODE", "APPLICATION", "USER", "CLIENT", "POOL", "DATABASE", "CONNECTED",
     "STATE", "XACT START", "LIFETIME", "HELD", "FLAGS", "QUERY",
 ]  # fmt: skip
 WAITER_HEADERS = [
@@ -144,8 +144,37 @@ def entry_data(entry: LockEntry) -> dict[str, Any]:
         "waits_for": list(entry.waits_for),
         "queued_behind": list(entry.queued_behind),
         "flags": list(entry.flags),
+        "pool": pool_data(entry),
         **session_data(entry),
     }
+
+
+def pool_data(entry: LockEntry) -> dict[str, Any] | None:
+    pool = entry.pool
+    if pool is None:
+        return None
+    return {
+        "pooler": pool.pooler,
+        "pool": pool.pool or None,
+        "pool_mode": pool.pool_mode or None,
+        "server_state": pool.server_state or None,
+        "client": pool.client,
+        "client_application_name": pool.client_application,
+        "known_from": pool.via,
+        # PgBouncer shows, and sets on the server, the last client's name only when that
+        # client sent one: a backend's application_name may belong to an earlier client
+        "application_name_may_be_inherited": True,
+    }
+
+
+def pool_text(entry: LockEntry) -> str:
+    pool = entry.pool
+    if pool is None:
+        return ""
+    if pool.via == "address":
+        return f"via {pool.pooler}"
+    attached = f"client {pool.client}" if pool.client else "no client"
+    return f"{pool.pooler} {pool.pool} ({attached})"
 
 
 def known_data(known: Known) -> dict[str, Any]:
@@ -190,6 +219,9 @@ def list_output(report: ListReport) -> Output:
         many_databases = len({e.lock.database for e in entries}) > 1
         headers = ["LOCK", "MODE", "STATUS", "PID", "APPLICATION", "USER", "CLIENT", "STATE"]
         headers += ["LIFETIME", "AGE", "WAITS/BLOCKS", "FLAGS"]
+        pooled = any(e.pool for e in entries)
+        if pooled:
+            headers.insert(7, "POOL")
         if many_databases:
             headers.insert(1, "DATABASE")
         rows = []
@@ -209,6 +241,8 @@ def list_output(report: ListReport) -> Output:
                 relation(e),
                 ",".join(e.flags),
             ]
+            if pooled:
+                row.insert(7, clean(pool_text(e)))
             if many_databases:
                 row.insert(1, clean(e.database))
             rows.append(row)
@@ -272,6 +306,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                     clean(s.application_name) if s else "",
                     clean(s.user) if s else "",
                     clean(s.client) if s else "",
+                    clean(pool_text(e)),
                     clean(e.database),
                     ago(now, s.backend_start) if s else "",
                     (clean(s.state) + " " + ago(now, s.state_change)).strip() if s else "",
@@ -308,7 +343,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 HOLDER_HEADERS,
                 holder_rows(),
                 title="Holders",
-                wide={2, 4, 12},
+                wide={2, 4, 5, 13},
                 empty="nobody holds it",
             ),
             Table(
