@@ -218,3 +218,84 @@ def _quote(value: str) -> str:
     if value and not re.search(r"[\s'\\]", value):
         return value
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass
+class Bouncer:
+    """A PgBouncer in front of a cluster, started and stopped by its pid."""
+
+    base: Path
+    port: int
+    mode: str
+    process: subprocess.Popen[bytes] | None = None
+
+    def dsn(self, user: str = "postgres", dbname: str = "postgres", **extra: str) -> str:
+        parts = {"host": "127.0.0.1", "port": str(self.port), "user": user, "dbname": dbname}
+        parts.update(extra)
+        return " ".join(f"{key}={_quote(value)}" for key, value in parts.items())
+
+    def console_dsn(self) -> str:
+        return self.dsn(dbname="pgbouncer")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)  # SIGINT: safe shutdown
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def start_pgbouncer(
+    cluster: Cluster, mode: str = "transaction", settings: dict[str, str] | None = None
+) -> Bouncer:
+    """PgBouncer (the ``pgbouncer`` program) on a free port, trusting local users, with
+    ``postgres`` as admin. As root it runs as the cluster's unprivileged user."""
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    if not Path(binary).is_file():
+        raise ClusterError("pgbouncer is not installed", hint="apt-get install pgbouncer")
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-pgbouncer-"))
+    port = free_port()
+    (base / "users.txt").write_text('"postgres" ""\n')
+    options = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": str(port),
+        "unix_socket_dir": "",
+        "auth_type": "trust",
+        "auth_file": str(base / "users.txt"),
+        "admin_users": "postgres",
+        "pool_mode": mode,
+        "default_pool_size": "4",
+        "logfile": str(base / "pgbouncer.log"),
+        **(settings or {}),
+    }
+    lines = ["[databases]", f"* = host=127.0.0.1 port={cluster.port}", "[pgbouncer]"]
+    lines += [f"{key} = {value}" for key, value in options.items()]
+    (base / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
+    if cluster.user is not None:
+        entry = pwd.getpwnam(cluster.user)
+        for path in (base, *base.iterdir()):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    bouncer = Bouncer(base, port, mode)
+    bouncer.process = subprocess.Popen(
+        [binary, str(base / "pgbouncer.ini")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        user=cluster.user,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if bouncer.process.poll() is not None:
+            log = (base / "pgbouncer.log").read_text(errors="replace")[-2000:]
+            bouncer.stop()
+            raise ClusterError(f"pgbouncer exited at start:\n{log}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return bouncer
+        time.sleep(0.05)
+    bouncer.stop()
+    raise ClusterError("pgbouncer did not start within 15s")

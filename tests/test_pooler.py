@@ -1,0 +1,169 @@
+"""A real PgBouncer in front of the test cluster: the leak through transaction pooling is
+flagged, session pooling is not, and pooltest gives the right verdicts in each setup."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Bouncer, Cluster, start_pgbouncer
+
+from conftest import Sessions
+
+
+@pytest.fixture
+def transaction_pool(cluster: Cluster) -> Iterator[Bouncer]:
+    bouncer = start_pgbouncer(cluster, "transaction")
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def session_pool(cluster: Cluster) -> Iterator[Bouncer]:
+    bouncer = start_pgbouncer(cluster, "session")
+    yield bouncer
+    bouncer.stop()
+
+
+def leak(bouncer: Bouncer, key: int) -> int:
+    """A worker takes a session lock through the pool and leaves without unlocking."""
+    with psycopg.connect(
+        bouncer.dsn(application_name="leaky-worker"), autocommit=True, prepare_threshold=None
+    ) as worker:
+        row = worker.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (key,)).fetchone()
+        assert row is not None and row[0] is True
+        return int(row[1])
+
+
+def list_json(cluster: Cluster, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(), "--format", "json", *args])
+    assert result.exit_code == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def test_leak_through_transaction_pooling_is_flagged(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    backend = leak(transaction_pool, 424242)
+    try:
+        (lock,) = list_json(cluster, "--pgbouncer", transaction_pool.console_dsn())["locks"]
+        assert lock["pid"] == backend
+        assert lock["lifetime"] == "session"
+        assert "outlived-client" in lock["flags"]
+        assert lock["pool"]["pool"] == "postgres/postgres"
+        assert lock["pool"]["pool_mode"] == "transaction"
+        assert lock["pool"]["client"] is None
+        assert lock["pool"]["application_name_may_be_inherited"] is True
+        held = CliRunner().invoke(
+            cli, ["who-holds", "--key", "424242", "--dsn", cluster.dsn(),
+                  "--pgbouncer", transaction_pool.console_dsn()],
+        )  # fmt: skip
+        assert "the lock outlived the client that took it" in held.stdout.splitlines()[0]
+        assert "may not name who took the lock" in held.stdout
+        check = CliRunner().invoke(
+            cli, ["check", "--dsn", cluster.dsn(), "--format", "json", "--pgbouncer",
+                  transaction_pool.console_dsn()],
+        )  # fmt: skip
+        kinds = [f["kind"] for f in json.loads(check.stdout)["findings"]]
+        assert "outlived-client" in kinds
+        # without console access, the pooler's address still marks the backend
+        (by_address,) = list_json(cluster, "--pooler-addr", "127.0.0.1")["locks"]
+        assert "pooled-session-lock" in by_address["flags"]
+        assert by_address["pool"]["known_from"] == "address"
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+
+
+def test_attached_client_is_not_a_leak(cluster: Cluster, transaction_pool: Bouncer) -> None:
+    with psycopg.connect(
+        transaction_pool.dsn(), autocommit=False, prepare_threshold=None
+    ) as worker:
+        worker.execute("SELECT pg_advisory_lock(515151)")  # inside an open transaction
+        (lock,) = list_json(cluster, "--pgbouncer", transaction_pool.console_dsn())["locks"]
+        assert lock["pool"]["client"] is not None
+        assert "outlived-client" not in lock["flags"]
+        worker.execute("SELECT pg_advisory_unlock(515151)")
+
+
+def test_session_pooling_releases_on_leave(
+    cluster: Cluster, session_pool: Bouncer, sessions: Sessions
+) -> None:
+    leak(session_pool, 616161)
+    sessions.until(
+        lambda admin: (
+            admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+            == (0,)
+        ),
+        10,
+        "DISCARD ALL to release the lock",
+    )
+    assert list_json(cluster, "--pgbouncer", session_pool.console_dsn())["locks"] == []
+
+
+def pooltest(bouncer: Bouncer, cluster: Cluster) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(
+        cli, ["pooltest", "--pooled", bouncer.dsn(), "--direct", cluster.dsn(), "--format", "json"]
+    )
+    return result.exit_code, json.loads(result.stdout)
+
+
+def verdicts(document: dict[str, Any]) -> dict[str, bool]:
+    return {r["scenario"]: r["ok"] for r in document["results"]}
+
+
+def test_pooltest_transaction_pooling_is_unsafe_for_session_locks(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    code, document = pooltest(transaction_pool, cluster)
+    assert code == 1
+    found = verdicts(document)
+    assert found["session lock, A connected: B tries the same key"] is False
+    assert found["session lock, A disconnects without unlocking"] is False
+    assert all(ok for name, ok in found.items() if name.startswith("xact lock"))
+    assert found["two different keys at once (transaction locks)"] is True
+    assert document["left_behind"] == 0
+    assert document["advice"]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:  # nothing left behind
+        assert admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        ).fetchone() == (0,)
+
+
+def test_pooltest_session_pooling_is_safe(cluster: Cluster, session_pool: Bouncer) -> None:
+    code, document = pooltest(session_pool, cluster)
+    assert code == 0, document
+    assert all(verdicts(document).values())
+
+
+def test_pooltest_reset_query_always(cluster: Cluster) -> None:
+    """server_reset_query_always = 1: session locks no longer outlive the client, but they
+    end with each transaction, so a still-connected owner loses them (reported unsafe)."""
+    bouncer = start_pgbouncer(cluster, "transaction", {"server_reset_query_always": "1"})
+    try:
+        code, document = pooltest(bouncer, cluster)
+    finally:
+        bouncer.stop()
+    found = verdicts(document)
+    assert found["session lock, A disconnects without unlocking"] is True
+    assert found["session lock, A commits"] is False
+    assert all(ok for name, ok in found.items() if name.startswith("xact lock"))
+    assert code == 1
+
+
+def test_pooltest_refuses_a_key_in_use(
+    cluster: Cluster, transaction_pool: Bouncer, sessions: Sessions
+) -> None:
+    sessions.open("user-of-key").run("SELECT pg_advisory_lock(1818977383, 1)")
+    result = CliRunner().invoke(
+        cli, ["pooltest", "--pooled", transaction_pool.dsn(), "--direct", cluster.dsn()]
+    )
+    assert result.exit_code == 2
+    assert "already held" in result.stderr
