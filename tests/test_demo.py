@@ -1,0 +1,86 @@
+"""`lockdiag demo` on a real server: it diagnoses, and it leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pexpect
+
+PORT = re.compile(r"is up on port (\d+)")
+
+
+def cluster_dirs() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("lockdiag-pg-*"))
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def demo_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lockdiag", "demo", *args]
+
+
+def test_demo_diagnoses_and_cleans_up() -> None:
+    before = cluster_dirs()
+    result = subprocess.run(
+        demo_command(), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    for heading in ("$ lockdiag list", "$ lockdiag who-holds tenant_summary 74",
+                    "$ lockdiag blockers", "$ lockdiag check"):  # fmt: skip
+        assert heading in result.stdout
+    assert "Ruby on Rails: migration lock of database shop" in result.stdout
+    assert "stuck-owner" in result.stdout
+    assert "first diagnosis after" in result.stderr
+    match = PORT.search(result.stderr)
+    assert match is not None
+    assert not port_open(int(match.group(1)))
+    assert cluster_dirs() == before
+    assert "server stopped, workers ended, files removed" in result.stderr
+
+
+def test_keep_then_stop(tmp_path: Path) -> None:
+    before = cluster_dirs()
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    kept = pexpect.spawn(sys.executable, demo_command("--keep")[1:], env=environment, timeout=60)
+    kept.expect(r"is up on port (\d+)")
+    port = int(kept.match.group(1))
+    kept.expect_exact("Ctrl-C here, or lockdiag demo --stop")
+    assert port_open(port)
+    assert (tmp_path / "lockdiag" / "demo.json").exists()
+    stop = subprocess.run(
+        demo_command("--stop"), env=environment, capture_output=True, text=True, check=False
+    )
+    assert stop.returncode == 0 and "demo stopped" in stop.stdout
+    kept.expect(pexpect.EOF)
+    kept.close()
+    assert not port_open(port)
+    assert cluster_dirs() == before
+    assert not (tmp_path / "lockdiag" / "demo.json").exists()
+    again = subprocess.run(
+        demo_command("--stop"), env=environment, capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 2 and "no demo is running" in again.stderr
+
+
+def test_ctrl_c_cleans_up(tmp_path: Path) -> None:
+    before = cluster_dirs()
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    kept = pexpect.spawn(sys.executable, demo_command("--keep")[1:], env=environment, timeout=60)
+    kept.expect(r"is up on port (\d+)")
+    port = int(kept.match.group(1))
+    kept.expect_exact("Ctrl-C here")
+    kept.sendintr()
+    kept.expect(pexpect.EOF)
+    kept.close()
+    assert kept.exitstatus == 0  # Ctrl-C is how a kept demo is meant to end
+    assert not port_open(port)
+    assert cluster_dirs() == before

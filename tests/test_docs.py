@@ -1,0 +1,55 @@
+"""Generated documentation stays current: completions, the CLI reference, the README."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockdiag.cli import completion_script
+from lockdiag.reference import commands, reference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_committed_completions_are_current(shell: str) -> None:
+    committed = (ROOT / "completions" / f"lockdiag.{shell}").read_text()
+    assert committed == completion_script(shell), (
+        f"regenerate: lockdiag completion {shell} > completions/lockdiag.{shell}"
+    )
+
+
+def test_cli_reference_is_current() -> None:
+    assert (ROOT / "docs" / "cli.md").read_text() == reference(), (
+        "regenerate: python -m lockdiag.reference > docs/cli.md"
+    )
+
+
+def test_every_command_has_an_example_and_is_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for path, command in commands():
+        assert "Example" in (command.help or ""), path
+        assert f"`{path}" in readme or f"{path} " in readme, f"{path} is not in the README"
+    assert "docs/cli.md" in readme
+
+
+def test_namespace_names_complete_from_the_registry(tmp_path: Path) -> None:
+    (tmp_path / "lockdiag.toml").write_text(
+        "[namespaces.tenant_summary]\nid = 1\n[namespaces.tenant_export]\nid = 2\n"
+        "[namespaces.leader]\nid = 3\n"
+    )
+    environment = {
+        **os.environ,
+        "_LOCKDIAG_COMPLETE": "bash_complete",
+        "COMP_WORDS": "lockdiag who-holds tenant",
+        "COMP_CWORD": "2",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "lockdiag"], env=environment, cwd=tmp_path,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.stdout.split() == ["plain,tenant_export", "plain,tenant_summary"]
