@@ -20,6 +20,7 @@ Format = Literal["table", "plain", "json"]
 FORMATS = ("auto", "table", "plain", "json")
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
 VALUE_STYLES = {"WAITING": "bold red"}
+NARROW_LIMIT = 32  # a short column never shrinks below its content, up to this width
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Table:
     important: list[bool] | None = None  # rows kept first when a terminal view is capped
     wide: set[int] = field(default_factory=set)  # columns that may be cut on a terminal
     styles: dict[int, str] = field(default_factory=dict)  # rich style of a column's cells
+    optional: list[int] = field(default_factory=list)  # dropped in this order when too wide
     empty: str = "(none)"
 
 
@@ -132,16 +134,24 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
             console.print(RichText(block.empty, style="dim"))
             continue
         rows, left_out = _cap(block, budget)
+        block, rows = _fit(block, rows, console.width)
         table = RichTable(
-            title=block.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+            title=block.title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            padding=(0, 1),
+            collapse_padding=True,
+            show_edge=False,
         )
         for index, header in enumerate(block.headers):
             if index in block.wide:
                 table.add_column(
                     header, overflow="ellipsis", no_wrap=True, max_width=ELLIPSIS_WIDTH
                 )
-            else:
-                table.add_column(header, no_wrap=True)
+            else:  # short columns keep their width; the wide ones give way on a narrow screen
+                width = max([len(header), *(len(row[index]) for row in rows)])
+                table.add_column(header, no_wrap=True, min_width=min(width, NARROW_LIMIT))
         for row in rows:
             table.add_row(
                 *(
@@ -158,6 +168,35 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
                     style="yellow",
                 )
             )
+
+
+def _fit(block: Table, rows: list[list[str]], width: int) -> tuple[Table, list[list[str]]]:
+    """Drop the optional columns, in their order, until the table fits the screen."""
+
+    def needed(columns: list[int]) -> int:
+        sizes = [
+            min(max([len(block.headers[c]), *(len(r[c]) for r in rows)]), ELLIPSIS_WIDTH)
+            for c in columns
+        ]
+        return sum(sizes) + len(columns) - 1
+
+    keep = list(range(len(block.headers)))
+    for column in block.optional:
+        if needed(keep) <= width:
+            break
+        keep.remove(column)
+    if len(keep) == len(block.headers):
+        return block, rows
+    fitted = Table(
+        [block.headers[c] for c in keep],
+        [[row[c] for c in keep] for row in block.rows],
+        block.title,
+        block.important,
+        {keep.index(c) for c in block.wide if c in keep},
+        {keep.index(c): style for c, style in block.styles.items() if c in keep},
+        empty=block.empty,
+    )
+    return fitted, [[row[c] for c in keep] for row in rows]
 
 
 def _cap(block: Table, budget: int) -> tuple[list[list[str]], int]:

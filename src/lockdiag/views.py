@@ -254,8 +254,9 @@ def list_output(report: ListReport) -> Output:
                 headers,
                 rows,
                 important=[bool(e.flags or e.blocks or not e.lock.granted) for e in entries],
-                wide={0, 4, 6},
+                wide={0, 4, 6, len(headers) - 2},
                 styles={len(headers) - 1: "yellow"},
+                optional=[headers.index(h) for h in ("USER", "CLIENT", "MODE", "LIFETIME")],
                 empty="no advisory locks" if report.snapshot.scope == "advisory" else "no locks",
             ),
             Text([summary]),
@@ -344,6 +345,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 holder_rows(),
                 title="Holders",
                 wide={2, 4, 5, 13},
+                optional=[3, 6, 7, 8, 4],
                 empty="nobody holds it",
             ),
             Table(
