@@ -133,10 +133,10 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
                 console.print(RichText(block.title, style="bold"))
             console.print(RichText(block.empty, style="dim"))
             continue
-        rows, left_out = _cap(block, budget)
-        block, rows = _fit(block, rows, console.width)
+        capped, left_out = _cap(block, budget)
+        shown, rows = _fit(block, capped, console.width)
         table = RichTable(
-            title=block.title,
+            title=shown.title,
             title_justify="left",
             box=box.SIMPLE_HEAD,
             pad_edge=False,
@@ -144,8 +144,8 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
             collapse_padding=True,
             show_edge=False,
         )
-        for index, header in enumerate(block.headers):
-            if index in block.wide:
+        for index, header in enumerate(shown.headers):
+            if index in shown.wide:
                 table.add_column(
                     header, overflow="ellipsis", no_wrap=True, max_width=ELLIPSIS_WIDTH
                 )
@@ -155,7 +155,7 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
         for row in rows:
             table.add_row(
                 *(
-                    RichText(cell, style=VALUE_STYLES.get(cell) or block.styles.get(index, ""))
+                    RichText(cell, style=VALUE_STYLES.get(cell) or shown.styles.get(index, ""))
                     for index, cell in enumerate(row)
                 )
             )
