@@ -34,6 +34,8 @@ def session_options(timeout: float) -> str:
             f"-c lock_timeout={milliseconds}",
             f"-c idle_in_transaction_session_timeout={max(milliseconds * 2, 10000)}",
             "-c default_transaction_read_only=on",
+            # every name lockdiag uses resolves in pg_catalog, never in a user's schema
+            "-c search_path=pg_catalog",
         ]
     )
 

@@ -186,6 +186,7 @@ def capture(
     locks: list[LockRow] = []
     sessions: dict[int, Session] = {}
     server: dict[str, Any] = {}
+    relations: dict[int, str] = {}
     for row in rows:
         kind = row[0]
         if kind == "lock":
@@ -193,12 +194,14 @@ def capture(
             if values[-1] is not None:
                 values[-1] = tuple(values[-1])
             locks.append(LockRow(*values))
+            if row[17] is not None:
+                relations[row[3]] = row[17]
         elif kind == "session":
-            session = _build(Session, row[17], "session")
+            session = _build(Session, row[18], "session")
             sessions[session.pid] = session
         else:
-            server = row[17]
-    info = _build_server(server, connection.info.server_version)
+            server = row[18]
+    info = _build_server(dict(server, relations=relations), connection.info.server_version)
     return Snapshot(info, source, scope, sessions, locks, elapsed)
 
 

@@ -39,7 +39,7 @@ def preview(snapshot: Snapshot, registry: Registry, pid: int) -> Preview:
     if pid == snapshot.server.backend_pid:
         raise Refused(f"pid {pid} is lockdiag's own session")
     session = snapshot.session(pid)
-    if session is None:
+    if session is None or not any(lock.pid == pid for lock in snapshot.locks):
         raise Refused(
             f"pid {pid} holds and waits for no lock (or does not exist): lockdiag terminate "
             "only acts on sessions that take part in locking"

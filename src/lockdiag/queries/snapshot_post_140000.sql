@@ -1,25 +1,27 @@
 -- Snapshot for PostgreSQL 14 and later (pg_locks.waitstart appeared in 14).
--- One statement, one round trip. pg_locks is read once, into the MATERIALIZED CTE: every
--- reference to the view would copy the whole lock table again (lock.c, GetLockStatusData).
+-- One statement, one round trip, and pg_locks referenced once: every reference to the view
+-- copies the whole lock table again (lock.c, GetLockStatusData), so nothing else reads it.
 -- pg_blocking_pids() runs only for rows that wait (NOT granted), never per held lock.
 -- Three kinds of rows: 'lock' (typed lock columns), then 'session' and 'server' (a JSON
 -- detail column), so session text is sent once per session, not once per lock.
 -- %(all_types)s: false keeps advisory locks only; lockdiag's own backend is left out.
-WITH locks AS MATERIALIZED (
-    SELECT l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
-           l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid,
-           l.virtualtransaction, l.pid, l.mode, l.granted, l.waitstart
-    FROM pg_catalog.pg_locks AS l
-    WHERE (%(all_types)s OR l.locktype = 'advisory')
-      AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
-)
-SELECT 'lock' AS kind, l.*,
+-- The session runs with search_path = pg_catalog: regclass prints other schemas qualified.
+SELECT 'lock' AS kind, l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
+       l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid,
+       l.virtualtransaction, l.pid, l.mode, l.granted, l.waitstart,
        CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END AS blocked_by,
+       -- a relation's name is only known to pg_class of its own database (or shared)
+       CASE WHEN l.relation IS NOT NULL
+             AND l.database IN (0, (SELECT d.oid FROM pg_catalog.pg_database AS d
+                                    WHERE d.datname = pg_catalog.current_database()))
+            THEN l.relation::pg_catalog.regclass::text END AS relation_name,
        NULL::json AS detail
-FROM locks AS l
+FROM pg_catalog.pg_locks AS l
+WHERE (%(all_types)s OR l.locktype = 'advisory')
+  AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
 UNION ALL
 SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL,
        pg_catalog.json_build_object(
            'pid', a.pid, 'database', a.datname, 'user', a.usename,
            'application_name', a.application_name, 'client_addr', a.client_addr,
@@ -29,10 +31,10 @@ SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
            'backend_type', a.backend_type, 'leader_pid', a.leader_pid, 'query', a.query)
 FROM pg_catalog.pg_stat_activity AS a
-WHERE a.pid IN (SELECT pid FROM locks)
+WHERE a.pid <> pg_catalog.pg_backend_pid()
 UNION ALL
 SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL,
        pg_catalog.json_build_object(
            'now', pg_catalog.now(),
            'current_user', CURRENT_USER,
@@ -40,9 +42,11 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
            'database', pg_catalog.current_database(),
-           -- tables of well-known software whose rows name advisory keys (known.py)
-           -- (read from the catalog: to_regclass() raises without USAGE on the schema);
-           -- a table we may not read is listed with a leading '!'
+           'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
+                         FROM pg_catalog.pg_database AS d),
+           -- tables of well-known software whose rows name advisory keys (known.py), read
+           -- from the catalog (to_regclass() raises without USAGE on the schema); a table
+           -- we may not read is listed with a leading '!'
            'tables', (SELECT pg_catalog.json_agg(
                                  CASE WHEN pg_catalog.has_schema_privilege(n.oid, 'USAGE')
                                        AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
@@ -51,15 +55,4 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
                       WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),
                             ('public', 'good_job_processes'), ('public', 'que_jobs'),
-                            ('pgmq', 'meta'))),
-           'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
-                         FROM pg_catalog.pg_database AS d),
-           -- names of locked relations: pg_class only knows this database's (and shared) ones
-           'relations', (SELECT pg_catalog.json_object_agg(
-                                    c.oid, pg_catalog.format('%%I.%%I', n.nspname, c.relname))
-                         FROM pg_catalog.pg_class AS c
-                         JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-                         WHERE c.oid IN (SELECT relation FROM locks
-                                         WHERE relation IS NOT NULL
-                                           AND database IN (0, (SELECT oid FROM pg_catalog.pg_database
-                                                                WHERE datname = pg_catalog.current_database())))))
+                            ('pgmq', 'meta'))))

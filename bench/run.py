@@ -1,0 +1,299 @@
+"""lockdiag's benchmark: its own cluster, real lock populations, side-by-side comparisons.
+
+    python bench/run.py                 # 1k, 10k, 100k locks; 16 and 160 waiters; 5 repeats
+    python bench/run.py --quick         # 1k locks, 16 waiters, 2 repeats (CI runs this)
+    python bench/run.py --json out.json
+
+Prints a table of medians and ratios and writes it as JSON. Each target of issue 8 is a
+ratio measured in one run, so machine speed cancels out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from lockdiag import queries
+from lockdiag.cluster import Cluster, create_cluster
+
+LOCKDIAG = [sys.executable, "-m", "lockdiag"]
+PSQL_JOIN = """SELECT l.locktype, l.database, l.classid, l.objid, l.objsubid, l.mode, l.granted,
+ l.pid, a.application_name, a.usename, a.client_addr, a.client_port, a.state, a.xact_start,
+ a.state_change, l.waitstart
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"""
+# the "lock monitoring" self-join copied from the PostgreSQL wiki into many tools
+WIKI_SELF_JOIN = """SELECT blocked_locks.pid AS blocked_pid, blocking_locks.pid AS blocking_pid
+FROM pg_catalog.pg_locks blocked_locks
+JOIN pg_catalog.pg_locks blocking_locks
+  ON blocking_locks.locktype = blocked_locks.locktype
+ AND blocking_locks.database IS NOT DISTINCT FROM blocked_locks.database
+ AND blocking_locks.relation IS NOT DISTINCT FROM blocked_locks.relation
+ AND blocking_locks.page IS NOT DISTINCT FROM blocked_locks.page
+ AND blocking_locks.tuple IS NOT DISTINCT FROM blocked_locks.tuple
+ AND blocking_locks.virtualxid IS NOT DISTINCT FROM blocked_locks.virtualxid
+ AND blocking_locks.transactionid IS NOT DISTINCT FROM blocked_locks.transactionid
+ AND blocking_locks.classid IS NOT DISTINCT FROM blocked_locks.classid
+ AND blocking_locks.objid IS NOT DISTINCT FROM blocked_locks.objid
+ AND blocking_locks.objsubid IS NOT DISTINCT FROM blocked_locks.objsubid
+ AND blocking_locks.pid != blocked_locks.pid
+WHERE NOT blocked_locks.granted"""
+
+
+class Population:
+    """Advisory locks in both forms, table locks, and sessions waiting on some of them."""
+
+    def __init__(self, cluster: Cluster, locks: int, waiters: int) -> None:
+        self.cluster, self.locks, self.waiters = cluster, locks, waiters
+        self.connections: list[psycopg.Connection[Any]] = []
+        self.threads: list[threading.Thread] = []
+
+    def connect(self, name: str, autocommit: bool = True) -> psycopg.Connection[Any]:
+        connection = psycopg.connect(self.cluster.dsn(application_name=name), autocommit=autocommit)
+        self.connections.append(connection)
+        return connection
+
+    def __enter__(self) -> Population:
+        half = self.locks // 2
+        holder = self.connect("bench-holder")
+        holder.execute("SELECT count(pg_advisory_lock(g)) FROM generate_series(1, %s) g", (half,))
+        holder.execute(
+            "SELECT count(pg_advisory_lock(7, g)) FROM generate_series(1, %s) g",
+            (self.locks - half,),
+        )
+        tables = self.connect("bench-tables", autocommit=False)
+        tables.execute("LOCK TABLE bench_1, bench_2, bench_3, bench_4 IN SHARE MODE")
+        rows = self.connect("bench-rows", autocommit=False)
+        rows.execute("SELECT * FROM bench_1 WHERE id = 1 FOR UPDATE")
+        row_waiter = self.connect("bench-row-waiter")
+        self._wait(row_waiter, "UPDATE bench_1 SET id = id WHERE id = 1")
+        for number in range(self.waiters - 1):
+            waiter = self.connect(f"bench-waiter-{number}")
+            self._wait(waiter, f"SELECT pg_advisory_lock({number + 1})")
+        with psycopg.connect(self.cluster.dsn(), autocommit=True) as watcher:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                row = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+                if row and row[0] >= self.waiters:
+                    return self
+                time.sleep(0.05)
+        raise SystemExit("bench: the waiters did not start waiting")
+
+    def _wait(self, connection: psycopg.Connection[Any], sql: str) -> None:
+        def run() -> None:
+            try:
+                connection.execute(sql.encode())
+            except psycopg.Error:
+                pass  # ended at teardown
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def __exit__(self, *_: object) -> None:
+        pids = [c.info.backend_pid for c in self.connections]
+        with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(p) FROM unnest(%s::int[]) p", (pids,))
+        for thread in self.threads:
+            thread.join(10)
+        for connection in self.connections:
+            connection.close()
+
+
+def median_of(repeats: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(repeats))
+
+
+def server_ms(cluster: Cluster, sql: str, params: dict[str, Any] | None = None) -> float:
+    """Execution time reported by EXPLAIN ANALYZE with TIMING OFF (no per-node clock reads)."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as connection:
+        plan = connection.execute(
+            ("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql).encode(), params
+        ).fetchone()
+    assert plan is not None
+    return float(plan[0][0]["Execution Time"])
+
+
+def wall(command: list[str], env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, check=True, env=env)
+    return time.perf_counter() - started
+
+
+def peak_rss_mb(command: list[str]) -> float:
+    """Peak resident memory of a child process (ru_maxrss of a fresh measuring process)."""
+    probe = (
+        "import resource, subprocess, sys;"
+        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True);"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, check=True)
+    return int(result.stdout.strip()) / 1024
+
+
+def first_screen(command: list[str]) -> float:
+    """Whole run on a pseudo-terminal of 50 rows: lockdiag's table view is bounded."""
+    import pexpect
+
+    started = time.perf_counter()
+    child = pexpect.spawn(command[0], command[1:], dimensions=(50, 200), timeout=120)
+    child.expect(pexpect.EOF)
+    child.close()
+    return time.perf_counter() - started
+
+
+@contextmanager
+def bench_cluster() -> Iterator[Cluster]:
+    cluster = create_cluster(
+        settings={"max_locks_per_transaction": "2048", "max_connections": "220"}
+    )
+    try:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as setup:
+            for number in range(1, 5):
+                setup.execute(f"CREATE TABLE bench_{number} (id int PRIMARY KEY)")
+                setup.execute(f"INSERT INTO bench_{number} SELECT generate_series(1, 100)")
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"server": [], "client": {}, "targets": []}
+    snapshot_sql = queries.load(queries.query_file("snapshot", 150000))
+    psql = shutil.which("psql") or "psql"
+    with bench_cluster() as cluster:
+        env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1",
+               "PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"}  # fmt: skip
+        for size in sizes:
+            for waiters in waiter_counts:
+                with Population(cluster, size, waiters):
+                    floor = median_of(repeats, lambda: server_ms(cluster, "SELECT * FROM pg_locks"))
+                    ours = median_of(
+                        repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True})
+                    )
+                    wiki = median_of(repeats, lambda: server_ms(cluster, WIKI_SELF_JOIN))
+                    results["server"].append(
+                        {"locks": size, "waiters": waiters, "pg_locks_ms": floor,
+                         "snapshot_ms": ours, "ratio": ours / floor,
+                         "wiki_self_join_ms": wiki, "wiki_ratio": wiki / floor}
+                    )  # fmt: skip
+            largest = size
+        with Population(cluster, largest, waiter_counts[0]):
+            plain = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
+            as_json = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "json"], env))
+            psql_time = median_of(repeats, lambda: wall([psql, "-X", "-c", PSQL_JOIN], env))
+            terminal = median_of(repeats, lambda: first_screen(
+                ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG, "list"]))  # fmt: skip
+            memory = peak_rss_mb(
+                ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG, "list", "--format", "json"]
+            )
+            results["client"].update(
+                {"locks": largest, "list_plain_s": plain, "list_json_s": as_json,
+                 "psql_aligned_s": psql_time, "list_terminal_s": terminal,
+                 "list_json_peak_mb": memory}
+            )  # fmt: skip
+        with Population(cluster, 100, 2):
+            minimal = (
+                "import psycopg,sys;c=psycopg.connect(sys.argv[1]);"
+                "c.execute(open(sys.argv[2]).read().replace('%(all_types)s','false')).fetchall()"
+            )
+            with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as sql_file:
+                sql_file.write(snapshot_sql)
+            small = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
+            script = median_of(
+                repeats, lambda: wall([sys.executable, "-c", minimal, cluster.dsn(), sql_file.name])
+            )
+            Path(sql_file.name).unlink()
+            results["client"].update({"list_small_s": small, "minimal_psycopg_s": script})
+    help_time = median_of(max(repeats, 5), lambda: wall([*LOCKDIAG, "--help"]))
+    version_time = median_of(max(repeats, 5), lambda: wall([*LOCKDIAG, "--version"]))
+    click_time = median_of(max(repeats, 5), lambda: wall([sys.executable, "-c", "import click"]))
+    results["client"].update(
+        {"help_s": help_time, "version_s": version_time, "import_click_s": click_time}
+    )
+    results["targets"] = targets(results)
+    return results
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    client = results["client"]
+    found = [
+        {"target": f"1. snapshot/pg_locks at {r['locks']} locks, {r['waiters']} waiters",
+         "value": r["ratio"], "limit": 1.5}
+        for r in results["server"]
+    ]  # fmt: skip
+    found += [
+        {"target": f"2. list --format plain / psql at {client['locks']} locks",
+         "value": client["list_plain_s"] / client["psql_aligned_s"], "limit": 1.0},
+        {"target": f"2. list --format json / psql at {client['locks']} locks",
+         "value": client["list_json_s"] / client["psql_aligned_s"], "limit": 1.2},
+        {"target": f"3. list on a terminal at {client['locks']} locks (seconds)",
+         "value": client["list_terminal_s"], "limit": 1.0},
+        {"target": "4. --help / import click", "value": client["help_s"] / client["import_click_s"],
+         "limit": 1.5},
+        {"target": "4. --version / import click",
+         "value": client["version_s"] / client["import_click_s"], "limit": 1.5},
+        {"target": "4. list (small server) / minimal psycopg script",
+         "value": client["list_small_s"] / client["minimal_psycopg_s"], "limit": 1.3},
+        {"target": f"5. list --format json peak memory at {client['locks']} locks (MB)",
+         "value": client["list_json_peak_mb"], "limit": 200.0},
+    ]  # fmt: skip
+    for target in found:
+        target["met"] = target["value"] <= target["limit"]
+    return found
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = ["server side (EXPLAIN ANALYZE execution time, medians)",
+             f"{'locks':>7} {'waiters':>7} {'pg_locks ms':>12} {'snapshot ms':>12} {'ratio':>6} "
+             f"{'wiki join ms':>13} {'ratio':>7}"]  # fmt: skip
+    for r in results["server"]:
+        lines.append(
+            f"{r['locks']:>7} {r['waiters']:>7} {r['pg_locks_ms']:>12.2f} {r['snapshot_ms']:>12.2f} "
+            f"{r['ratio']:>6.2f} {r['wiki_self_join_ms']:>13.2f} {r['wiki_ratio']:>7.1f}"
+        )
+    lines += ["", "client side (whole process, medians)"]
+    lines += [f"  {key}: {value:.3f}" if isinstance(value, float) else f"  {key}: {value}"
+              for key, value in results["client"].items()]  # fmt: skip
+    lines += ["", "targets"]
+    for target in results["targets"]:
+        verdict = "met" if target["met"] else "MISSED"
+        lines.append(
+            f"  {target['target']}: {target['value']:.2f} (limit {target['limit']:g}) {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="1k locks, 16 waiters, 2 repeats")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=Path("bench/results/latest.json"))
+    options = parser.parse_args()
+    if options.quick:
+        results = run([1000], [16], 2)
+    else:
+        results = run([1000, 10000, 100000], [16, 160], options.repeats)
+    print(report(results))
+    options.json.parent.mkdir(parents=True, exist_ok=True)
+    options.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten to {options.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
