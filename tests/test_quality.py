@@ -17,7 +17,8 @@ def tool(name: str) -> str:
 
 
 def test_ruff_lint_and_format() -> None:
-    for command in (["check", "src", "tests"], ["format", "--check", "src", "tests"]):
+    paths = ["src", "tests", "bench"]
+    for command in (["check", *paths], ["format", "--check", *paths]):
         result = subprocess.run(
             [tool("ruff"), *command], cwd=ROOT, capture_output=True, text=True, check=False
         )

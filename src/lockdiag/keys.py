@@ -43,7 +43,7 @@ def to_uint4(value: int) -> int:
     return value & UINT4_MAX
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class LockTriple:
     """An advisory key as pg_locks shows it: unsigned ``classid``, ``objid``, ``objsubid``."""
 
@@ -61,6 +61,15 @@ class LockTriple:
                 f"objsubid {self.objsubid} is not an advisory key form "
                 "(1 = one bigint key, 2 = two int4 keys)"
             )
+
+    @classmethod
+    def of_row(cls, classid: int, objid: int, objsubid: int) -> LockTriple:
+        """A key read from pg_locks: already in range, so the checks are skipped."""
+        triple = object.__new__(cls)
+        object.__setattr__(triple, "classid", classid)
+        object.__setattr__(triple, "objid", objid)
+        object.__setattr__(triple, "objsubid", objsubid)
+        return triple
 
     @property
     def form(self) -> Form:

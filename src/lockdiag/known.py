@@ -211,11 +211,13 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
 # -- keys computed on the inspected server: one bounded query, only when needed -------------
 
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
+KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 
 
 def enrichment_query(snapshot: Snapshot, registry: Registry) -> tuple[str, dict[str, Any]] | None:
     """The one extra query that names keys from hashtext() and the software's own rows, or
     None when every advisory key is already named (then no query runs at all)."""
+    tables = set(snapshot.server.tables)  # readable ones; "!name" when present but not
     catalogue = snapshot_catalogue(snapshot, registry.candidates)
     names = snapshot.server.databases
     unmatched = {
@@ -234,7 +236,6 @@ def enrichment_query(snapshot: Snapshot, registry: Registry) -> tuple[str, dict[
         "SELECT 'hashtext' AS source, s AS name, pg_catalog.hashtext(s)::bigint AS key "
         "FROM pg_catalog.unnest(%(strings)s::text[]) AS s"
     ]
-    tables = set(snapshot.server.tables)  # readable ones; "!name" when present but not
     if "pgmq.meta" in tables:
         parts.append(
             "(SELECT 'pgmq', queue_name::text, pg_catalog.hashtext('pgmq.queue_' || queue_name)"
@@ -268,7 +269,7 @@ def enrichment_query(snapshot: Snapshot, registry: Registry) -> tuple[str, dict[
             "WHERE k = ANY(%(keys)s::bigint[])"
         )
     sql = "\nUNION ALL\n".join(parts)
-    return sql, {"strings": strings, "keys": sorted(unmatched)}
+    return sql, {"strings": strings, "keys": sorted(unmatched)[:KEY_LIMIT]}
 
 
 _SOURCES = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
@@ -46,10 +46,15 @@ Block = Table | Text
 
 @dataclass
 class Output:
-    """A result: ``blocks`` for people, ``data`` for JSON. Both are built only when needed."""
+    """A result: ``blocks`` for people, ``data`` for JSON. Both are built only when needed.
+
+    ``items`` names a list that JSON output streams after the keys of ``data``, one item at a
+    time, so a hundred thousand locks never sit in memory as JSON-ready dicts all at once.
+    """
 
     blocks: Callable[[], list[Block]]
     data: Callable[[], Any]
+    items: tuple[str, Callable[[], Iterable[Any]]] | None = None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -60,6 +65,8 @@ def clean(text: str | None) -> str:
     """A server-provided string made safe to print: no escape sequences, no line breaks."""
     if not text:
         return ""
+    if text.isascii() and text.isprintable():  # the common case, checked in C
+        return text
     return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
@@ -73,14 +80,29 @@ def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> N
     stream = stream or sys.stdout
     chosen = resolve(fmt, stream)
     if chosen == "json":
-        pretty = stream.isatty()
-        stream.write(
-            json.dumps(output.data(), indent=2 if pretty else None, ensure_ascii=False) + "\n"
-        )
+        _json(output, stream)
     elif chosen == "plain":
         stream.write(plain(output.blocks()))
     else:
         _rich(output.blocks(), stream)
+
+
+def _json(output: Output, stream: TextIO) -> None:
+    head = output.data()
+    if output.items is None or stream.isatty():  # a terminal gets it whole and indented
+        if output.items is not None:
+            key, items = output.items
+            head = {**head, key: list(items())}
+        indent = 2 if stream.isatty() else None
+        stream.write(json.dumps(head, indent=indent, ensure_ascii=False) + "\n")
+        return
+    key, items = output.items
+    opening = json.dumps(head, ensure_ascii=False)[:-1]
+    stream.write(f"{opening}{', ' if head else ''}{json.dumps(key)}: [")
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    for index, item in enumerate(items()):
+        stream.write(("," if index else "") + encode(item))
+    stream.write("]}\n")
 
 
 def plain(blocks: list[Block]) -> str:

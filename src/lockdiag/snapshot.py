@@ -30,7 +30,7 @@ FILE_VERSION = 1
 HIDDEN_QUERY = "<insufficient privilege>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Session:
     """A backend's row of pg_stat_activity. Without pg_read_all_stats, another role's session
     keeps pid, database, user and application_name; the rest is NULL (``hidden``)."""
@@ -69,7 +69,7 @@ class Session:
         return f"{self.client_addr}:{self.client_port}" if self.client_port else self.client_addr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LockRow:
     """One row of pg_locks, plus the pids blocking it when it waits (pg_blocking_pids)."""
 
@@ -94,7 +94,9 @@ class LockRow:
     def advisory_key(self) -> LockTriple | None:
         if self.locktype != "advisory" or self.classid is None or self.objid is None:
             return None
-        return LockTriple(self.classid, self.objid, self.objsubid or 0)
+        if self.objsubid not in (1, 2):  # never from the server; a hand-edited snapshot file
+            return LockTriple(self.classid, self.objid, self.objsubid or 0)
+        return LockTriple.of_row(self.classid, self.objid, self.objsubid)
 
     @property
     def lock_object(self) -> builtins.tuple[object, ...]:

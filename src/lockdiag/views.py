@@ -270,10 +270,9 @@ def list_output(report: ListReport) -> Output:
             "server": server_data(report.snapshot),
             "total": report.total,
             "notes": report.notes,
-            "locks": [entry_data(e) for e in report.entries],
         }
 
-    return Output(blocks, data)
+    return Output(blocks, data, ("locks", lambda: map(entry_data, report.entries)))
 
 
 def _summary(report: ListReport) -> str:

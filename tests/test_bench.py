@@ -1,0 +1,25 @@
+"""The benchmark's quick mode runs in every test run, so the script cannot rot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "targets" in result.stdout
+    results = json.loads(out.read_text())
+    (server,) = results["server"]
+    assert server["locks"] == 1000 and server["snapshot_ms"] > 0
+    assert results["client"]["list_plain_s"] > 0
+    assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5."}
