@@ -17,7 +17,7 @@ def tool(name: str) -> str:
 
 
 def test_ruff_lint_and_format() -> None:
-    paths = ["src", "tests", "bench"]
+    paths = ["src", "tests", "bench", "scripts"]
     for command in (["check", *paths], ["format", "--check", *paths]):
         result = subprocess.run(
             [tool("ruff"), *command], cwd=ROOT, capture_output=True, text=True, check=False

@@ -292,7 +292,18 @@ def _order(entry: LockEntry) -> tuple[object, ...]:
 
 
 def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
-    """Say which fields are hidden and which role would show them."""
+    """Say which fields are hidden and which role would show them, and what kind of server
+    was read."""
+    notes = []
+    if snapshot.server.in_recovery:
+        notes.append(
+            "this server is a standby in recovery: it shows only its own sessions' locks; "
+            "advisory locks taken on the primary are not visible here"
+        )
+    return notes + _hidden_notes(snapshot, entries)
+
+
+def _hidden_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
     hidden = sorted({e.session.pid for e in entries if e.session and e.session.hidden})
     if not hidden:
         return []

@@ -204,6 +204,7 @@ def create_cluster(
         shutil.rmtree(base, ignore_errors=True)
         raise ClusterError(f"initdb failed:\n{result.stderr.strip() or result.stdout.strip()}")
     rules = [*(hba or []), "local all all trust", "host all all 127.0.0.1/32 trust"]
+    rules += ["local replication all trust", "host replication all 127.0.0.1/32 trust"]
     (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
     if start:
         try:
@@ -212,6 +213,32 @@ def create_cluster(
             cluster.destroy()
             raise
     return cluster
+
+
+def create_standby(primary: Cluster) -> Cluster:
+    """A streaming standby of ``primary`` (pg_basebackup -R), started on its own port."""
+    user = primary.user
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    base.chmod(0o755)
+    standby = Cluster(primary.bindir, base, free_port(), user, dict(primary.settings))
+    result = subprocess.run(
+        [str(primary.bindir / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream",
+         "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "--no-sync",
+         "--checkpoint=fast"],
+        capture_output=True, text=True, user=user, cwd=base, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        raise ClusterError(f"pg_basebackup failed:\n{result.stderr.strip()}")
+    try:
+        standby.start()
+    except BaseException:
+        standby.destroy()
+        raise
+    return standby
 
 
 def _quote(value: str) -> str:

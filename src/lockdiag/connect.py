@@ -210,8 +210,13 @@ def _connect_hint(message: str) -> str | None:
         return "is PostgreSQL running there? Check host and port (--dsn, PGHOST, PGPORT)"
     if "timeout expired" in lowered:
         return "the server did not answer in time; raise --timeout or check the network"
-    if "could not translate host name" in lowered:
+    if "could not translate host name" in lowered or "failed to resolve host" in lowered:
         return "the host name does not resolve; check --dsn or PGHOST"
+    if "permission denied for database" in lowered or "not permitted to log in" in lowered:
+        return (
+            "this role may not connect there: GRANT CONNECT ON DATABASE ... TO it, "
+            "or give --dsn another database (pg_locks shows every database's locks)"
+        )
     if "does not exist" in lowered:
         return "check the database and role names"
     return None

@@ -225,8 +225,15 @@ def load_registry(explicit: str | None = None) -> Registry:
     return registry
 
 
+MAX_SIZE = 1024 * 1024  # a registry is a few kilobytes; anything this large is a mistake
+
+
 def check_file(path: Path) -> tuple[Registry | None, list[Problem]]:
     try:
+        if path.stat().st_size > MAX_SIZE:
+            return None, [
+                Problem("error", f"larger than {MAX_SIZE // 1024} KiB: not a registry", str(path))
+            ]
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         return None, [Problem("error", f"cannot read: {error}", str(path))]

@@ -1,0 +1,136 @@
+"""An incident is when things are already broken: each fault gives a clear message naming the
+cause and the fix, and a documented exit code. Never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+
+import pexpect
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster, create_standby
+from lockdiag.connect import connect, describe, server_errors
+from lockdiag.errors import ServerError
+from lockdiag.snapshot import capture
+
+from conftest import OBSERVER, Sessions
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+def assert_one_clear_error(result: Result, code: int, *words: str) -> None:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.stderr + result.stdout
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("lockdiag: error: ")
+    for word in words:
+        assert word in result.stderr
+
+
+def test_own_backend_terminated(cluster: Cluster) -> None:
+    connection = connect(cluster.dsn(), 5)
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
+    with pytest.raises(ServerError, match="connection lost") as raised, server_errors(None, 5):
+        capture(connection, describe(connection))
+    assert raised.value.exit_code == 3
+    connection.close()
+
+
+def test_server_restart_mid_command(cluster: Cluster) -> None:
+    connection = connect(cluster.dsn(), 5)
+    cluster.restart()
+    with pytest.raises(ServerError, match="connection lost"), server_errors(None, 5):
+        capture(connection, describe(connection))
+    connection.close()
+    assert run("list", "--dsn", cluster.dsn()).exit_code == 0  # and the next run works
+
+
+def test_statement_timeout_on_a_huge_lock_table(cluster: Cluster, sessions: Sessions) -> None:
+    sessions.open("many").run("SELECT count(pg_advisory_lock(g)) FROM generate_series(1, 40000) g")
+    result = run("list", "--dsn", cluster.dsn(), "--timeout", "1ms")
+    assert_one_clear_error(result, 3, "cancelled", "raise it with --timeout")
+
+
+def test_unknown_host() -> None:
+    result = run("list", "--dsn", "host=no-such-host.invalid user=x", "--timeout", "2s")
+    assert_one_clear_error(result, 3, "cannot connect", "does not resolve")
+
+
+def test_database_the_role_may_not_connect_to(cluster: Cluster) -> None:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE closed_db")
+        admin.execute("REVOKE CONNECT ON DATABASE closed_db FROM PUBLIC")
+    result = run("list", "--dsn", cluster.dsn(user=OBSERVER, dbname="closed_db"))
+    assert_one_clear_error(result, 3, "permission denied for database", "GRANT CONNECT")
+
+
+@pytest.fixture
+def standby(cluster: Cluster) -> Iterator[Cluster]:
+    server = create_standby(cluster)
+    yield server
+    server.destroy()
+
+
+def test_standby_in_recovery(standby: Cluster, sessions: Sessions) -> None:
+    result = run("list", "--dsn", standby.dsn(), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert '"in_recovery": true' in result.stdout
+    assert "standby in recovery" in result.stdout
+    check = run("check", "--dsn", standby.dsn())
+    assert check.exit_code == 0 and "standby in recovery" in check.stdout
+
+
+ACCEPTED: list[socket.socket] = []  # kept open (and silent) until the test run ends
+
+
+def silent_server() -> tuple[socket.socket, int]:
+    """A TCP port that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def accept() -> None:
+        while True:
+            try:
+                ACCEPTED.append(listener.accept()[0])
+            except OSError:
+                return  # the listener was closed
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def test_ctrl_c_exits_130_without_traceback() -> None:
+    listener, port = silent_server()
+    try:
+        dsn = f"host=127.0.0.1 port={port} user=x"
+        command = ["-m", "lockdiag", "list", "--dsn", dsn, "--timeout", "30s"]
+        child = pexpect.spawn(sys.executable, command, timeout=20)
+        child.expect(pexpect.TIMEOUT, timeout=1)  # it is waiting for the silent server
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        child.close()
+        output = child.before.decode()
+        assert child.exitstatus == 130, output
+        assert "interrupted" in output
+        assert "Traceback" not in output
+    finally:
+        listener.close()
+
+
+def test_silent_server_times_out_clearly() -> None:
+    listener, port = silent_server()
+    try:
+        result = run("list", "--dsn", f"host=127.0.0.1 port={port} user=x", "--timeout", "2s")
+        assert_one_clear_error(result, 3, "timeout expired", "--timeout")
+    finally:
+        listener.close()
