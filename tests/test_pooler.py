@@ -167,3 +167,27 @@ def test_pooltest_refuses_a_key_in_use(
     )
     assert result.exit_code == 2
     assert "already held" in result.stderr
+
+
+def test_console_rows_are_read_by_column_name() -> None:
+    """Newer PgBouncers add columns (1.21 prepared_statements, 1.23 replication, 1.24 id),
+    and their order may change: only the names matter."""
+    from lockdiag.pooler import Console, links
+    from lockdiag.snapshot import Session
+
+    server = {
+        "id": 7, "type": "S", "user": "app", "database": "shop", "replication": "none",
+        "state": "idle", "addr": "10.0.0.1", "port": 5432, "local_addr": "10.0.0.9",
+        "local_port": 40001, "link": "", "remote_pid": 4242, "ptr": "0x1",
+        "application_name": "worker", "prepared_statements": 0,
+    }  # fmt: skip
+    console = Console("pgb:6432", [server], [], [{"database": "shop", "user": "app",
+                                                  "pool_mode": "transaction"}])  # fmt: skip
+    sessions = {4242: Session(pid=4242, client_addr="10.0.0.9", client_port=40001)}
+    link = links([console], sessions)[4242]
+    assert (link.pool, link.pool_mode, link.client, link.via) == (
+        "shop/app", "transaction", None, "console"
+    )  # fmt: skip
+    # a second PgBouncer in the chain: remote_pid is not a backend pid, the address decides
+    sessions = {99: Session(pid=99, client_addr="10.0.0.9", client_port=40001)}
+    assert links([console], sessions)[99].pool == "shop/app"
