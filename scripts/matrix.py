@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(tempfile.gettempdir()) / "lockdiag-pg-builds"
+CACHE = Path(tempfile.gettempdir()) / "lockdiag-builds"
 MAJORS = ("14", "15", "16", "17", "18")
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 

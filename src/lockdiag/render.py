@@ -14,7 +14,10 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 Format = Literal["table", "plain", "json"]
 FORMATS = ("auto", "table", "plain", "json")
@@ -136,24 +139,35 @@ def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _rich(blocks: list[Block], stream: TextIO) -> None:
-    from rich import box
     from rich.console import Console
+
+    console = Console(file=stream, highlight=False, soft_wrap=False)
+    tables = sum(1 for b in blocks if isinstance(b, Table))
+    budget = max(10, (console.height - 8) // max(1, tables)) if stream.isatty() else 0
+    for renderable in rich_renderables(blocks, console, budget):
+        console.print(renderable)
+
+
+def rich_renderables(blocks: list[Block], console: Console, budget: int | None = None) -> list[Any]:
+    """Blocks as rich renderables. ``budget`` caps table rows (None: what fits the screen
+    after the text lines, as a live view needs)."""
+    from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text as RichText
 
-    console = Console(file=stream, highlight=False, soft_wrap=False)
+    if budget is None:
+        text_lines = sum(len(b.lines) for b in blocks if isinstance(b, Text))
+        budget = max(3, console.height - text_lines - 5)
     styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red"}
-    tables = sum(1 for b in blocks if isinstance(b, Table))
-    budget = max(10, (console.height - 8) // max(1, tables)) if stream.isatty() else 0
+    out: list[Any] = []
     for block in blocks:
         if isinstance(block, Text):
-            for text in block.lines:
-                console.print(RichText(text, style=styles[block.style]))
+            out += [RichText(text, style=styles[block.style]) for text in block.lines]
             continue
         if not block.rows:
             if block.title:
-                console.print(RichText(block.title, style="bold"))
-            console.print(RichText(block.empty, style="dim"))
+                out.append(RichText(block.title, style="bold"))
+            out.append(RichText(block.empty, style="dim"))
             continue
         capped, left_out = _cap(block, budget)
         shown, rows = _fit(block, capped, console.width)
@@ -181,15 +195,16 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
                     for index, cell in enumerate(row)
                 )
             )
-        console.print(table)
+        out.append(table)
         if left_out:
-            console.print(
+            out.append(
                 RichText(
                     f"{left_out} more row(s) not shown (waiting and flagged rows first); "
                     "--format plain or json gives every row",
                     style="yellow",
                 )
             )
+    return out
 
 
 def _fit(block: Table, rows: list[list[str]], width: int) -> tuple[Table, list[list[str]]]:

@@ -1,0 +1,235 @@
+"""`watch` in a real pseudo-terminal and `sample` against sessions that lock on a schedule."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pexpect
+import psycopg
+from click.testing import CliRunner
+
+from lockdiag.cli import cli
+from lockdiag.cluster import Cluster
+
+from conftest import Sessions
+
+REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
+REFRESH = re.compile(rb"refresh #(\d+)")
+# rich sizes its screen from COLUMNS/LINES before the terminal's own size: keep the pty's
+TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def lockdiag_sessions(cluster: Cluster) -> int:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lockdiag'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def wait_until_gone(cluster: Cluster) -> None:
+    deadline = time.monotonic() + 10
+    while lockdiag_sessions(cluster) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lockdiag_sessions(cluster) == 0, "lockdiag left a session behind"
+
+
+def refresh_number(child: pexpect.spawn) -> int:
+    child.expect(REFRESH)
+    return int(child.match.group(1))
+
+
+def test_watch_renders_refreshes_reconnects_and_quits(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path
+) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    sessions.open("billing-worker").run("SELECT pg_advisory_lock(4102, 73)")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "lockdiag", "watch", "--interval", "300ms", "--dsn", cluster.dsn()],
+        cwd=str(tmp_path), dimensions=(40, 170), timeout=30, env=TERMINAL_ENV,
+    )  # fmt: skip
+    try:
+        child.expect_exact("tenant_summary 73")
+        first = refresh_number(child)
+        assert refresh_number(child) > first or refresh_number(child) > first
+        child.expect(rb"seen \d+")  # observed hold, next to the lower bound
+        cluster.restart()  # the server goes away and comes back
+        child.expect_exact("connection lost, retrying")
+        before = refresh_number(child)
+        deadline = time.monotonic() + 20
+        while refresh_number(child) <= before and time.monotonic() < deadline:
+            pass
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    wait_until_gone(cluster)
+
+
+def test_watch_keys_narrow_and_pause(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    sessions.open("a").run("SELECT pg_advisory_lock(4102, 1), pg_advisory_lock(9, 9)")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "lockdiag", "watch", "--interval", "300ms", "--dsn", cluster.dsn()],
+        cwd=str(tmp_path), dimensions=(40, 170), timeout=30, env=TERMINAL_ENV,
+    )  # fmt: skip
+    try:
+        child.expect_exact("unregistered pair (9, 9)")
+        child.send("n")
+        child.expect_exact("namespace: ")
+        child.send("tenant_summary\r")
+        child.expect_exact("only namespace tenant_summary")
+        child.send("p")
+        child.expect_exact("paused")
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_watch_without_a_terminal(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
+    sessions.open("w").run("SELECT pg_advisory_lock(4102, 2)")
+    refused = CliRunner().invoke(cli, ["watch", "--dsn", cluster.dsn()])
+    assert refused.exit_code == 2
+    assert "watch needs a terminal" in refused.stderr
+    recording = tmp_path / "incident.jsonl"
+    for _ in range(2):
+        once = CliRunner().invoke(
+            cli, ["watch", "--once", "--record", str(recording), "--dsn", cluster.dsn()]
+        )
+        assert once.exit_code == 0, once.stderr
+        assert "unregistered pair (4102, 2)" in once.stdout
+    lines = recording.read_text().splitlines()
+    assert len(lines) == 2 and all(
+        json.loads(line)["format"] == "lockdiag-snapshot" for line in lines
+    )
+    replayed = CliRunner().invoke(cli, ["watch", "--once", "--from", str(recording)])
+    assert replayed.exit_code == 0 and "unregistered pair (4102, 2)" in replayed.stdout
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "lockdiag", "watch", "--from", str(recording), "--interval", "200ms"],
+        dimensions=(30, 150), timeout=20, env=TERMINAL_ENV,
+    )  # fmt: skip
+    child.expect_exact("refresh #2")
+    child.send("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def schedule(cluster: Cluster, stop: threading.Event) -> list[threading.Thread]:
+    """Short episodes, a stuck owner with waiters, a broad key, duplicate dispatch."""
+
+    def connect(name: str, autocommit: bool = True) -> psycopg.Connection[object]:
+        return psycopg.connect(cluster.dsn(application_name=name), autocommit=autocommit)
+
+    def short_episodes() -> None:
+        with connect("flapper") as c:
+            while not stop.is_set():
+                c.execute("SELECT pg_advisory_lock(7000, 1)")
+                time.sleep(0.25)
+                c.execute("SELECT pg_advisory_unlock(7000, 1)")
+                time.sleep(0.25)
+
+    def dispatcher(number: int) -> None:
+        with connect(f"dispatch-{number}") as c:
+            time.sleep(0.5 * number)
+            while not stop.is_set():
+                c.execute("SELECT pg_advisory_lock(5000, 1)")
+                time.sleep(0.3)
+                c.execute("SELECT pg_advisory_unlock(5000, 1)")
+                time.sleep(0.9)
+
+    threads = [threading.Thread(target=short_episodes, daemon=True)]
+    threads += [threading.Thread(target=dispatcher, args=(n,), daemon=True) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_sample_catches_short_episodes_and_patterns(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path
+) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    owner = sessions.open("stuck", autocommit=False)
+    owner.run("SELECT pg_advisory_xact_lock(4102, 2)")
+    for name in ("report-a", "report-b", "report-c"):  # a broad key: many distinct waiters
+        waiter = sessions.open(name)
+        waiter.start("SELECT pg_advisory_lock(4102, 2)")
+        sessions.waiting(waiter)
+    stop = threading.Event()
+    threads = schedule(cluster, stop)
+    try:
+        result = CliRunner().invoke(
+            cli,
+            ["sample", "--duration", "4s", "--interval", "100ms", "--dsn", cluster.dsn(),
+             "--format", "json"],
+        )  # fmt: skip
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+    assert result.exit_code == 0, result.stderr
+    assert "sampling: " in result.stderr  # progress on stderr
+    document = json.loads(result.stdout)
+    assert 30 <= document["samples"] <= 41
+    assert document["cost"]["pg_locks_reads"] == document["samples"]
+    keys = {k["key"]: k for k in document["keys"]}
+    flapping = keys["unregistered pair (7000, 1)"]
+    assert flapping["acquisitions"] >= 4  # episodes of 250 ms caught at 100 ms
+    assert flapping["longest_hold_seconds"] < 1.0
+    stuck = keys["tenant_summary 2"]
+    assert stuck["samples_waited"] == stuck["samples_held"] == document["samples"]
+    assert stuck["distinct_waiters"] == 3
+    kinds = {(p["kind"], p["key"]) for p in document["patterns"]}
+    assert ("stuck-owner", "tenant_summary 2") in kinds
+    assert ("broad-key", "tenant_summary 2") in kinds
+    assert ("duplicate-dispatch", "unregistered pair (5000, 1)") in kinds
+    assert ("duplicate-dispatch", "unregistered pair (7000, 1)") not in kinds  # one session
+    wait_until_gone(cluster)
+
+
+def test_sample_prometheus_and_interrupt(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path
+) -> None:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    sessions.open("w").run("SELECT pg_advisory_lock(4102, 3)")
+    result = CliRunner().invoke(
+        cli, ["sample", "--duration", "500ms", "--interval", "100ms", "--dsn", cluster.dsn(),
+              "--format", "prometheus"],
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert 'lockdiag_sample_held_samples{namespace="tenant_summary"}' in result.stdout
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "lockdiag", "sample", "--duration", "60s", "--interval", "100ms",
+         "--dsn", cluster.dsn()],
+        cwd=str(tmp_path), timeout=20, dimensions=(40, 200), env=TERMINAL_ENV,
+    )  # fmt: skip
+    child.expect(rb"sampling: [1-9]")
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    output = child.before.decode()
+    assert child.exitstatus == 130
+    assert "tenant_summary 3" in output and "interrupted" in output and "Traceback" not in output
+    wait_until_gone(cluster)
+
+
+def test_bad_durations() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "lockdiag", "sample", "--interval", "0s", "--dsn", "host=x"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and "more than zero" in result.stderr
