@@ -22,4 +22,4 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     (server,) = results["server"]
     assert server["locks"] == 1000 and server["snapshot_ms"] > 0
     assert results["client"]["list_plain_s"] > 0
-    assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5."}
+    assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5.", "fl"}

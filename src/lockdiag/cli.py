@@ -22,6 +22,7 @@ from lockdiag.errors import (
     EXIT_INTERRUPTED,
     EXIT_NEGATIVE,
     EXIT_OK,
+    EXIT_SERVER,
     EXIT_UNKNOWN,
     InputError,
     LockdiagError,
@@ -29,6 +30,7 @@ from lockdiag.errors import (
 )
 
 if TYPE_CHECKING:
+    from lockdiag.fleet import Capture
     from lockdiag.registry import Registry
     from lockdiag.render import Output
     from lockdiag.snapshot import Scope, Snapshot
@@ -86,21 +88,42 @@ def _remember_duration(ctx: click.Context, param: click.Parameter, value: str | 
 class Source:
     """Where the snapshot comes from: the common options of every read command."""
 
-    dsn: str | None = None
+    dsns: tuple[str, ...] = ()
     timeout: float = 5.0
     from_file: Path | None = None
     pgbouncer: tuple[str, ...] = ()
     pooler_addr: tuple[str, ...] = ()
 
+    @property
+    def dsn(self) -> str | None:
+        """The one server of a single-server command."""
+        if len(self.dsns) > 1:
+            raise InputError("this command reads one server: give a single --dsn")
+        return self.dsns[0] if self.dsns else None
+
+    @property
+    def fleet(self) -> bool:
+        return len(self.dsns) > 1
+
 
 def source() -> Source:
+    import os
+
     meta = click.get_current_context().meta
     given = {
         name: meta[f"lockdiag.{name}"]
-        for name in ("dsn", "timeout", "from_file", "pgbouncer", "pooler_addr")
+        for name in ("timeout", "from_file", "pgbouncer", "pooler_addr")
         if meta.get(f"lockdiag.{name}") is not None
     }
-    return Source(**given)
+    dsns = list(meta.get("lockdiag.dsn") or ())
+    targets = meta.get("lockdiag.targets")
+    if targets is not None:
+        from lockdiag.fleet import read_targets
+
+        dsns += read_targets(targets)
+    if not dsns and os.environ.get("LOCKDIAG_DSN"):
+        dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
+    return Source(tuple(dsns), **given)
 
 
 def connection_options(command: F) -> F:
@@ -113,14 +136,23 @@ def connection_options(command: F) -> F:
         show_default=True,
         help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
     )(command)
+    command = click.option(
+        "--targets",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        callback=_remember,
+        expose_value=False,
+        help="Many servers: one DSN or libpq service name per line (list, check, blockers, "
+        "who-holds).",
+    )(command)
     return click.option(
         "--dsn",
-        envvar="LOCKDIAG_DSN",
+        multiple=True,
         metavar="DSN",
         callback=_remember,
         expose_value=False,
-        help="Connection string or URI [env LOCKDIAG_DSN]. Default: libpq's environment "
-        "(PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
+        help="Connection string or URI [env LOCKDIAG_DSN]; repeat it to read many servers. "
+        "Default: libpq's environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
     )(command)
 
 
@@ -178,10 +210,31 @@ def format_option(command: F) -> F:
     )(command)
 
 
+def get_captures(scope: Scope, registry: Registry) -> list[Capture] | None:
+    """Snapshots of every target when several are given (concurrently), else None."""
+    where = source()
+    if not where.fleet:
+        return None
+    if where.from_file is not None:
+        raise InputError("give either --from FILE or --dsn, not both")
+    from lockdiag.fleet import capture_all
+
+    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
+    return capture_all(list(where.dsns), where.timeout, scope, registry, poolers)
+
+
+def fleet_exit(failures: list[tuple[str, str]]) -> None:
+    """After printing every answer: exit 3 when a target could not be read."""
+    if failures:
+        for target, error in failures:
+            click.echo(f"lockdiag: error: {target}: {error}", err=True)
+        sys.exit(EXIT_SERVER)
+
+
 def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
     where = source()
     if where.from_file is not None:
-        if where.dsn:
+        if where.dsns:
             raise InputError("give either --from FILE or --dsn, not both")
         from lockdiag import snapshot
 
@@ -302,7 +355,7 @@ def list_command(
       lockdiag list --namespace tenant_summary --min-age 5m
     """
     from lockdiag.analysis import Filters, Policy, list_report
-    from lockdiag.views import list_output
+    from lockdiag.views import fleet_list_output, list_output
 
     names = get_registry(registry)
     filters = Filters(
@@ -312,9 +365,21 @@ def list_command(
         waiting=waiting,
         min_age=min_age,
     )
-    snapshot = get_snapshot("all" if all_types else "advisory", names)
-    report = list_report(snapshot, names, Policy(session_age=session_age), filters, all_types)
-    show(list_output(report), fmt)
+    scope: Scope = "all" if all_types else "advisory"
+    policy = Policy(session_age=session_age)
+    captures = get_captures(scope, names)
+    if captures is None:
+        snapshot = get_snapshot(scope, names)
+        show(list_output(list_report(snapshot, names, policy, filters, all_types)), fmt)
+        return
+    parts = [
+        (c.target, list_report(c.snapshot, names, policy, filters, all_types))
+        for c in captures
+        if c.snapshot is not None
+    ]
+    failures = [(c.target, c.error or "failed") for c in captures if c.snapshot is None]
+    show(fleet_list_output(parts, failures), fmt)
+    fleet_exit(failures)
 
 
 @cli.command("who-holds", context_settings=NUMBERS_SETTINGS)
@@ -360,6 +425,18 @@ def who_holds_command(
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, resource).triple
+    captures = get_captures("advisory", names)
+    if captures is not None:
+        from lockdiag.views import fleet_sections
+
+        reports = [(c, who_holds(c.snapshot, names, key) if c.snapshot else None) for c in captures]
+        parts = [
+            (c.target, who_holds_output(r, c.snapshot) if r and c.snapshot else None, c.error)
+            for c, r in reports
+        ]
+        show(fleet_sections(parts), fmt)
+        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
+        sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
     snapshot = get_snapshot("advisory", names)
     report = who_holds(snapshot, names, key)
     show(who_holds_output(report, snapshot), fmt)
@@ -543,6 +620,21 @@ def blockers_command(registry: str | None, fmt: str) -> None:
     from lockdiag.views_alerts import blockers_output
 
     names = get_registry(registry)
+    captures = get_captures("all", names)
+    if captures is not None:
+        from lockdiag.views import fleet_sections
+
+        parts = [
+            (
+                c.target,
+                blockers_output(blockers(c.snapshot, names)) if c.snapshot else None,
+                c.error,
+            )
+            for c in captures
+        ]
+        show(fleet_sections(parts), fmt)
+        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
+        return
     snapshot = get_snapshot("all", names)
     show(blockers_output(blockers(snapshot, names)), fmt)
 
@@ -632,18 +724,27 @@ def check_command(
       lockdiag check --format prometheus > /var/lib/node_exporter/lockdiag.prom
     """
     from lockdiag.findings import CheckPolicy, check
-    from lockdiag.views_alerts import NAGIOS_EXIT, check_output
+    from lockdiag.views_alerts import NAGIOS_EXIT, STATUS_EXIT, check_output, fleet_check_output
 
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
+    machine = fmt in ("nagios", "prometheus")
     try:
         names = get_registry(registry)
+        captures = get_captures("all", names)
+        if captures is not None:
+            results = [
+                (c.target, check(c.snapshot, names, policy) if c.snapshot else None, c.error)
+                for c in captures
+            ]
+            output, status = fleet_check_output(results, fmt, policy)
+            show(output, "plain" if machine else fmt)
+            sys.exit(STATUS_EXIT[status])
         snapshot = get_snapshot("all", names)
     except LockdiagError as error:
         if fmt == "nagios":
             click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")
         raise UnknownStatus(str(error), error.hint) from None
     report = check(snapshot, names, policy)
-    machine = fmt in ("nagios", "prometheus")
     show(check_output(report, fmt, policy), "plain" if machine else fmt)
     sys.exit(NAGIOS_EXIT[report.status])
 

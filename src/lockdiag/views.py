@@ -6,6 +6,7 @@ rename or remove them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -214,18 +215,29 @@ def notes_block(notes: list[str]) -> list[Block]:
 
 
 def list_output(report: ListReport) -> Output:
+    return fleet_list_output([(None, report)], [])
+
+
+def fleet_list_output(
+    parts: Sequence[tuple[str | None, ListReport]], failures: list[tuple[str, str]]
+) -> Output:
+    """One table for one server or many; with many, every row carries its target."""
+    fleet = len(parts) + len(failures) > 1 or any(target for target, _ in parts)
+    entries = [(target, report, e) for target, report in parts for e in report.entries]
+
     def blocks() -> list[Block]:
-        entries = report.entries
-        many_databases = len({e.lock.database for e in entries}) > 1
+        many_databases = len({(t, e.lock.database) for t, _, e in entries}) > 1
         headers = ["LOCK", "MODE", "STATUS", "PID", "APPLICATION", "USER", "CLIENT", "STATE"]
         headers += ["LIFETIME", "AGE", "WAITS/BLOCKS", "FLAGS"]
-        pooled = any(e.pool for e in entries)
+        pooled = any(e.pool for _, _, e in entries)
         if pooled:
             headers.insert(7, "POOL")
         if many_databases:
             headers.insert(1, "DATABASE")
+        if fleet:
+            headers.insert(0, "TARGET")
         rows = []
-        for e in entries:
+        for target, report, e in entries:
             s = e.session
             row = [
                 lock_label(e, report.snapshot.server),
@@ -245,45 +257,69 @@ def list_output(report: ListReport) -> Output:
                 row.insert(7, clean(pool_text(e)))
             if many_databases:
                 row.insert(1, clean(e.database))
+            if fleet:
+                row.insert(0, clean(target))
             rows.append(row)
-        summary = _summary(report)
-        flags = sorted({f for e in entries for f in e.flags})
-        legend = [f"{f}: {FLAG_MEANINGS[f]}" for f in flags]
+        flags = sorted({f for _, _, e in entries for f in e.flags})
+        scope = parts[0][1].snapshot.scope if parts else "advisory"
         return [
             Table(
                 headers,
                 rows,
-                important=[bool(e.flags or e.blocks or not e.lock.granted) for e in entries],
-                wide={0, 4, 6, len(headers) - 2},
+                important=[bool(e.flags or e.blocks or not e.lock.granted) for _, _, e in entries],
+                wide={headers.index(h) for h in ("LOCK", "APPLICATION", "CLIENT", "WAITS/BLOCKS")},
                 styles={len(headers) - 1: "yellow"},
                 optional=[headers.index(h) for h in ("USER", "CLIENT", "MODE", "LIFETIME")],
-                empty="no advisory locks" if report.snapshot.scope == "advisory" else "no locks",
+                empty="no advisory locks" if scope == "advisory" else "no locks",
             ),
-            Text([summary]),
-            Text(legend, "note"),
-            *notes_block(report.notes),
+            Text([_summary(report, target) for target, report in parts]),
+            Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
+            Text([f"{f}: {FLAG_MEANINGS[f]}" for f in flags], "note"),
+            *notes_block([n for _, report in parts for n in report.notes]),
         ]
 
     def data() -> dict[str, Any]:
+        if not fleet:
+            report = parts[0][1]
+            return {
+                "version": JSON_VERSION,
+                "server": server_data(report.snapshot),
+                "total": report.total,
+                "notes": report.notes,
+            }
         return {
             "version": JSON_VERSION,
-            "server": server_data(report.snapshot),
-            "total": report.total,
-            "notes": report.notes,
-        }
+            "targets": [
+                {"target": target, "ok": True, "error": None,
+                 "server": server_data(report.snapshot), "total": report.total,
+                 "notes": report.notes}
+                for target, report in parts
+            ] + [
+                {"target": target, "ok": False, "error": error}
+                for target, error in failures
+            ],
+        }  # fmt: skip
 
-    return Output(blocks, data, ("locks", lambda: map(entry_data, report.entries)))
+    def items() -> Iterable[dict[str, Any]]:
+        for target, _, entry in entries:
+            item = entry_data(entry)
+            if fleet:
+                item["target"] = target
+            yield item
+
+    return Output(blocks, data, ("locks", items))
 
 
-def _summary(report: ListReport) -> str:
+def _summary(report: ListReport, target: str | None = None) -> str:
     entries = report.entries
     waiting = sum(1 for e in entries if not e.lock.granted)
     server = report.snapshot.server
     shown = (
         f"{len(entries)} of {report.total}" if len(entries) != report.total else str(len(entries))
     )
+    where = f"{target}: " if target else ""
     return (
-        f"{shown} lock(s), {waiting} waiting; {report.snapshot.source}, "
+        f"{where}{shown} lock(s), {waiting} waiting; {report.snapshot.source}, "
         f"PostgreSQL {server.version}, at {server.now:%Y-%m-%d %H:%M:%S %Z}"
     )
 
@@ -507,3 +543,34 @@ def check_output(path: str, problems: list[Problem], namespaces: int) -> Output:
         }
 
     return Output(blocks, data)
+
+
+def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output:
+    """One section per target, for answers that do not merge into one table."""
+
+    def blocks() -> list[Block]:
+        out: list[Block] = []
+        for target, output, error in parts:
+            out.append(Text([f"== {clean(target)}"], "verdict"))
+            out += output.blocks() if output else [Text([f"FAILED: {clean(error)}"], "error")]
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "targets": [
+                {"target": target, "ok": output is not None, "error": error,
+                 "result": _complete(output) if output else None}
+                for target, output, error in parts
+            ],
+        }  # fmt: skip
+
+    return Output(blocks, data)
+
+
+def _complete(output: Output) -> Any:
+    data = output.data()
+    if output.items is not None:
+        key, items = output.items
+        data = {**data, key: list(items())}
+    return data

@@ -564,3 +564,94 @@ def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) ->
             f'lockdiag_sample_patterns{{kind="{kind}"}} {sum(1 for p in found if p.kind == kind)}'
         )
     return lines
+
+
+# -- check across a fleet ----------------------------------------------------------------------
+
+WORST_FIRST = ("CRITICAL", "UNKNOWN", "WARNING", "OK")  # the monitoring-plugin ranking
+STATUS_EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
+
+
+def worst(statuses: list[str]) -> str:
+    return next((s for s in WORST_FIRST if s in statuses), "OK")
+
+
+def fleet_check_output(
+    results: list[tuple[str, CheckReport | None, str | None]], fmt: str, policy: CheckPolicy
+) -> tuple[Output, str]:
+    """Every target's findings, and the worst status of all (a failed target is UNKNOWN)."""
+    statuses = [report.status if report else "UNKNOWN" for _, report, _ in results]
+    status = worst(statuses)
+
+    def summary(target: str, report: CheckReport | None, error: str | None) -> str:
+        if report is None:
+            return f"{target} UNKNOWN ({error})"
+        return f"{target} {report.status} ({_counts(report.findings)})"
+
+    if fmt == "nagios":
+        reports = [report for _, report, _ in results if report]
+        metrics = [_metrics(report) for report in reports]
+        findings = sum(len(report.findings) for report in reports)
+        line = f"LOCKDIAG {status} - {len(results)} target(s): " + "; ".join(
+            summary(*result) for result in results
+        )
+        perfdata = [
+            f"findings={findings};;;0",
+            f"waiting={sum(m['waiting'] for m in metrics):g};;;0",
+            f"longest_wait={max((m['longest_wait'] for m in metrics), default=0):.3f}s;;;0",
+            f"failed_targets={statuses.count('UNKNOWN')};;;0",
+        ]
+        return Output(lambda: [Text([f"{clean(line)} | {' '.join(perfdata)}"])], dict), status
+    if fmt == "prometheus":
+
+        def metrics_lines() -> list[str]:
+            lines: list[str] = []
+            seen: set[str] = set()
+            for target, report, _ in results:
+                up = 1 if report else 0
+                lines.append(f'lockdiag_target_up{{target="{_label(target)}"}} {up}')
+                for line in prometheus_lines(report) if report else []:
+                    if line.startswith("#"):
+                        if line not in seen:
+                            seen.add(line)
+                            lines.append(line)
+                        continue
+                    name, _, rest = line.partition(" ")
+                    labelled = (
+                        name.replace("{", f'{{target="{_label(target)}",', 1)
+                        if "{" in name
+                        else f'{name}{{target="{_label(target)}"}}'
+                    )
+                    lines.append(f"{labelled} {rest}")
+            return lines
+
+        return Output(lambda: [Text(metrics_lines())], dict), status
+
+    def blocks() -> list[Block]:
+        out: list[Block] = [
+            Text([f"{status}: " + "; ".join(summary(*r) for r in results)], "verdict")
+        ]
+        for target, report, _ in results:
+            if report is None or not report.findings:
+                continue
+            out.append(Text([f"== {clean(target)}"], "verdict"))
+            out += check_output(report, "plain", policy).blocks()[1:]
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "status": status,
+            "targets": [
+                {
+                    "target": target,
+                    "status": report.status if report else "UNKNOWN",
+                    "error": error,
+                    "server": server_data(report.snapshot) if report else None,
+                    "findings": [_finding_data(f) for f in report.findings] if report else [],
+                }
+                for target, report, error in results
+            ],
+        }
+
+    return Output(blocks, data), status
