@@ -238,3 +238,26 @@ def test_max_hold_needs_a_certain_lower_bound(
     (entry,) = analyse(capture(cluster), registry)
     assert entry.lifetime == "unknown"
     assert MAX_HOLD in entry.flags  # idle in transaction since > 1s: held > max_hold, certainly
+
+
+def test_a_screenful_keeps_waiters_and_their_holders(
+    cluster: Cluster, sessions: Sessions, registry: Registry
+) -> None:
+    from lockdiag.analysis import list_report
+
+    sessions.open("many").run("SELECT count(pg_advisory_lock(7, g)) FROM generate_series(1, 500) g")
+    owner = sessions.open("owner", autocommit=False)
+    owner.run("SELECT pg_advisory_xact_lock(4102, 500)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 500)")
+    sessions.waiting(waiter)
+    report = list_report(capture(cluster), registry, screen=20)
+    assert report.narrowed and report.total == 502
+    assert len(report.entries) == 20
+    pids = {
+        e.lock.pid for e in report.entries if e.decoded and e.decoded.triple == from_pair(4102, 500)
+    }
+    assert pids == {owner.pid, waiter.pid}
+    holder = next(e for e in report.entries if e.lock.pid == owner.pid)
+    assert holder.blocks == (waiter.pid,)
+    assert not list_report(capture(cluster), registry, screen=1000).narrowed

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Literal
@@ -104,6 +104,7 @@ class ListReport:
     entries: list[LockEntry]
     notes: list[str]
     total: int  # entries before filters
+    narrowed: bool = False  # only a screenful of a larger lock table was analysed
 
 
 @dataclass(frozen=True)
@@ -220,11 +221,49 @@ def list_report(
     policy: Policy = Policy(),
     filters: Filters = Filters(),
     all_types: bool = False,
+    screen: int | None = None,
 ) -> ListReport:
+    """``screen``: the rows a terminal can show. With no filter, a lock table larger than that
+    is narrowed first (see :func:`screenful`) and only those rows are analysed."""
+    total = None
+    if screen is not None and filters == Filters():
+        narrowed = screenful(snapshot, screen, policy, all_types)
+        if narrowed is not None:
+            snapshot, total = narrowed
     entries = analyse(snapshot, registry, policy, advisory_only=not all_types)
     selected = [e for e in entries if filters.accept(e)]
     notes = [*privilege_notes(snapshot, entries), *snapshot.notes]
-    return ListReport(snapshot, selected, notes, len(entries))
+    if total is None:
+        return ListReport(snapshot, selected, notes, len(entries))
+    return ListReport(snapshot, selected, notes, total, narrowed=True)
+
+
+def screenful(
+    snapshot: Snapshot, rows: int, policy: Policy, all_types: bool
+) -> tuple[Snapshot, int] | None:
+    """The locks worth a screen when there are far more: waiters and the holders they wait
+    for, then locks of sessions idle longer than --session-age (certain session locks), then
+    the rest in pg_locks order. Chosen from raw rows, without analysing every lock."""
+    locks = snapshot.locks if all_types else [r for r in snapshot.locks if r.locktype == "advisory"]
+    if len(locks) <= rows:
+        return None
+    waited = {r.lock_object for r in locks if not r.granted}
+    now = snapshot.server.now
+    idle = {
+        pid
+        for pid, s in snapshot.sessions.items()
+        if s.certainly_outside_transaction
+        and s.state_change is not None
+        and (now - s.state_change).total_seconds() >= policy.session_age
+    }
+    first = [r for r in locks if not r.granted or (waited and r.lock_object in waited)]
+    chosen = {id(r) for r in first}
+    second = [r for r in locks if r.pid in idle and id(r) not in chosen][
+        : max(0, rows - len(first))
+    ]
+    chosen.update(id(r) for r in second)
+    rest = [r for r in locks[: rows * 2] if id(r) not in chosen][: max(0, rows - len(chosen))]
+    return replace(snapshot, locks=[*first, *second, *rest]), len(locks)
 
 
 def _idle_since(session: Session | None, now: datetime) -> float | None:

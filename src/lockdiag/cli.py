@@ -7,6 +7,7 @@ and ``--version`` stay fast.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -355,6 +356,7 @@ def list_command(
       lockdiag list --namespace tenant_summary --min-age 5m
     """
     from lockdiag.analysis import Filters, Policy, list_report
+    from lockdiag.render import resolve
     from lockdiag.views import fleet_list_output, list_output
 
     names = get_registry(registry)
@@ -370,7 +372,11 @@ def list_command(
     captures = get_captures(scope, names)
     if captures is None:
         snapshot = get_snapshot(scope, names)
-        show(list_output(list_report(snapshot, names, policy, filters, all_types)), fmt)
+        screen = None
+        if resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty():
+            screen = max(10, shutil.get_terminal_size().lines - 8)  # what the table can show
+        report = list_report(snapshot, names, policy, filters, all_types, screen)
+        show(list_output(report), fmt)
         return
     parts = [
         (c.target, list_report(c.snapshot, names, policy, filters, all_types))

@@ -318,6 +318,8 @@ def _summary(report: ListReport, target: str | None = None) -> str:
         f"{len(entries)} of {report.total}" if len(entries) != report.total else str(len(entries))
     )
     where = f"{target}: " if target else ""
+    if report.narrowed:
+        shown += " (waiters, their holders and long-idle holders first; --format plain for all)"
     return (
         f"{where}{shown} lock(s), {waiting} waiting; {report.snapshot.source}, "
         f"PostgreSQL {server.version}, at {server.now:%Y-%m-%d %H:%M:%S %Z}"
