@@ -159,10 +159,10 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
 
     import psycopg
 
-    from lockdiag.known import derived_keys, enrichment_query
+    from lockdiag.known import derived_keys, enrichment_query, unmatched_keys
 
-    planned = enrichment_query(snapshot, registry)
-    if planned is None:
+    unmatched = unmatched_keys(snapshot, registry)
+    if not unmatched:
         return snapshot
     notes = list(snapshot.notes)
     unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
@@ -171,6 +171,9 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
             "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
         )
+    planned = enrichment_query(snapshot, registry, unmatched)
+    if planned is None:
+        return dataclasses.replace(snapshot, notes=notes)
     sql, params = planned
     try:
         rows = connection.execute(sql.encode(), params).fetchall()

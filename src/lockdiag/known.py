@@ -214,24 +214,32 @@ ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 
 
-def enrichment_query(snapshot: Snapshot, registry: Registry) -> tuple[str, dict[str, Any]] | None:
-    """The one extra query that names keys from hashtext() and the software's own rows, or
-    None when every advisory key is already named (then no query runs at all)."""
-    tables = set(snapshot.server.tables)  # readable ones; "!name" when present but not
+def unmatched_keys(snapshot: Snapshot, registry: Registry) -> set[int]:
+    """Advisory keys (as bigints) that neither the registry nor the catalogue names."""
     catalogue = snapshot_catalogue(snapshot, registry.candidates)
     names = snapshot.server.databases
-    unmatched = {
+    return {
         key.bigint
         for lock in snapshot.locks
         if (key := lock.advisory_key) is not None
         and registry.decode(key) is None
         and catalogue.lookup(key, names.get(lock.database or 0)) is None
     }
-    if not unmatched:
-        return None
+
+
+def enrichment_query(
+    snapshot: Snapshot, registry: Registry, unmatched: set[int]
+) -> tuple[str, dict[str, Any]] | None:
+    """The one extra query that names keys from hashtext() and the software's own rows, or
+    None when the server has nothing to tell (then no query runs at all)."""
+    tables = set(snapshot.server.tables)  # readable ones; "!name" when present but not
     candidates = registry.candidates
-    strings = [*candidates.hashtext, *PARTMAN_NAMES]
+    strings = list(candidates.hashtext)
+    if "pg_partman" in snapshot.server.extensions:
+        strings += PARTMAN_NAMES
     strings += [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
+    if not strings and not {t for t in tables if not t.startswith("!")}:
+        return None  # nothing the server could name: no extra round trip
     parts = [
         "SELECT 'hashtext' AS source, s AS name, pg_catalog.hashtext(s)::bigint AS key "
         "FROM pg_catalog.unnest(%(strings)s::text[]) AS s"

@@ -119,6 +119,7 @@ class ServerInfo:
     database: str = ""  # the database lockdiag connected to
     relations: dict[int, str] = field(default_factory=dict)  # oid -> schema.name, this database
     tables: list[str] = field(default_factory=list)  # well-known software's tables found here
+    extensions: list[str] = field(default_factory=list)  # pg_partman, pgmq, when installed
 
     def relation_name(self, database: int | None, relation: int | None) -> str | None:
         """A locked relation's name, when it lives in this database (or is shared)."""
@@ -211,6 +212,7 @@ def _build_server(raw: dict[str, Any], version_num: int) -> ServerInfo:
     raw = dict(raw, version_num=version_num)
     raw["relations"] = raw.get("relations") or {}  # json_object_agg of no rows is NULL
     raw["tables"] = raw.get("tables") or []
+    raw["extensions"] = raw.get("extensions") or []
     return _build(ServerInfo, raw, "server")
 
 

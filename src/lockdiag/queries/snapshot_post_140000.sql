@@ -42,6 +42,8 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
            'database', pg_catalog.current_database(),
+           'extensions', (SELECT pg_catalog.json_agg(e.extname) FROM pg_catalog.pg_extension AS e
+                          WHERE e.extname IN ('pg_partman', 'pgmq')),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
                          FROM pg_catalog.pg_database AS d),
            -- tables of well-known software whose rows name advisory keys (known.py), read
