@@ -185,12 +185,8 @@ def create_cluster(
     """
     bindir = bindir or find_bindir()
     user = server_user()
-    base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(base, entry.pw_uid, entry.pw_gid)
-    base.chmod(0o755)  # the server's user must reach its socket and data in it
-    cluster = Cluster(bindir, base, free_port(), user, dict(settings or {}))
+    cluster = Cluster(bindir, _new_base(user), free_port(), user, dict(settings or {}))
+    base = cluster.base
     initdb = [str(bindir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "-A", "trust"]
     result = subprocess.run(
         [*initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
@@ -206,24 +202,14 @@ def create_cluster(
     rules = [*(hba or []), "local all all trust", "host all all 127.0.0.1/32 trust"]
     rules += ["local replication all trust", "host replication all 127.0.0.1/32 trust"]
     (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
-    if start:
-        try:
-            cluster.start()
-        except BaseException:
-            cluster.destroy()
-            raise
-    return cluster
+    return _started(cluster) if start else cluster
 
 
 def create_standby(primary: Cluster) -> Cluster:
     """A streaming standby of ``primary`` (pg_basebackup -R), started on its own port."""
     user = primary.user
-    base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(base, entry.pw_uid, entry.pw_gid)
-    base.chmod(0o755)
-    standby = Cluster(primary.bindir, base, free_port(), user, dict(primary.settings))
+    standby = Cluster(primary.bindir, _new_base(user), free_port(), user, dict(primary.settings))
+    base = standby.base
     result = subprocess.run(
         [str(primary.bindir / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream",
          "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "--no-sync",
@@ -233,12 +219,26 @@ def create_standby(primary: Cluster) -> Cluster:
     if result.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         raise ClusterError(f"pg_basebackup failed:\n{result.stderr.strip()}")
+    return _started(standby)
+
+
+def _new_base(user: str | None) -> Path:
+    """A fresh directory for one server, owned by the user it runs as."""
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.chown(base, entry.pw_uid, entry.pw_gid)
+    base.chmod(0o755)  # the server's user must reach its socket and data in it
+    return base
+
+
+def _started(cluster: Cluster) -> Cluster:
     try:
-        standby.start()
+        cluster.start()
     except BaseException:
-        standby.destroy()
+        cluster.destroy()
         raise
-    return standby
+    return cluster
 
 
 def _quote(value: str) -> str:
