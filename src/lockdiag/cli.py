@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -30,7 +31,9 @@ from lockdiag.cli_common import (
     source_options,
 )
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
-from lockdiag.snapshot import Scope
+
+if TYPE_CHECKING:
+    from lockdiag.snapshot import Scope
 
 # -- commands ----------------------------------------------------------------------------------
 

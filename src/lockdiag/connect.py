@@ -136,11 +136,11 @@ def complete(
     server, and which backends are a pooler's server connections (read in the same run)."""
     import dataclasses
 
-    from lockdiag import pooler
-
     snapshot = enrich(connection, snapshot, registry)
     if poolers is None or not (poolers.pgbouncer or poolers.addresses):
         return snapshot
+    from lockdiag import pooler
+
     links = pooler.address_links(poolers.addresses, snapshot.sessions)
     consoles, notes = [], list(snapshot.notes)
     for console_dsn in poolers.pgbouncer:

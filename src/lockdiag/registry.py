@@ -24,11 +24,6 @@ from lockdiag.durations import parse_duration
 from lockdiag.errors import InputError
 from lockdiag.keys import INT4_MAX, INT4_MIN, Form, LockTriple, namespace_key, split_namespace
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 Expect = Literal["xact", "session", "any"]
 
 FILE_NAME = "lockdiag.toml"
@@ -243,6 +238,11 @@ def check_file(path: Path) -> tuple[Registry | None, list[Problem]]:
 def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, list[Problem]]:
     """Validate registry text. Returns the registry (None when an error makes it unusable)
     and every problem found, errors and warnings, each with its line where it can be located."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
