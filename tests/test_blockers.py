@@ -139,3 +139,37 @@ def test_no_waits(cluster: Cluster, sessions: Sessions) -> None:
     result = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()])
     assert result.exit_code == 0
     assert result.stdout.strip() == "no session waits for a lock"
+
+
+def test_parallel_workers_fold_into_their_leader(cluster: Cluster, sessions: Sessions) -> None:
+    setup = sessions.open("setup")
+    setup.run("CREATE TABLE IF NOT EXISTS wide AS SELECT g FROM generate_series(1, 200000) g")
+    setup.run("ANALYZE wide")
+    reporter = sessions.open("reporter")
+    reporter.run(
+        "SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; "
+        "SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0"
+    )
+    reporter.start("SELECT count(*) FROM wide WHERE pg_sleep(0.0001) IS NOT NULL")
+    sessions.until(
+        lambda admin: (
+            admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE leader_pid = %s AND pid <> %s",
+                (reporter.pid, reporter.pid),
+            ).fetchone()[0]  # type: ignore[index]
+            > 0
+        ),
+        10,
+        "parallel workers to start",
+    )
+    ddl = sessions.open("ddl")
+    ddl.start("ALTER TABLE wide ADD COLUMN x int")
+    sessions.waiting(ddl)
+    report = graph(cluster)
+    (root,) = report.roots
+    assert root.tree.pid == reporter.pid  # the leader, not a worker, once
+    assert [child.pid for child in root.tree.children] == [ddl.pid]
+    assert report.nodes[reporter.pid].workers  # the workers, folded into their leader
+    assert all(pid not in report.nodes for pid in report.nodes[reporter.pid].workers)
+    text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
+    assert "parallel worker(s)) holds relation public.wide" in text

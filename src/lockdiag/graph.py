@@ -94,6 +94,9 @@ def blockers(snapshot: Snapshot, registry: Registry, policy: Policy = DEFAULT_PO
         elif entry.blocks:
             node(pid).holds.append(entry)
 
+    for pid, leader_pid in leader.items():  # workers that hold locks but block on their own
+        if leader_pid in nodes and pid not in nodes[leader_pid].workers:
+            nodes[leader_pid].workers.append(pid)
     children = _children(edges)
     waiting = {e.waiter for e in edges}
     root_pids = [pid for pid in dict.fromkeys(e.blocker for e in edges) if pid not in waiting]
