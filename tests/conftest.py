@@ -24,7 +24,11 @@ OTHER_DB = "app2"
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     server = create_cluster(
-        settings={"max_locks_per_transaction": "256", "deadlock_timeout": "60s"},
+        settings={
+            "max_locks_per_transaction": "256",
+            "deadlock_timeout": "60s",
+            "max_prepared_transactions": "4",
+        },
         hba=["host all pw_user 127.0.0.1/32 scram-sha-256"],
     )
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
@@ -173,3 +174,30 @@ def test_parallel_workers_fold_into_their_leader(cluster: Cluster, sessions: Ses
     assert all(pid not in report.nodes for pid in report.nodes[reporter.pid].workers)
     text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
     assert "parallel worker(s)) holds relation public.wide" in text
+
+
+def test_prepared_transaction_holds_a_lock(cluster: Cluster, sessions: Sessions) -> None:
+    """A forgotten prepared transaction keeps its locks with no session at all."""
+    preparer = sessions.open("preparer", autocommit=False)
+    preparer.run("SELECT pg_advisory_xact_lock(8, 8)")
+    preparer.run("PREPARE TRANSACTION 'lockdiag_test'")
+    try:
+        waiter = sessions.open("waiter")
+        waiter.start("SELECT pg_advisory_lock(8, 8)")
+        sessions.waiting(waiter)
+        report = graph(cluster)
+        (root,) = report.roots
+        assert root.tree.pid == 0
+        assert [child.pid for child in root.tree.children] == [waiter.pid]
+        text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
+        assert (
+            "a prepared transaction (pid 0: COMMIT PREPARED or ROLLBACK PREPARED ends it)" in text
+        )
+        listed = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(), "--format", "json"])
+        held = [lock for lock in json.loads(listed.stdout)["locks"] if lock["granted"]]
+        assert [lock["pid"] for lock in held] == [None]  # no session owns it any more
+        shown = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn()]).stdout
+        assert f"prepared {held[0]['virtualtransaction']}" in shown
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("ROLLBACK PREPARED 'lockdiag_test'")

@@ -112,9 +112,6 @@ class Cluster:
         parts.update(extra)
         return " ".join(f"{key}={_quote(value)}" for key, value in parts.items())
 
-    def socket_dsn(self, user: str = "postgres", dbname: str = "postgres") -> str:
-        return f"host={self.base} port={self.port} user={user} dbname={dbname}"
-
     def start(self, timeout: float = 30.0) -> None:
         command = [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
         command += ["-k", str(self.base), "-c", "listen_addresses=127.0.0.1"]

@@ -1,6 +1,6 @@
 """The wait-for graph of every lock type: who waits for whom, root blockers, cycles.
 
-Built from ``pg_blockingtree_pids()`` of the waiting pids only (see the snapshot query), never by
+Built from ``pg_blocking_pids()`` of the waiting pids only (see the snapshot query), never by
 joining pg_locks with itself. Its answer mixes two kinds of blockers, told apart in analysis:
 *hard* ones hold a conflicting lock; *soft* ones are waiters queued ahead with a conflicting
 request ("queued behind"). Parallel workers are folded into their leader.
@@ -17,7 +17,6 @@ from lockdiag.registry import Registry
 from lockdiag.snapshot import Session, Snapshot
 
 EdgeKind = Literal["holds", "queued"]
-PREPARED = 0  # pg_blockingtree_pids() reports a prepared transaction as pid 0
 
 
 @dataclass(frozen=True)

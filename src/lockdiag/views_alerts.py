@@ -22,7 +22,7 @@ NAGIOS_EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2}
 
 def _node_text(node: Node | None, pid: int, report: Blockers) -> str:
     server = report.snapshot.server
-    if pid == 0:
+    if pid == 0:  # pg_blocking_pids() reports a prepared transaction as pid 0
         return "a prepared transaction (pid 0: COMMIT PREPARED or ROLLBACK PREPARED ends it)"
     if node is None or node.session is None:
         return f"pid {pid}"
