@@ -31,7 +31,9 @@ import psycopg
 from lockdiag import queries
 from lockdiag.cluster import Cluster, create_cluster
 
-LOCKDIAG = [sys.executable, "-m", "lockdiag"]
+# the console script, as people run it (python -m adds runpy's few milliseconds)
+_SCRIPT = shutil.which("lockdiag", path=str(Path(sys.executable).parent))
+LOCKDIAG = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "lockdiag"]
 PSQL_JOIN = """SELECT l.locktype, l.database, l.classid, l.objid, l.objsubid, l.mode, l.granted,
  l.pid, a.application_name, a.usename, a.client_addr, a.client_port, a.state, a.xact_start,
  a.state_change, l.waitstart

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -182,7 +181,7 @@ def who_holds_command(
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     required=True,
     help="File to write ('-' for standard output).",
 )
@@ -190,7 +189,7 @@ def who_holds_command(
 @pooler_options
 @connection_options
 @registry_option
-def snapshot_command(output: Path, advisory_only: bool, registry: str | None) -> None:
+def snapshot_command(output: str, advisory_only: bool, registry: str | None) -> None:
     """Save every lock and its sessions to a JSON file, for later or for someone else.
 
     Every read command accepts --from FILE and gives the same answer offline.
@@ -204,10 +203,12 @@ def snapshot_command(output: Path, advisory_only: bool, registry: str | None) ->
     from lockdiag import snapshot
 
     taken = get_snapshot("advisory" if advisory_only else "all", get_registry(registry))
-    if str(output) == "-":
+    if output == "-":
         click.echo(snapshot.dumps(taken), nl=False)
         return
-    snapshot.save(taken, output)
+    from pathlib import Path
+
+    snapshot.save(taken, Path(output))
     click.echo(
         f"saved {len(taken.locks)} lock(s) and {len(taken.sessions)} session(s) from "
         f"{taken.source} to {output}",

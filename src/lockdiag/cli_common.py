@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -79,7 +78,7 @@ class Source:
 
     dsns: tuple[str, ...] = ()
     timeout: float = 5.0
-    from_file: Path | None = None
+    from_file: str | None = None
     pgbouncer: tuple[str, ...] = ()
     pooler_addr: tuple[str, ...] = ()
 
@@ -107,9 +106,11 @@ def source() -> Source:
     dsns = list(meta.get("lockdiag.dsn") or ())
     targets = meta.get("lockdiag.targets")
     if targets is not None:
+        from pathlib import Path
+
         from lockdiag.fleet import read_targets
 
-        dsns += read_targets(targets)
+        dsns += read_targets(Path(targets))
     if not dsns and os.environ.get("LOCKDIAG_DSN"):
         dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
     return Source(tuple(dsns), **given)
@@ -127,7 +128,7 @@ def connection_options(command: F) -> F:
     )(command)
     command = click.option(
         "--targets",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(dir_okay=False),
         metavar="FILE",
         callback=_remember,
         expose_value=False,
@@ -171,7 +172,7 @@ def source_options(command: F) -> F:
     return click.option(
         "--from",
         "from_file",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(dir_okay=False),
         metavar="FILE",
         callback=_remember,
         expose_value=False,
@@ -225,9 +226,11 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
     if where.from_file is not None:
         if where.dsns:
             raise InputError("give either --from FILE or --dsn, not both")
+        from pathlib import Path
+
         from lockdiag import snapshot
 
-        loaded = snapshot.load(where.from_file)
+        loaded = snapshot.load(Path(where.from_file))
         if scope == "all" and loaded.scope != "all":
             click.echo(
                 f"lockdiag: note: {where.from_file} holds advisory locks only "

@@ -6,7 +6,6 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import click
 
@@ -116,21 +115,21 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
 @click.option("--once", is_flag=True, help="Print one frame as text and exit (no terminal needed).")
 @click.option(
     "--record",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     metavar="FILE",
     help="Append every snapshot to FILE, one JSON line each.",
 )
 @click.option(
     "--from",
     "replay",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     metavar="FILE",
     help="Replay a file written by --record instead of reading a server.",
 )
 @connection_options
 @registry_option
 def watch_command(
-    interval: float, once: bool, record: Path | None, replay: Path | None, registry: str | None
+    interval: float, once: bool, record: str | None, replay: str | None, registry: str | None
 ) -> None:
     """A live view that refreshes, like top: findings, root blockers, holders and waiters.
 
@@ -153,7 +152,14 @@ def watch_command(
     if replay is not None and record is not None:
         raise InputError("give either --from FILE or --record FILE, not both")
     where = source()
-    snapshots = Snapshots(where.dsn, where.timeout, replay, record)
+    from pathlib import Path
+
+    snapshots = Snapshots(
+        where.dsn,
+        where.timeout,
+        Path(replay) if replay else None,
+        Path(record) if record else None,
+    )
     run(State(get_registry(registry)), snapshots, interval, once)
 
 
