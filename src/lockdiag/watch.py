@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from lockdiag.analysis import Filters, LockEntry, analyse
 from lockdiag.durations import format_duration
-from lockdiag.errors import InputError, LockdiagError
+from lockdiag.errors import InputError, LockdiagError, ServerError
 from lockdiag.findings import check
 from lockdiag.graph import blockers
 from lockdiag.observe import Tracker, identity
@@ -299,7 +299,7 @@ def run(
                     next_refresh = time.monotonic() + interval
                     try:
                         state.take(source.next())
-                    except LockdiagError as error:
+                    except ServerError as error:  # bad input (a broken recording) still stops
                         state.error = f"connection lost, retrying: {str(error).splitlines()[0]}"
                 live.update(Group(*rich_renderables(frame(state), console)), refresh=True)
                 wait = interval if state.paused else max(0.05, next_refresh - time.monotonic())
