@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -147,6 +148,7 @@ def watch_command(
     from lockdiag.watch import Source as Snapshots
     from lockdiag.watch import State, run
 
+    gc.enable()  # a long-running loop: collect its garbage (main() turns collection off)
     if interval <= 0:
         raise InputError("--interval must be more than zero")
     if replay is not None and record is not None:
@@ -197,6 +199,7 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
     from lockdiag.observe import Sampler, sample
     from lockdiag.views_alerts import sample_output
 
+    gc.enable()  # a long-running loop: collect its garbage (main() turns collection off)
     if interval <= 0 or duration <= 0:
         raise InputError("--duration and --interval must be more than zero")
     names = get_registry(registry)

@@ -159,13 +159,15 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
 
     import psycopg
 
-    from lockdiag.known import derived_keys, enrichment_query, unmatched_keys
+    from lockdiag.known import derived_keys, enrichment_query, server_can_name, unmatched_keys
 
+    unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
+    if not (server_can_name(snapshot, registry) or unreadable):
+        return snapshot  # nothing to ask and nothing to say: no work at all
     unmatched = unmatched_keys(snapshot, registry)
     if not unmatched:
         return snapshot
     notes = list(snapshot.notes)
-    unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
     if unreadable:
         notes.append(
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "

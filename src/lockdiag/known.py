@@ -214,6 +214,20 @@ ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 
 
+def _names_to_hash(snapshot: Snapshot, registry: Registry) -> list[str]:
+    candidates = registry.candidates
+    strings = list(candidates.hashtext)
+    if "pg_partman" in snapshot.server.extensions:
+        strings += PARTMAN_NAMES
+    return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
+
+
+def server_can_name(snapshot: Snapshot, registry: Registry) -> bool:
+    """Whether the server could name a key: names to hash, or readable tables to read."""
+    readable = [t for t in snapshot.server.tables if not t.startswith("!")]
+    return bool(readable or _names_to_hash(snapshot, registry))
+
+
 def unmatched_keys(snapshot: Snapshot, registry: Registry) -> set[int]:
     """Advisory keys (as bigints) that neither the registry nor the catalogue names."""
     catalogue = snapshot_catalogue(snapshot, registry.candidates)
@@ -233,12 +247,8 @@ def enrichment_query(
     """The one extra query that names keys from hashtext() and the software's own rows, or
     None when the server has nothing to tell (then no query runs at all)."""
     tables = set(snapshot.server.tables)  # readable ones; "!name" when present but not
-    candidates = registry.candidates
-    strings = list(candidates.hashtext)
-    if "pg_partman" in snapshot.server.extensions:
-        strings += PARTMAN_NAMES
-    strings += [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
-    if not strings and not {t for t in tables if not t.startswith("!")}:
+    strings = _names_to_hash(snapshot, registry)
+    if not server_can_name(snapshot, registry):
         return None  # nothing the server could name: no extra round trip
     parts = [
         "SELECT 'hashtext' AS source, s AS name, pg_catalog.hashtext(s)::bigint AS key "

@@ -124,18 +124,10 @@ def plain(blocks: list[Block]) -> str:
 
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for index, cell in enumerate(row):
-            widths[index] = max(widths[index], len(cell))
-    last = len(headers) - 1
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(
-            c.ljust(widths[i]) if i < last else c for i, c in enumerate(cells)
-        ).rstrip()
-
-    return [line(headers), *map(line, rows)]
+    widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
+    # one format call per row (padding done in C), instead of one ljust per cell
+    template = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
+    return [template.format(*cells).rstrip() for cells in [headers, *rows]]
 
 
 def _rich(blocks: list[Block], stream: TextIO) -> None:
