@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import click.shell_completion
 
 from lockdiag import __version__
 from lockdiag.errors import EXIT_INTERRUPTED, EXIT_SERVER, InputError, LockdiagError
 
 if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
     from lockdiag.fleet import Capture
     from lockdiag.registry import Registry
     from lockdiag.render import Output
@@ -252,7 +253,7 @@ def get_registry(path: str | None) -> Registry:
 
 def complete_namespace(
     ctx: click.Context, param: click.Parameter, incomplete: str
-) -> list[click.shell_completion.CompletionItem]:
+) -> list[CompletionItem]:
     """Namespace names from the registry (quietly nothing when it cannot be read)."""
     from click.shell_completion import CompletionItem
 

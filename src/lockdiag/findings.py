@@ -91,7 +91,7 @@ def check(
     list_policy: Policy = DEFAULT_POLICY,
 ) -> CheckReport:
     entries = analyse(snapshot, registry, list_policy, advisory_only=False)
-    graph = blockers(snapshot, registry, list_policy)
+    graph = blockers(snapshot, registry, list_policy, entries)
     findings = [
         *_outlived_clients(entries),
         *_session_locks(entries, policy),

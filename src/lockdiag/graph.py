@@ -60,8 +60,15 @@ class Blockers:
     cycles: list[list[int]]  # waits that loop back on themselves (a deadlock not yet broken)
 
 
-def blockers(snapshot: Snapshot, registry: Registry, policy: Policy = DEFAULT_POLICY) -> Blockers:
-    entries = analyse(snapshot, registry, policy, advisory_only=False)
+def blockers(
+    snapshot: Snapshot,
+    registry: Registry,
+    policy: Policy = DEFAULT_POLICY,
+    entries: list[LockEntry] | None = None,
+) -> Blockers:
+    """``entries``: the snapshot already analysed with every lock type, when the caller has it."""
+    if entries is None:
+        entries = analyse(snapshot, registry, policy, advisory_only=False)
     leader = _leaders(snapshot)
     nodes: dict[int, Node] = {}
 

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 Format = Literal["table", "plain", "json"]
-FORMATS = ("auto", "table", "plain", "json")
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
 VALUE_STYLES = {"WAITING": "bold red"}
 NARROW_LIMIT = 32  # a short column never shrinks below its content, up to this width

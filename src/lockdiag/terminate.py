@@ -50,10 +50,11 @@ def preview(snapshot: Snapshot, registry: Registry, pid: int) -> Preview:
         raise Refused(
             f"pid {pid} is a parallel worker of pid {session.leader_pid}: act on the leader"
         )
-    mine = [e for e in analyse(snapshot, registry, advisory_only=False) if e.lock.pid == pid]
+    entries = analyse(snapshot, registry, advisory_only=False)
+    mine = [e for e in entries if e.lock.pid == pid]
     holds = [e for e in mine if e.lock.granted]
     waits = next((e for e in mine if not e.lock.granted), None)
-    blocked = behind(blockers(snapshot, registry), pid)
+    blocked = behind(blockers(snapshot, registry, entries=entries), pid)
     releases = sorted(holds, key=lambda e: (not e.blocks, e.lock.locktype != "advisory"))
     return Preview(pid, session, holds, waits, blocked, releases)
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from lockdiag.analysis import Filters, LockEntry, analyse
+from lockdiag.analysis import Filters, LockEntry
 from lockdiag.durations import format_duration
 from lockdiag.errors import InputError, LockdiagError, ServerError
-from lockdiag.findings import check
-from lockdiag.graph import blockers
+from lockdiag.findings import CheckReport, check
 from lockdiag.observe import Tracker, identity
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Table, Text, clean
@@ -45,7 +44,8 @@ class State:
     registry: Registry
     tracker: Tracker = field(default_factory=Tracker)
     snapshot: Snapshot | None = None
-    entries: list[LockEntry] = field(default_factory=list)
+    report: CheckReport | None = None  # findings and wait graph of the last snapshot
+    entries: list[LockEntry] = field(default_factory=list)  # its advisory locks
     paused: bool = False
     namespace: str | None = None
     pid: int | None = None
@@ -58,7 +58,10 @@ class State:
 
     def take(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self.entries = analyse(snapshot, self.registry)
+        # one analysis a refresh, not one per redraw: check() analyses every lock type and
+        # builds the wait graph; the advisory rows of the same analysis fill the table
+        self.report = check(snapshot, self.registry)
+        self.entries = [e for e in self.report.entries if e.lock.locktype == "advisory"]
         self.tracker.update(self.entries, snapshot.server.now)
         self.cost = snapshot.query_seconds
         self.source = snapshot.source
@@ -127,11 +130,9 @@ def frame(state: State) -> list[Block]:
     if narrowed:
         header += " · only " + ", ".join(narrowed)
     blocks: list[Block] = [Text([header], "verdict")]
-    if snapshot is not None:
+    if snapshot is not None and state.report is not None:
         now = snapshot.server.now
-        findings = [
-            f for f in check(snapshot, state.registry).findings if state.shows(f.entry, f.pid)
-        ]
+        findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
         lines = [
             f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"
             for f in findings[:8]
@@ -139,7 +140,7 @@ def frame(state: State) -> list[Block]:
         if len(findings) > 8:
             lines.append(f"... {len(findings) - 8} more (lockdiag check)")
         blocks.append(Text(lines or ["no findings"], "error" if findings else "plain"))
-        graph = blockers(snapshot, state.registry)
+        graph = state.report.graph
         chains: list[str] = []
         for root in graph.roots[:3]:
             chains += tree_lines(root.tree, graph)
