@@ -145,8 +145,7 @@ def watch_command(
       lockdiag watch --from incident.jsonl
       lockdiag watch --once
     """
-    from lockdiag.watch import Source as Snapshots
-    from lockdiag.watch import State, run
+    from lockdiag.watch import Feed, State, run
 
     gc.enable()  # a long-running loop: collect its garbage (main() turns collection off)
     if interval <= 0:
@@ -156,7 +155,7 @@ def watch_command(
     where = source()
     from pathlib import Path
 
-    snapshots = Snapshots(
+    snapshots = Feed(
         where.dsn,
         where.timeout,
         Path(replay) if replay else None,

@@ -225,7 +225,7 @@ def read_key(stream: TextIO, timeout: float) -> str | None:
     return os.read(stream.fileno(), 1).decode(errors="replace") if ready else None
 
 
-class Source:
+class Feed:
     """Snapshots from a server (one connection, reopened after a failure) or a recording."""
 
     def __init__(
@@ -275,7 +275,7 @@ class Source:
 
 
 def run(
-    state: State, source: Source, interval: float, once: bool, stream: TextIO | None = None
+    state: State, source: Feed, interval: float, once: bool, stream: TextIO | None = None
 ) -> None:
     from lockdiag.render import plain, rich_renderables
 
