@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
@@ -52,8 +52,7 @@ class Policy:
 DEFAULT_POLICY = Policy()
 
 
-@dataclass(frozen=True)
-class Decoded:
+class Decoded(NamedTuple):
     """An advisory key in the team's words: a namespace and resource, or the raw numbers."""
 
     triple: LockTriple
@@ -61,7 +60,7 @@ class Decoded:
     resource: int | None = None
     known: Known | None = None  # well-known software's key, when no namespace matches
 
-    @cached_property  # one per distinct key, asked for on every row that holds it
+    @property
     def label(self) -> str:
         if self.namespace is not None:
             return f"{self.namespace.name} {self.resource}"
@@ -77,12 +76,15 @@ def decode(
     match = registry.decode(key)
     if match is not None:
         return Decoded(key, *match)
-    return Decoded(key, known=catalogue.lookup(key, database))
+    return Decoded(key, None, None, catalogue.lookup(key, database))
 
 
-@dataclass(frozen=True, slots=True)
-class LockEntry:
-    """One pg_locks row with everything known about it."""
+class LockEntry(NamedTuple):
+    """One pg_locks row with everything known about it.
+
+    A named tuple rather than a dataclass: analyse() makes one per lock, and at a hundred
+    thousand locks the construction cost is what a person waits for.
+    """
 
     lock: LockRow
     session: Session | None
@@ -139,7 +141,12 @@ def analyse(
     snapshot: Snapshot, registry: Registry, policy: Policy = Policy(), advisory_only: bool = True
 ) -> list[LockEntry]:
     """Every lock of the snapshot (advisory ones only by default) as LockEntry, in a stable
-    order: by database and lock, holders before waiters, waiters by wait start."""
+    order: by database and lock, holders before waiters, waiters by wait start.
+
+    Work that depends only on the backend (lifetime, lower bound, pool) is done once per
+    backend, flags once per backend and namespace: per lock there is a key to decode and an
+    entry to make, which matters at a hundred thousand locks.
+    """
     now = snapshot.server.now
     databases = snapshot.server.databases
     rows = (
@@ -155,64 +162,128 @@ def analyse(
             waiters[row.lock_object].append(row)
             blocker_pids.update(row.blocked_by or ())
     holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
+    contested: set[int] = set()  # id() of the granted rows a waiter may wait for
     for row in rows if waiters else ():
         if row.granted and row.pid in blocker_pids and row.lock_object in waiters:
             holders[row.lock_object].add(row.pid)
+            contested.add(id(row))
     for queue in waiters.values():
         queue.sort(key=_queue_order)
 
-    catalogue = snapshot_catalogue(snapshot, registry.candidates)
-    decoded_cache: dict[tuple[LockTriple, int | None], Decoded] = {}
-    entries = []
+    decode_key = _decoder(registry, snapshot_catalogue(snapshot, registry.candidates), databases)
+    backends: dict[tuple[int | None, int | None], _Backend] = {}
+    flags_of: dict[tuple[object, ...], tuple[str, ...]] = {}
+    entries: list[LockEntry] = []
+    # the sort key, packed so that most comparisons are of one int: database, lock type (by
+    # name), then the lock (an advisory key by form, then numbers; else the relation)
+    rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
+    order: list[tuple[int, bool, float, int]] = []
     for row in rows:
-        session = snapshot.session(row.pid)
-        key = row.advisory_key
+        pid, database, granted = row.pid, row.database, row.granted
+        backend = backends.get((pid, database))
+        if backend is None:
+            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
         decoded = None
-        if key is not None:
-            decoded = decoded_cache.get((key, row.database))
-            if decoded is None:
-                database = databases.get(row.database) if row.database is not None else None
-                decoded = decode(registry, catalogue, key, database)
-                decoded_cache[(key, row.database)] = decoded
-        blocks: tuple[int, ...] = ()
-        if row.granted and row.pid in blocker_pids:
-            blocks = tuple(
-                w.pid
-                for w in waiters.get(row.lock_object, ())
-                if w.pid is not None and row.pid in (w.blocked_by or ())
-            )
-        waits_for: tuple[int, ...] = ()
-        queued_behind: tuple[int, ...] = ()
-        if row.granted:
-            lifetime: Lifetime | None = (
-                "session" if session and session.certainly_outside_transaction else "unknown"
-            )
-            held = _idle_since(session, now)
-            waited = None
+        if row.locktype == "advisory" and row.classid is not None and row.objid is not None:
+            decoded = decode_key(row.classid, row.objid, row.objsubid, database)
+            place = (row.objsubid or 0) << 64 | row.classid << 32 | row.objid
         else:
-            lifetime, held = None, None
-            waited = (now - row.waitstart).total_seconds() if row.waitstart else None
-            holding = holders.get(row.lock_object, set())
-            blocked_by = row.blocked_by or ()
-            # pid 0 is a prepared transaction: it holds, it cannot be queued
-            waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
-            queued_behind = tuple(p for p in blocked_by if p not in waits_for)
-        entry = LockEntry(
-            lock=row,
-            session=session,
-            database=databases.get(row.database) if row.database is not None else None,
-            decoded=decoded,
-            lifetime=lifetime,
-            held_at_least=held,
-            waited=waited,
-            blocks=blocks,
-            waits_for=waits_for,
-            queued_behind=queued_behind,
-            pool=snapshot.pool.get(row.pid) if row.pid is not None else None,
+            place = row.relation or 0
+        place |= (database or 0) << 80 | rank[row.locktype] << 66
+        if granted:  # holders first; waiters by wait start
+            order.append((place, False, 0.0, pid or 0))
+        else:
+            order.append((place, True, *_queue_order(row)))
+        if granted and (pid not in blocker_pids or id(row) not in contested):  # most locks
+            # flags depend on the backend and on the namespace (or on being unregistered)
+            context = (pid, database, None if decoded is None else id(decoded.namespace)
+                       if decoded.namespace else decoded.known is None)  # fmt: skip
+            flags = flags_of.get(context)
+            if flags is None:
+                flags = flags_of[context] = _flags(backend, decoded, True, (), policy)
+            entries.append(LockEntry(row, backend.session, backend.database, decoded,
+                                     backend.lifetime, backend.held, None, (), (), (), flags,
+                                     backend.pool))  # fmt: skip
+        else:
+            entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
+    return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
+
+
+def _contested(
+    row: LockRow,
+    backend: _Backend,
+    decoded: Decoded | None,
+    waiters: dict[tuple[object, ...], list[LockRow]],
+    holders: dict[tuple[object, ...], set[int]],
+    now: datetime,
+    policy: Policy,
+) -> LockEntry:
+    """A lock that waits, or that a waiter may wait for."""
+    blocks: tuple[int, ...] = ()
+    waits_for: tuple[int, ...] = ()
+    queued_behind: tuple[int, ...] = ()
+    if row.granted:
+        blocks = tuple(
+            w.pid
+            for w in waiters.get(row.lock_object, ())
+            if w.pid is not None and row.pid in (w.blocked_by or ())
         )
-        entries.append(_with_flags(entry, policy))
-    entries.sort(key=_order)
-    return entries
+        lifetime, held, waited = backend.lifetime, backend.held, None
+    else:
+        lifetime, held = None, None
+        waited = (now - row.waitstart).total_seconds() if row.waitstart else None
+        holding = holders.get(row.lock_object, set())
+        blocked_by = row.blocked_by or ()
+        # pid 0 is a prepared transaction: it holds, it cannot be queued
+        waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
+        queued_behind = tuple(p for p in blocked_by if p not in waits_for)
+    flags = _flags(backend, decoded, row.granted, blocks, policy)
+    return LockEntry(row, backend.session, backend.database, decoded, lifetime, held, waited,
+                     blocks, waits_for, queued_behind, flags, backend.pool)  # fmt: skip
+
+
+class _Backend(NamedTuple):
+    """What every lock of one backend in one database shares."""
+
+    session: Session | None
+    database: str | None
+    lifetime: Lifetime  # of its granted locks
+    held: float | None  # the lower bound of its granted locks
+    pool: PoolLink | None
+
+
+def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: datetime) -> _Backend:
+    session = snapshot.session(pid)
+    return _Backend(
+        session,
+        snapshot.server.databases.get(database) if database is not None else None,
+        "session" if session and session.certainly_outside_transaction else "unknown",
+        _idle_since(session, now),
+        snapshot.pool.get(pid) if pid is not None else None,
+    )
+
+
+def _decoder(
+    registry: Registry, catalogue: Catalogue, databases: dict[int, str]
+) -> Callable[[int, int, int | None, int | None], Decoded]:
+    """decode() for pg_locks numbers, remembering each key's answer."""
+    found: dict[tuple[int, int, int | None, int | None], Decoded] = {}
+
+    def decode_numbers(
+        classid: int, objid: int, objsubid: int | None, database: int | None
+    ) -> Decoded:
+        numbers = (classid, objid, objsubid, database)
+        decoded = found.get(numbers)
+        if decoded is None:
+            if objsubid in (1, 2):
+                key = LockTriple.of_row(classid, objid, objsubid)
+            else:  # never from the server; a hand-edited snapshot file
+                key = LockTriple(classid, objid, objsubid or 0)
+            name = databases.get(database) if database is not None else None
+            decoded = found[numbers] = decode(registry, catalogue, key, name)
+        return decoded
+
+    return decode_numbers
 
 
 def list_report(
@@ -231,7 +302,7 @@ def list_report(
         if narrowed is not None:
             snapshot, total = narrowed
     entries = analyse(snapshot, registry, policy, advisory_only=not all_types)
-    selected = [e for e in entries if filters.accept(e)]
+    selected = [e for e in entries if filters.accept(e)] if filters != Filters() else entries
     notes = [*privilege_notes(snapshot, entries), *snapshot.notes]
     if total is None:
         return ListReport(snapshot, selected, notes, len(entries))
@@ -277,57 +348,39 @@ def _idle_since(session: Session | None, now: datetime) -> float | None:
     return max(0.0, (now - session.state_change).total_seconds())
 
 
-def _with_flags(entry: LockEntry, policy: Policy) -> LockEntry:
+def _flags(
+    backend: _Backend,
+    decoded: Decoded | None,
+    granted: bool,
+    blocks: tuple[int, ...],
+    policy: Policy,
+) -> tuple[str, ...]:
     flags = []
-    namespace = entry.decoded.namespace if entry.decoded else None
-    certain_session = entry.lifetime == "session"
+    session, pool, held = backend.session, backend.pool, backend.held if granted else None
+    namespace = decoded.namespace if decoded else None
+    certain_session = granted and backend.lifetime == "session"
     expected_session = namespace is not None and namespace.expect == "session"
-    if (
-        certain_session
-        and not expected_session
-        and entry.held_at_least is not None
-        and entry.held_at_least >= policy.session_age
-    ):
+    if certain_session and not expected_session and held is not None and held >= policy.session_age:
         flags.append(LONG_SESSION_LOCK)
-    if entry.blocks and entry.session and entry.session.state in IN_TRANSACTION_IDLE:
+    if blocks and session and session.state in IN_TRANSACTION_IDLE:
         flags.append(STUCK_OWNER)
-    if entry.decoded is not None and namespace is None and entry.decoded.known is None:
+    if decoded is not None and namespace is None and decoded.known is None:
         flags.append(UNREGISTERED)
-    if entry.pool is not None and certain_session and entry.decoded is not None:
-        if entry.pool.via == "address":
+    if pool is not None and certain_session and decoded is not None:
+        if pool.via == "address":
             flags.append(POOLED_SESSION_LOCK)
-        elif entry.pool.client is None:
+        elif pool.client is None:
             flags.append(OUTLIVED_CLIENT)
-    if namespace is not None and entry.lock.granted:
+    if namespace is not None and granted:
         if namespace.expect == "xact" and certain_session:
             flags.append(EXPECT_XACT)
-        if (
-            namespace.max_hold is not None
-            and entry.held_at_least is not None
-            and entry.held_at_least > namespace.max_hold
-        ):
+        if namespace.max_hold is not None and held is not None and held > namespace.max_hold:
             flags.append(MAX_HOLD)
-    if flags:
-        # the entry was made a moment ago by analyse() and is not shared yet: setting its
-        # flags in place saves a copy per lock (dataclasses.replace costs ~7µs a row)
-        object.__setattr__(entry, "flags", tuple(flags))
-    return entry
+    return tuple(flags)
 
 
 def _queue_order(row: LockRow) -> tuple[float, int]:
     return (row.waitstart.timestamp() if row.waitstart else float("inf"), row.pid or 0)
-
-
-def _order(entry: LockEntry) -> tuple[object, ...]:
-    lock = entry.lock
-    key = entry.decoded.triple if entry.decoded else None
-    return (
-        lock.database or 0,
-        lock.locktype,
-        (key.objsubid, key.classid, key.objid) if key else (0, lock.relation or 0, 0),
-        not lock.granted,
-        *_queue_order(lock),
-    )
 
 
 def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
@@ -343,7 +396,8 @@ def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
 
 
 def _hidden_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
-    hidden = sorted({e.session.pid for e in entries if e.session and e.session.hidden})
+    sessions = {id(e.session): e.session for e in entries if e.session}.values()
+    hidden = sorted(s.pid for s in sessions if s.hidden)
     if not hidden:
         return []
     user = snapshot.server.current_user

@@ -16,8 +16,7 @@ The two forms are different lock spaces: ``(4102, 73)`` and ``4102 << 32 | 73`` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from lockdiag.errors import InputError
 
@@ -43,33 +42,36 @@ def to_uint4(value: int) -> int:
     return value & UINT4_MAX
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class LockTriple:
-    """An advisory key as pg_locks shows it: unsigned ``classid``, ``objid``, ``objsubid``."""
-
+class _Numbers(NamedTuple):
     classid: int
     objid: int
     objsubid: int
 
-    def __post_init__(self) -> None:
-        for name in ("classid", "objid"):
-            value = getattr(self, name)
+
+class LockTriple(_Numbers):
+    """An advisory key as pg_locks shows it: unsigned ``classid``, ``objid``, ``objsubid``.
+
+    A tuple, so that a catalogue keyed by LockTriple is found with the plain numbers of a
+    pg_locks row (hashed in C), without building a LockTriple for every lock.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, classid: int, objid: int, objsubid: int) -> LockTriple:
+        for name, value in (("classid", classid), ("objid", objid)):
             if not 0 <= value <= UINT4_MAX:
                 raise InvalidKey(f"{name} {value} is outside 0..{UINT4_MAX} (pg_locks shows oids)")
-        if self.objsubid not in (BIGINT_SUBID, PAIR_SUBID):
+        if objsubid not in (BIGINT_SUBID, PAIR_SUBID):
             raise InvalidKey(
-                f"objsubid {self.objsubid} is not an advisory key form "
+                f"objsubid {objsubid} is not an advisory key form "
                 "(1 = one bigint key, 2 = two int4 keys)"
             )
+        return _Numbers.__new__(cls, classid, objid, objsubid)
 
     @classmethod
     def of_row(cls, classid: int, objid: int, objsubid: int) -> LockTriple:
         """A key read from pg_locks: already in range, so the checks are skipped."""
-        triple = object.__new__(cls)
-        object.__setattr__(triple, "classid", classid)
-        object.__setattr__(triple, "objid", objid)
-        object.__setattr__(triple, "objsubid", objsubid)
-        return triple
+        return tuple.__new__(cls, (classid, objid, objsubid))
 
     @property
     def form(self) -> Form:

@@ -166,6 +166,8 @@ class Registry:
 
     def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
         """The namespace and resource of a pg_locks key, or None when no namespace matches."""
+        if not self._by_id:
+            return None
         namespace_id, resource = split_namespace(triple)
         namespace = self._by_id.get((triple.form, namespace_id))
         return (namespace, resource) if namespace else None

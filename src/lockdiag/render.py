@@ -119,7 +119,7 @@ def plain(blocks: list[Block]) -> str:
             parts.append(block.empty)
             continue
         parts.extend(_aligned(block.headers, block.rows))
-    return "".join(line + "\n" for line in parts)
+    return "\n".join(parts) + "\n" if parts else ""
 
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:

@@ -6,7 +6,7 @@ rename or remove them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -226,53 +226,56 @@ def fleet_list_output(
     entries = [(target, report, e) for target, report in parts for e in report.entries]
 
     def blocks() -> list[Block]:
-        many_databases = len({(t, e.lock.database) for t, _, e in entries}) > 1
+        rows: list[list[str]] = []
+        important: list[bool] = []  # rows a capped terminal view keeps first
+        waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
+        seen: set[tuple[str | None, int | None, bool, tuple[str, ...]]] = set()  # kinds of row
+        # most locks are held by few backends and wait for nothing: every cell but the first is
+        # then the backend's, made once per backend, database, mode and flags
+        by_backend: dict[tuple[object, ...], list[str]] = {}
+        for target, report, e in entries:
+            lock, decoded = e.lock, e.decoded
+            label = clean(decoded.label if decoded else describe_lock(lock, report.snapshot.server))
+            if lock.granted and not e.blocks:
+                shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
+                tail = by_backend.get(shared)
+                if tail is None:
+                    tail = by_backend[shared] = lock_cells(e)[1:]
+                    seen.add((target, lock.database, e.pool is not None, e.flags))
+                rows.append([label, *tail])
+                important.append(bool(e.flags))
+                continue
+            rows.append(lock_cells(e, label))
+            important.append(True)
+            seen.add((target, lock.database, e.pool is not None, e.flags))
+            waiting[target] += not lock.granted
         headers = ["LOCK", "MODE", "STATUS", "PID", "APPLICATION", "USER", "CLIENT", "STATE"]
         headers += ["LIFETIME", "AGE", "WAITS/BLOCKS", "FLAGS"]
-        pooled = any(e.pool for _, _, e in entries)
-        if pooled:
-            headers.insert(7, "POOL")
-        if many_databases:
-            headers.insert(1, "DATABASE")
+        # columns only some tables have: POOL, DATABASE, TARGET
+        extra: list[tuple[int, str, Callable[[str | None, LockEntry], str | None]]] = []
+        if any(pooled for _, _, pooled, _ in seen):
+            extra.append((7, "POOL", lambda _, e: pool_text(e)))
+        if len({(target, database) for target, database, _, _ in seen}) > 1:
+            extra.append((1, "DATABASE", lambda _, e: e.database))
         if fleet:
-            headers.insert(0, "TARGET")
-        rows = []
-        for target, report, e in entries:
-            s = e.session
-            row = [
-                lock_label(e, report.snapshot.server),
-                mode_text(e.lock.mode),
-                "held" if e.lock.granted else "WAITING",
-                pid_text(e.lock),
-                clean(s.application_name) if s else "",
-                clean(s.user) if s else "",
-                clean(s.client) if s and s.client else ("local" if s and s.backend_start else ""),
-                clean(s.state) if s and s.state else ("hidden" if s and s.hidden else ""),
-                e.lifetime or "",
-                age(e),
-                relation(e),
-                ",".join(e.flags),
-            ]
-            if pooled:
-                row.insert(7, clean(pool_text(e)))
-            if many_databases:
-                row.insert(1, clean(e.database))
-            if fleet:
-                row.insert(0, clean(target))
-            rows.append(row)
-        flags = sorted({f for _, _, e in entries for f in e.flags})
+            extra.append((0, "TARGET", lambda target, _: target))
+        for position, header, value in extra:
+            headers.insert(position, header)
+            for row, (target, _, e) in zip(rows, entries, strict=True):
+                row.insert(position, clean(value(target, e)))
+        flags = sorted({f for *_, found in seen for f in found})
         scope = parts[0][1].snapshot.scope if parts else "advisory"
         return [
             Table(
                 headers,
                 rows,
-                important=[bool(e.flags or e.blocks or not e.lock.granted) for _, _, e in entries],
+                important=important,
                 wide={headers.index(h) for h in ("LOCK", "APPLICATION", "CLIENT", "WAITS/BLOCKS")},
                 styles={len(headers) - 1: "yellow"},
                 optional=[headers.index(h) for h in ("USER", "CLIENT", "MODE", "LIFETIME")],
                 empty="no advisory locks" if scope == "advisory" else "no locks",
             ),
-            Text([_summary(report, target) for target, report in parts]),
+            Text([_summary(report, waiting[target], target) for target, report in parts]),
             Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
             Text([f"{f}: {FLAG_MEANINGS[f]}" for f in flags], "note"),
             *notes_block([n for _, report in parts for n in report.notes]),
@@ -310,9 +313,27 @@ def fleet_list_output(
     return Output(blocks, data, ("locks", items))
 
 
-def _summary(report: ListReport, target: str | None = None) -> str:
+def lock_cells(e: LockEntry, label: str = "") -> list[str]:
+    """A row of the lock table, before the POOL, DATABASE and TARGET columns."""
+    s = e.session
+    return [
+        label,
+        mode_text(e.lock.mode),
+        "held" if e.lock.granted else "WAITING",
+        pid_text(e.lock),
+        clean(s.application_name) if s else "",
+        clean(s.user) if s else "",
+        clean(s.client) if s and s.client else ("local" if s and s.backend_start else ""),
+        clean(s.state) if s and s.state else ("hidden" if s and s.hidden else ""),
+        e.lifetime or "",
+        age(e),
+        relation(e),
+        ",".join(e.flags),
+    ]
+
+
+def _summary(report: ListReport, waiting: int, target: str | None = None) -> str:
     entries = report.entries
-    waiting = sum(1 for e in entries if not e.lock.granted)
     server = report.snapshot.server
     shown = (
         f"{len(entries)} of {report.total}" if len(entries) != report.total else str(len(entries))
