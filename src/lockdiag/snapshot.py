@@ -326,19 +326,40 @@ def parse_timestamp(text: str) -> datetime:
 
 
 _T = typing.TypeVar("_T")
-_HINTS: dict[type, dict[str, Any]] = {}
+Converter = typing.Callable[[Any], Any]  # a checked value, or _Mismatch
+
+
+class _Mismatch(Exception):
+    """A value of the wrong type; ``path`` is where inside it (an array index), if anywhere."""
+
+    def __init__(self, reason: str, path: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.path = reason, path
+
+
+_FIELDS: dict[type, tuple[frozenset[str], dict[str, Converter]]] = {}
 
 
 def _build(cls: type[_T], raw: Any, where: str) -> _T:
     """An instance of dataclass or named tuple ``cls`` from a JSON object, checking every
-    field's type."""
+    field's type. The checks are made once per class (a snapshot file holds a hundred
+    thousand locks), and a place is only spelled out for the error."""
     raw = _expect_dict(raw, where)
-    hints = _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
-    names = set(getattr(cls, "_fields", None) or (f.name for f in fields(cls)))  # type: ignore[arg-type]
-    unknown = set(raw) - names
-    if unknown:
-        raise _FieldError(where, f"unknown field {sorted(unknown)[0]!r}")
-    values = {name: _convert(value, hints[name], f"{where}.{name}") for name, value in raw.items()}
+    known = _FIELDS.get(cls)
+    if known is None:
+        hints = typing.get_type_hints(cls)
+        tuple_fields = getattr(cls, "_fields", None)  # a named tuple's, else a dataclass's
+        names = frozenset(tuple_fields or (f.name for f in fields(cls)))  # type: ignore[arg-type]
+        known = _FIELDS[cls] = (names, {name: _converter(hints[name]) for name in names})
+    names, converters = known
+    if not names.issuperset(raw):
+        raise _FieldError(where, f"unknown field {sorted(set(raw) - names)[0]!r}")
+    values = {}
+    for name, value in raw.items():
+        try:
+            values[name] = converters[name](value)
+        except _Mismatch as error:
+            raise _FieldError(f"{where}.{name}{error.path}", error.reason) from None
     try:
         return cls(**values)
     except TypeError as error:
@@ -347,54 +368,96 @@ def _build(cls: type[_T], raw: Any, where: str) -> _T:
 
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
+    try:
+        return _converter(hint)(value)
+    except _Mismatch as error:
+        raise _FieldError(f"{where}{error.path}", error.reason) from None
+
+
+def _converter(hint: Any) -> Converter:
+    """A function that checks (and converts) a JSON value against a type hint."""
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        (inner,) = [o for o in options if o is not type(None)]
-        return _convert(value, inner, where)
+        (inner,) = [o for o in typing.get_args(hint) if o is not type(None)]
+        convert = _converter(inner)
+        return lambda value: None if value is None else convert(value)
     if hint is datetime:
-        if isinstance(value, str):
-            try:
-                return parse_timestamp(value)
-            except ValueError:
-                pass
-        raise _FieldError(where, f"expected an ISO 8601 timestamp, got {value!r:.60}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise _FieldError(where, f"expected true or false, got {value!r:.60}")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _FieldError(where, f"expected an integer, got {value!r:.60}")
-    if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _FieldError(where, f"expected a number, got {value!r:.60}")
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise _FieldError(where, f"expected a string, got {value!r:.60}")
+        return _timestamp
+    if hint in _SCALARS:
+        return _SCALARS[hint]
     if origin is tuple:
-        items = _expect_list(value, where)
-        return tuple(_convert(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+        return lambda value: tuple(_items(value, _SCALARS[int]))
     if origin is list:
-        items = _expect_list(value, where)
-        return [_convert(item, str, f"{where}[{i}]") for i, item in enumerate(items)]
+        return lambda value: _items(value, _SCALARS[str])
     if origin is dict:
-        mapping = _expect_dict(value, where)
-        try:
-            return {int(k): _convert(v, str, f"{where}.{k}") for k, v in mapping.items()}
-        except ValueError:
-            raise _FieldError(where, "expected oids as keys") from None
+        return _oid_names
     if origin is Literal:
-        if value in typing.get_args(hint):
-            return value
-        choices = ", ".join(repr(a) for a in typing.get_args(hint))
-        raise _FieldError(where, f"expected one of {choices}, got {value!r:.60}")
+        choices = typing.get_args(hint)
+
+        def literal(value: Any) -> Any:
+            if value in choices:
+                return value
+            wanted = ", ".join(repr(a) for a in choices)
+            raise _Mismatch(f"expected one of {wanted}, got {value!r:.60}")
+
+        return literal
     raise TypeError(f"no converter for {hint!r}")  # pragma: no cover - a programming error
+
+
+def _scalar(kind: type, name: str, accept: typing.Callable[[Any], bool]) -> Converter:
+    def convert(value: Any) -> Any:
+        if accept(value):
+            return float(value) if kind is float else value
+        raise _Mismatch(f"expected {name}, got {value!r:.60}")
+
+    return convert
+
+
+_SCALARS: dict[Any, Converter] = {
+    bool: _scalar(bool, "true or false", lambda v: isinstance(v, bool)),
+    int: _scalar(int, "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: _scalar(
+        float, "a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    ),
+    str: _scalar(str, "a string", lambda v: isinstance(v, str)),
+}
+
+
+def _timestamp(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return parse_timestamp(value)
+        except ValueError:
+            pass
+    raise _Mismatch(f"expected an ISO 8601 timestamp, got {value!r:.60}")
+
+
+def _items(value: Any, convert: Converter) -> list[Any]:
+    if not isinstance(value, list):
+        raise _Mismatch("expected an array")
+    items = []
+    for index, item in enumerate(value):
+        try:
+            items.append(convert(item))
+        except _Mismatch as error:
+            raise _Mismatch(error.reason, f"[{index}]") from None
+    return items
+
+
+def _oid_names(value: Any) -> dict[int, str]:
+    if not isinstance(value, dict):
+        raise _Mismatch("expected an object")
+    names = {}
+    for key, name in value.items():
+        try:
+            oid = int(key)
+        except ValueError:
+            raise _Mismatch("expected oids as keys") from None
+        try:
+            names[oid] = _SCALARS[str](name)
+        except _Mismatch as error:
+            raise _Mismatch(error.reason, f".{key}") from None
+    return names
 
 
 def _expect_dict(value: Any, where: str) -> dict[str, Any]:

@@ -114,7 +114,8 @@ def server_data(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def entry_data(entry: LockEntry) -> dict[str, Any]:
+def entry_data(entry: LockEntry, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A lock as JSON; ``session``: its session_data(), when the caller has it already."""
     lock, decoded = entry.lock, entry.decoded
     triple = decoded.triple if decoded else None
     return {
@@ -146,7 +147,7 @@ def entry_data(entry: LockEntry) -> dict[str, Any]:
         "queued_behind": list(entry.queued_behind),
         "flags": list(entry.flags),
         "pool": pool_data(entry),
-        **session_data(entry),
+        **(session_data(entry) if session is None else session),
     }
 
 
@@ -304,8 +305,12 @@ def fleet_list_output(
         }  # fmt: skip
 
     def items() -> Iterable[dict[str, Any]]:
+        sessions: dict[int, dict[str, Any]] = {}  # a session's fields, made once per session
         for target, _, entry in entries:
-            item = entry_data(entry)
+            session = sessions.get(id(entry.session))
+            if session is None:
+                session = sessions[id(entry.session)] = session_data(entry)
+            item = entry_data(entry, session)
             if fleet:
                 item["target"] = target
             yield item
