@@ -185,7 +185,7 @@ def analyse(
             backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
         decoded = None
         if row.locktype == "advisory" and row.classid is not None and row.objid is not None:
-            decoded = decode_key(row.classid, row.objid, row.objsubid, database)
+            decoded = decode_key(row)
             place = (row.objsubid or 0) << 64 | row.classid << 32 | row.objid
         else:
             place = row.relation or 0
@@ -265,25 +265,21 @@ def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: dat
 
 def _decoder(
     registry: Registry, catalogue: Catalogue, databases: dict[int, str]
-) -> Callable[[int, int, int | None, int | None], Decoded]:
-    """decode() for pg_locks numbers, remembering each key's answer."""
-    found: dict[tuple[int, int, int | None, int | None], Decoded] = {}
+) -> Callable[[LockRow], Decoded | None]:
+    """decode() for pg_locks rows, remembering each key's answer (looked up by the row's
+    numbers, so a key seen before costs no LockTriple)."""
+    found: dict[tuple[int | None, ...], Decoded | None] = {}
 
-    def decode_numbers(
-        classid: int, objid: int, objsubid: int | None, database: int | None
-    ) -> Decoded:
-        numbers = (classid, objid, objsubid, database)
-        decoded = found.get(numbers)
-        if decoded is None:
-            if objsubid in (1, 2):
-                key = LockTriple.of_row(classid, objid, objsubid)
-            else:  # never from the server; a hand-edited snapshot file
-                key = LockTriple(classid, objid, objsubid or 0)
-            name = databases.get(database) if database is not None else None
-            decoded = found[numbers] = decode(registry, catalogue, key, name)
+    def decode_row(row: LockRow) -> Decoded | None:
+        numbers = (row.classid, row.objid, row.objsubid, row.database)
+        if numbers in found:
+            return found[numbers]
+        key = row.advisory_key
+        database = databases.get(row.database) if row.database is not None else None
+        decoded = found[numbers] = decode(registry, catalogue, key, database) if key else None
         return decoded
 
-    return decode_numbers
+    return decode_row
 
 
 def list_report(
