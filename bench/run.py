@@ -151,15 +151,43 @@ def peak_rss_mb(command: list[str]) -> float:
     return int(result.stdout.strip()) / 1024
 
 
+def _terminal_env() -> dict[str, str]:
+    """The environment for a pseudo-terminal child: without COLUMNS and LINES (pytest sets
+    them), which rich would take over the terminal's real size."""
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
 def first_screen(command: list[str]) -> float:
     """Whole run on a pseudo-terminal of 50 rows: lockdiag's table view is bounded."""
     import pexpect
 
     started = time.perf_counter()
-    child = pexpect.spawn(command[0], command[1:], dimensions=(50, 200), timeout=120)
+    child = pexpect.spawn(
+        command[0], command[1:], dimensions=(50, 200), timeout=120, env=_terminal_env()
+    )
     child.expect(pexpect.EOF)
     child.close()
     return time.perf_counter() - started
+
+
+def watch_times(command: list[str]) -> tuple[float, float]:
+    """`watch` on a pseudo-terminal of 50 rows: seconds to the first frame, and from a key
+    press (p, pause) to the redrawn frame."""
+    import pexpect
+
+    started = time.perf_counter()
+    child = pexpect.spawn(command[0], [*command[1:], "watch", "--interval", "60s"],
+                          dimensions=(50, 200), timeout=120, env=_terminal_env())  # fmt: skip
+    child.expect("refresh #1")
+    first = time.perf_counter() - started
+    child.expect("q quit")  # the footer: the frame is drawn whole
+    pressed = time.perf_counter()
+    child.send("p")
+    child.expect("paused")
+    redraw = time.perf_counter() - pressed
+    child.send("q")
+    child.expect(pexpect.EOF)
+    return first, redraw
 
 
 @contextmanager
@@ -217,22 +245,16 @@ def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, A
             floor = median_of(
                 repeats, lambda: wall([sys.executable, str(FLOOR), cluster.dsn(), PSQL_JOIN])
             )
-            terminal = median_of(repeats, lambda: first_screen(
-                ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG, "list"]))  # fmt: skip
-            memory = peak_rss_mb(
-                [
-                    "/usr/bin/env",
-                    f"LOCKDIAG_DSN={cluster.dsn()}",
-                    *LOCKDIAG,
-                    "list",
-                    "--format",
-                    "json",
-                ]
-            )
+            with_dsn = ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG]
+            terminal = median_of(repeats, lambda: first_screen([*with_dsn, "list"]))
+            watch = [watch_times(with_dsn) for _ in range(repeats)]
+            memory = peak_rss_mb([*with_dsn, "list", "--format", "json"])
             results["client"].update(
                 {"locks": largest, "list_plain_s": plain, "list_json_s": as_json,
                  "psql_aligned_s": psql_time, "python_floor_s": floor,
                  "list_terminal_s": terminal,
+                 "watch_first_frame_s": statistics.median(first for first, _ in watch),
+                 "watch_key_redraw_s": statistics.median(redraw for _, redraw in watch),
                  "list_json_peak_mb": memory}
             )  # fmt: skip
         with Population(cluster, 100, 2):

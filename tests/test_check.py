@@ -81,6 +81,28 @@ def test_session_lock_expect_and_unregistered(cluster: Cluster, sessions: Sessio
     assert result.stdout.startswith("WARNING: 0 critical, ")
 
 
+def test_a_backend_with_many_locks_is_one_finding(cluster: Cluster, sessions: Sessions) -> None:
+    leaky = sessions.open("leaky-worker")
+    leaky.run("SELECT count(pg_advisory_lock(4102, g)) FROM generate_series(1, 500) g")
+    leaky.run("SELECT pg_advisory_lock(5, 1), pg_advisory_lock(5, 2)")  # export: max_hold 1ms
+    other = sessions.open("other-worker")
+    other.run("SELECT pg_advisory_lock(4102, 9999)")
+    result = check(cluster, "--format", "json", *ZERO)
+    findings = json.loads(result.stdout)["findings"]
+    mine = {(f["kind"], f["pid"]): f for f in findings}
+    assert len(findings) == len(mine)  # nothing twice for one backend
+    session_locks = mine[("session-lock", leaky.pid)]
+    assert session_locks["locks"] == 502
+    assert session_locks["lock"] == "export 1 (+501 more)"
+    assert session_locks["evidence"].endswith(": export 1, export 2, tenant_summary 1 and 499 more")
+    assert session_locks["lock_detail"]["resource"] == 1
+    assert mine[("session-lock", other.pid)]["locks"] == 1
+    # per namespace: tenant_summary expects transaction locks, export has a max_hold
+    assert mine[("expect-violated", leaky.pid)]["locks"] == 500
+    assert mine[("max-hold", leaky.pid)]["locks"] == 2
+    assert "has held 2 of its locks at least" in mine[("max-hold", leaky.pid)]["evidence"]
+
+
 def test_stuck_owner_waits_and_crowded_root(cluster: Cluster, sessions: Sessions) -> None:
     owner = sessions.open("stuck", autocommit=False)
     owner.run("SELECT pg_advisory_xact_lock(4102, 5)")
@@ -120,7 +142,8 @@ def test_prometheus_output(cluster: Cluster, sessions: Sessions) -> None:
     sessions.open("w").run("SELECT pg_advisory_lock(4102, 1), pg_advisory_lock(99, 1)")
     result = check(cluster, "--format", "prometheus", "--session-age", "0s,1h")
     lines = result.stdout.splitlines()
-    assert 'lockdiag_findings{kind="session-lock",severity="warning"} 2' in lines
+    # one finding for the backend, which holds both locks
+    assert 'lockdiag_findings{kind="session-lock",severity="warning"} 1' in lines
     assert 'lockdiag_advisory_locks{namespace="tenant_summary",state="held"} 1' in lines
     assert 'lockdiag_advisory_locks{namespace="unregistered",state="held"} 1' in lines
     assert "# TYPE lockdiag_longest_wait_seconds gauge" in lines

@@ -100,6 +100,36 @@ def test_watch_keys_narrow_and_pause(cluster: Cluster, sessions: Sessions, tmp_p
     assert child.exitstatus == 0
 
 
+def test_watch_keeps_its_footer_on_a_small_busy_screen(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path
+) -> None:
+    """More findings, chains and locks than a 24-line screen holds: the header and the footer
+    (keys, errors) stay on it, and long lines are cut rather than wrapped."""
+    holder = sessions.open("holder-with-a-rather-long-application-name-" + "x" * 40)
+    holder.run("SELECT count(pg_advisory_lock(4102, g)) FROM generate_series(1, 300) g")
+    for number in range(12):
+        waiter = sessions.open(f"waiter-{number}")
+        waiter.start(f"SELECT pg_advisory_lock(4102, {number + 1})")
+        sessions.waiting(waiter)
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    command = ["-m", "lockdiag", "watch", "--interval", "60s", "--dsn", cluster.dsn()]
+    child = pexpect.spawn(
+        sys.executable, command, cwd=str(tmp_path), dimensions=(24, 100), timeout=30,
+        env=TERMINAL_ENV,
+    )  # fmt: skip
+    try:
+        child.expect_exact("refresh #1")
+        child.expect_exact("more row(s) not shown")
+        child.expect_exact("q quit")  # the footer is drawn below the table: the frame fits
+        child.send("p")
+        child.expect_exact("paused")
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
 def test_watch_without_a_terminal(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
     sessions.open("w").run("SELECT pg_advisory_lock(4102, 2)")
     refused = CliRunner().invoke(cli, ["watch", "--dsn", cluster.dsn()])

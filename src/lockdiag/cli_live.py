@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import sys
 import time
 from collections.abc import Callable
@@ -147,7 +146,6 @@ def watch_command(
     """
     from lockdiag.watch import Feed, State, run
 
-    gc.enable()  # a long-running loop: collect its garbage (main() turns collection off)
     if interval <= 0:
         raise InputError("--interval must be more than zero")
     if replay is not None and record is not None:
@@ -198,7 +196,6 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
     from lockdiag.observe import Sampler, sample
     from lockdiag.views_alerts import sample_output
 
-    gc.enable()  # a long-running loop: collect its garbage (main() turns collection off)
     if interval <= 0 or duration <= 0:
         raise InputError("--duration and --interval must be more than zero")
     names = get_registry(registry)

@@ -6,7 +6,7 @@ Each detector reads one analysed snapshot. Durations are the certain lower bound
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -65,8 +65,9 @@ class Finding:
     lock: str
     evidence: str
     next_step: str
-    entry: LockEntry | None = None
+    entry: LockEntry | None = None  # the first lock it is about
     value: float | None = None  # seconds or a count, for perfdata
+    locks: int = 1  # the locks it is about: one backend's, in one namespace where it matters
 
 
 @dataclass(frozen=True)
@@ -116,56 +117,98 @@ def _label(entry: LockEntry) -> str:
     return entry.decoded.label if entry.decoded else entry.lock.locktype
 
 
+def _by_backend(entries: Iterable[LockEntry], by_namespace: bool = False) -> list[list[LockEntry]]:
+    """Locks grouped by backend (and namespace), in order. A backend holding thousands of
+    locks is one finding, not thousands: its locks share the lower bound of their age."""
+    groups: dict[tuple[object, ...], list[LockEntry]] = {}
+    for entry in entries:
+        namespace = entry.decoded.namespace if by_namespace and entry.decoded else None
+        groups.setdefault((entry.lock.pid, id(namespace)), []).append(entry)
+    return list(groups.values())
+
+
+def _labels(group: list[LockEntry]) -> str:
+    """The first lock's label, and how many more."""
+    more = f" (+{len(group) - 1} more)" if len(group) > 1 else ""
+    return _label(group[0]) + more
+
+
+def _listed(group: list[LockEntry], shown: int = 3) -> str:
+    """For evidence: the first few labels of a group of more than one lock."""
+    if len(group) == 1:
+        return ""
+    names = ", ".join(_label(e) for e in group[:shown])
+    return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
+
+
 def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
     PgBouncer, on a server connection that no client is using any more."""
-    for entry in entries:
-        pool = entry.pool
-        if pool is None or pool.via != "console" or pool.client is not None:
-            continue
-        if entry.lifetime != "session" or entry.decoded is None:
-            continue
+    leaked = (
+        e
+        for e in entries
+        if e.pool is not None
+        and e.pool.via == "console"
+        and e.pool.client is None
+        and e.lifetime == "session"
+        and e.decoded is not None
+    )
+    for group in _by_backend(leaked):
+        entry, pool, count = group[0], group[0].pool, len(group)
+        assert pool is not None
         held = entry.held_at_least
         bound = f" for at least {format_duration(held)}" if held is not None else ""
+        waiting = sum(len(e.blocks) for e in group)
+        what = "lock outlived its client" if count == 1 else f"{count} locks outlived their client"
         yield Finding(
             OUTLIVED_CLIENT,
-            "critical" if entry.blocks else "warning",
+            "critical" if waiting else "warning",
             entry.lock.pid,
-            _label(entry),
-            f"lock outlived its client: taken through pool {pool.pool} of {pool.pooler} "
+            _labels(group),
+            f"{what}: taken through pool {pool.pool} of {pool.pooler} "
             f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
-            f"pid {entry.lock.pid} with no client attached"
-            + (f"; {len(entry.blocks)} session(s) wait for it" if entry.blocks else ""),
+            f"pid {entry.lock.pid} with no client attached{_listed(group)}"
+            + (f"; {waiting} session(s) wait for it" if waiting else ""),
             "use transaction-level locks (pg_advisory_xact_lock) behind a transaction pooler, "
             "or session pooling, or server_reset_query_always = 1; last resort: lockdiag "
             f"terminate {entry.lock.pid} (ends that pooled server connection)",
             entry,
             held,
+            count,
         )
 
 
 def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
-    for entry in entries:
-        namespace = entry.decoded.namespace if entry.decoded else None
-        if entry.lifetime != "session" or entry.decoded is None:
-            continue
-        if namespace is not None and namespace.expect == "session":
-            continue  # declared long-lived (a leader lock): never an alert
-        severity = policy.session_age.severity(entry.held_at_least)
-        if severity is None or entry.held_at_least is None:
-            continue
+    old = (
+        e
+        for e in entries
+        if e.lifetime == "session"
+        and e.decoded is not None
+        # a namespace declared long-lived (a leader lock) never raises an alert
+        and (e.decoded.namespace is None or e.decoded.namespace.expect != "session")
+        and policy.session_age.severity(e.held_at_least) is not None
+    )
+    for group in _by_backend(old):
+        entry, count = group[0], len(group)
+        held = entry.held_at_least  # the backend's: the same for each of its locks
+        severity = policy.session_age.severity(held)
+        assert severity is not None and held is not None
+        what = (
+            "certain session-level lock" if count == 1 else f"{count} certain session-level locks"
+        )
         yield Finding(
             SESSION_LOCK,
             severity,
             entry.lock.pid,
-            _label(entry),
-            f"certain session-level lock held by {_who(entry)}, idle, for at least "
-            f"{format_duration(entry.held_at_least)}",
+            _labels(group),
+            f"{what} held by {_who(entry)}, idle, for at least {format_duration(held)}"
+            + _listed(group),
             "its work is over but the lock was never released: look for a missing "
             "pg_advisory_unlock in that application, or a lock taken through a pooled "
             f"connection; last resort: lockdiag terminate {entry.lock.pid}",
             entry,
-            entry.held_at_least,
+            held,
+            count,
         )
 
 
@@ -235,14 +278,14 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
             "critical" if critical is not None and root.total > critical else "warning"
         )
         node = graph.nodes.get(root.tree.pid)
-        held = ", ".join(dict.fromkeys(_label(e) for e in node.holds)) if node else ""
+        held = list(dict.fromkeys(_label(e) for e in node.holds)) if node else []
         app = node.session.application_name if node and node.session else None
         longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
         yield Finding(
             BLOCKED_MANY,
             severity,
             root.tree.pid,
-            held or "?",
+            held[0] + (f" (+{len(held) - 1} more)" if len(held) > 1 else "") if held else "?",
             f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {root.total} session(s), "
             f"{root.direct} directly; longest wait {longest}",
             "see the chain: lockdiag blockers",
@@ -276,34 +319,51 @@ def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
 
 
 def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
-    for entry in entries:
-        namespace = entry.decoded.namespace if entry.decoded else None
-        if namespace is None or not entry.lock.granted:
-            continue
-        if namespace.expect == "xact" and entry.lifetime == "session":
-            yield Finding(
-                EXPECT_VIOLATED,
-                "warning",
-                entry.lock.pid,
-                _label(entry),
-                f"{namespace.name} expects transaction-level locks, but {_who(entry)} holds a "
-                "certain session-level lock",
-                'use pg_advisory_xact_lock in that code path, or declare expect = "any"',
-                entry,
-                entry.held_at_least,
-            )
-        held = entry.held_at_least
-        if namespace.max_hold is not None and held is not None and held > namespace.max_hold:
-            yield Finding(
-                MAX_HOLD,
-                "critical",
-                entry.lock.pid,
-                _label(entry),
-                f"{_who(entry)} has held it at least {format_duration(held)}, over the "
-                f"max_hold of {format_duration(namespace.max_hold)}",
-                f"see the holder and its waiters: lockdiag who-holds {entry.decoded.label}"
-                if entry.decoded
-                else "lockdiag who-holds",
-                entry,
-                held,
-            )
+    held = [e for e in entries if e.lock.granted and e.decoded and e.decoded.namespace]
+    expecting_xact = (
+        e
+        for e in held
+        if e.decoded and e.decoded.namespace and e.decoded.namespace.expect == "xact"
+        and e.lifetime == "session"
+    )  # fmt: skip
+    for group in _by_backend(expecting_xact, by_namespace=True):
+        entry, count = group[0], len(group)
+        assert entry.decoded is not None and entry.decoded.namespace is not None
+        what = (
+            "a certain session-level lock" if count == 1 else f"{count} certain session-level locks"
+        )
+        yield Finding(
+            EXPECT_VIOLATED,
+            "warning",
+            entry.lock.pid,
+            _labels(group),
+            f"{entry.decoded.namespace.name} expects transaction-level locks, but {_who(entry)} "
+            f"holds {what}{_listed(group)}",
+            'use pg_advisory_xact_lock in that code path, or declare expect = "any"',
+            entry,
+            entry.held_at_least,
+            count,
+        )
+    over = (
+        e
+        for e in held
+        if e.decoded and e.decoded.namespace and e.decoded.namespace.max_hold is not None
+        and e.held_at_least is not None and e.held_at_least > e.decoded.namespace.max_hold
+    )  # fmt: skip
+    for group in _by_backend(over, by_namespace=True):
+        entry, count = group[0], len(group)
+        namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_at_least
+        assert namespace is not None and namespace.max_hold is not None and age is not None
+        what = "it" if count == 1 else f"{count} of its locks"
+        yield Finding(
+            MAX_HOLD,
+            "critical",
+            entry.lock.pid,
+            _labels(group),
+            f"{_who(entry)} has held {what} at least {format_duration(age)}, over the "
+            f"max_hold of {format_duration(namespace.max_hold)}{_listed(group)}",
+            f"see the holder and its waiters: lockdiag who-holds {_label(entry)}",
+            entry,
+            age,
+            count,
+        )

@@ -35,6 +35,7 @@ class Table:
     styles: dict[int, str] = field(default_factory=dict)  # rich style of a column's cells
     optional: list[int] = field(default_factory=list)  # dropped in this order when too wide
     empty: str = "(none)"
+    left_out: int = 0  # rows the caller left out before building the table (see pick)
 
 
 @dataclass
@@ -119,6 +120,8 @@ def plain(blocks: list[Block]) -> str:
             parts.append(block.empty)
             continue
         parts.extend(_aligned(block.headers, block.rows))
+        if block.left_out:
+            parts.append(f"{block.left_out} more row(s) not shown")
     return "\n".join(parts) + "\n" if parts else ""
 
 
@@ -146,6 +149,7 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
     from rich.table import Table as RichTable
     from rich.text import Text as RichText
 
+    live = budget is None  # a screen that is redrawn: every text line takes one line of it
     if budget is None:
         text_lines = sum(len(b.lines) for b in blocks if isinstance(b, Text))
         budget = max(3, console.height - text_lines - 5)
@@ -153,7 +157,10 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
     out: list[Any] = []
     for block in blocks:
         if isinstance(block, Text):
-            out += [RichText(text, style=styles[block.style]) for text in block.lines]
+            out += [
+                RichText(text, style=styles[block.style], no_wrap=live, overflow="ellipsis")
+                for text in block.lines
+            ]
             continue
         if not block.rows:
             if block.title:
@@ -228,13 +235,19 @@ def _fit(block: Table, rows: list[list[str]], width: int) -> tuple[Table, list[l
 
 
 def _cap(block: Table, budget: int) -> tuple[list[list[str]], int]:
-    """At most ``budget`` rows, important ones first, in their original order."""
+    """At most ``budget`` rows, important ones first, in their original order; and how many
+    were left out, here or by the caller."""
     if not budget or len(block.rows) <= budget:
-        return block.rows, 0
-    important = block.important or [False] * len(block.rows)
+        return block.rows, block.left_out
+    chosen = pick(block.important or [False] * len(block.rows), budget)
+    return [block.rows[i] for i in chosen], block.left_out + len(block.rows) - len(chosen)
+
+
+def pick(important: list[bool], budget: int) -> list[int]:
+    """The indexes of at most ``budget`` rows: the important ones first, then the others, in
+    their original order. A caller with many rows picks before it builds them."""
     chosen = [i for i, keep in enumerate(important) if keep][:budget]
     if len(chosen) < budget:
         others = [i for i, keep in enumerate(important) if not keep]
         chosen.extend(others[: budget - len(chosen)])
-    chosen.sort()
-    return [block.rows[i] for i in chosen], len(block.rows) - len(chosen)
+    return sorted(chosen)

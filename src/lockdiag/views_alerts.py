@@ -217,6 +217,7 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
         "next_step": finding.next_step,
         "value": finding.value,
         "lower_bound": finding.kind in ("session-lock", "stuck-owner", "max-hold"),
+        "locks": finding.locks,
         "lock_detail": entry_data(entry) if entry else None,
     }
 

@@ -24,9 +24,9 @@ from lockdiag.analysis import Filters, LockEntry
 from lockdiag.durations import format_duration
 from lockdiag.errors import InputError, LockdiagError, ServerError
 from lockdiag.findings import CheckReport, check
-from lockdiag.observe import Tracker, identity
+from lockdiag.observe import Tracker, collect_now_and_then, identity
 from lockdiag.registry import Registry
-from lockdiag.render import Block, Table, Text, clean
+from lockdiag.render import Block, Table, Text, clean, pick
 from lockdiag.snapshot import Snapshot
 from lockdiag.views import age, lock_label, relation
 from lockdiag.views_alerts import tree_lines
@@ -120,8 +120,10 @@ class State:
         self.prompt, self.typed = None, ""
 
 
-def frame(state: State) -> list[Block]:
-    """Findings first, then root blockers, then holders and waiters."""
+def frame(state: State, rows: int | None = None) -> list[Block]:
+    """Findings first, then root blockers, then holders and waiters. ``rows``: at most this
+    many lock rows are built (waiting and flagged ones first), for a screen that shows no
+    more; the table says how many it left out."""
     snapshot = state.snapshot
     status = "paused" if state.paused else f"refresh #{state.refreshes}"
     narrowed = [f"namespace {state.namespace}"] if state.namespace else []
@@ -132,29 +134,40 @@ def frame(state: State) -> list[Block]:
     blocks: list[Block] = [Text([header], "verdict")]
     if snapshot is not None and state.report is not None:
         now = snapshot.server.now
+        # findings and chains take at most a quarter of the screen each: the lock table and
+        # the footer (keys, errors) must stay on it
+        most = max(3, rows // 4) if rows is not None else 8
         findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
         lines = [
             f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"
-            for f in findings[:8]
+            for f in findings[:most]
         ]
-        if len(findings) > 8:
-            lines.append(f"... {len(findings) - 8} more (lockdiag check)")
+        if len(findings) > most:
+            lines.append(f"... {len(findings) - most} more (lockdiag check)")
         blocks.append(Text(lines or ["no findings"], "error" if findings else "plain"))
         graph = state.report.graph
         chains: list[str] = []
         for root in graph.roots[:3]:
             chains += tree_lines(root.tree, graph)
         chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
+        if rows is not None and len(chains) > most:
+            chains = [*chains[:most], f"... {len(chains) - most} more lines (lockdiag blockers)"]
         if chains:
             blocks.append(Text(chains))
         filters = state.filters()
         shown = [e for e in state.entries if filters.accept(e)]
-        rows = []
+        important = [bool(e.flags or e.blocks or not e.lock.granted) for e in shown]
+        left_out = 0
+        if rows is not None and len(shown) > rows:
+            chosen = pick(important, rows)
+            left_out = len(shown) - len(chosen)
+            shown, important = [shown[i] for i in chosen], [important[i] for i in chosen]
+        cells = []
         for entry in shown:
             seen = state.tracker.observed(entry, now)
             mark = "+" if identity(entry) in state.tracker.appeared else " "
             session = entry.session
-            rows.append(
+            cells.append(
                 [
                     mark,
                     lock_label(entry, snapshot.server),
@@ -184,11 +197,12 @@ def frame(state: State) -> list[Block]:
                     "WAITS/BLOCKS",
                     "FLAGS",
                 ],
-                rows,
-                important=[bool(e.flags or e.blocks or not e.lock.granted) for e in shown],
+                cells,
+                important=important,
                 wide={1, 4, 9},
                 optional=[6, 5, 4],
                 empty="no advisory locks",
+                left_out=left_out,
             )
         )
         gone = state.tracker.gone
@@ -294,15 +308,17 @@ def run(
 
         console = Console(file=stream)
         with keyboard(sys.stdin), Live(console=console, screen=True, auto_refresh=False) as live:
-            next_refresh = 0.0
+            next_refresh, refreshes = 0.0, 0
             while True:
                 if not state.paused and time.monotonic() >= next_refresh:
-                    next_refresh = time.monotonic() + interval
+                    next_refresh, refreshes = time.monotonic() + interval, refreshes + 1
+                    collect_now_and_then(refreshes)
                     try:
                         state.take(source.next())
                     except ServerError as error:  # bad input (a broken recording) still stops
                         state.error = f"connection lost, retrying: {str(error).splitlines()[0]}"
-                live.update(Group(*rich_renderables(frame(state), console)), refresh=True)
+                shown = frame(state, console.height)  # never more rows than the screen
+                live.update(Group(*rich_renderables(shown, console)), refresh=True)
                 wait = interval if state.paused else max(0.05, next_refresh - time.monotonic())
                 pressed = read_key(sys.stdin, wait)
                 if pressed is not None and not state.key(pressed):
