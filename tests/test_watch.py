@@ -265,3 +265,21 @@ def test_bad_durations() -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2 and "more than zero" in result.stderr
+
+
+def test_broad_key_compares_a_key_with_its_busiest_sibling() -> None:
+    """The broad-key pattern over many keys of one namespace (it used to compare every key
+    with every other: 100k keys took minutes)."""
+    from lockdiag.observe import KeyStats, Sampler, patterns
+
+    sampler = Sampler(samples=40)
+    for number in range(20000):
+        sampler.keys[(None, f"jobs {number}")] = KeyStats(f"jobs {number}", None, "jobs", 2)
+    broad = KeyStats("jobs broad", None, "jobs", samples_held=40, samples_waited=30)
+    broad.waiter_pids.update({1, 2, 3})
+    broad.waiters.update({("a", "local"), ("b", "local")})
+    sampler.keys[(None, "jobs broad")] = broad
+    assert [(p.kind, p.label) for p in patterns(sampler)] == [("broad-key", "jobs broad")]
+    assert "other 20000 key(s)" in patterns(sampler)[0].evidence
+    sampler.keys[(None, "jobs 7")].samples_held = 11  # a sibling busier than a quarter of it
+    assert patterns(sampler) == []
