@@ -235,8 +235,7 @@ def fleet_list_output(
         # then the backend's, made once per backend, database, mode and flags
         by_backend: dict[tuple[object, ...], list[str]] = {}
         for target, report, e in entries:
-            lock, decoded = e.lock, e.decoded
-            label = clean(decoded.label if decoded else describe_lock(lock, report.snapshot.server))
+            lock, label = e.lock, lock_label(e, report.snapshot.server)
             if lock.granted and not e.blocks:
                 shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
                 tail = by_backend.get(shared)
