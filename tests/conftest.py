@@ -5,6 +5,7 @@ If the server cannot start the run fails (an error in the fixture), it never ski
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,14 @@ from lockdiag.cluster import Cluster, create_cluster
 
 PASSWORD = "s3cret-Pa55"  # the password of role pw_user, checked never to be printed
 OBSERVER = "observer"  # a role without pg_read_all_stats
+
+
+def ctrl_c_reaches_child() -> None:
+    """preexec_fn for a child that gets Ctrl-C: a suite started in the background (cmd &)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 OTHER_DB = "app2"
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pexpect
 
+from conftest import ctrl_c_reaches_child
+
 PORT = re.compile(r"is up on port (\d+)")
 
 
@@ -74,7 +76,10 @@ def test_keep_then_stop(tmp_path: Path) -> None:
 def test_ctrl_c_cleans_up(tmp_path: Path) -> None:
     before = cluster_dirs()
     environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    kept = pexpect.spawn(sys.executable, demo_command("--keep")[1:], env=environment, timeout=60)
+    kept = pexpect.spawn(
+        sys.executable, demo_command("--keep")[1:], env=environment, timeout=60,
+        preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
     kept.expect(r"is up on port (\d+)")
     port = int(kept.match.group(1))
     kept.expect_exact("Ctrl-C here")

@@ -19,7 +19,7 @@ from lockdiag.connect import connect, describe, server_errors
 from lockdiag.errors import ServerError
 from lockdiag.snapshot import capture
 
-from conftest import OBSERVER, Sessions
+from conftest import OBSERVER, Sessions, ctrl_c_reaches_child
 
 
 def run(*args: str) -> Result:
@@ -114,7 +114,7 @@ def test_ctrl_c_exits_130_without_traceback() -> None:
     try:
         dsn = f"host=127.0.0.1 port={port} user=x"
         command = ["-m", "lockdiag", "list", "--dsn", dsn, "--timeout", "30s"]
-        child = pexpect.spawn(sys.executable, command, timeout=20)
+        child = pexpect.spawn(sys.executable, command, timeout=20, preexec_fn=ctrl_c_reaches_child)
         child.expect(pexpect.TIMEOUT, timeout=1)  # it is waiting for the silent server
         child.sendintr()
         child.expect(pexpect.EOF)

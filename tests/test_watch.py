@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.cluster import Cluster
 
-from conftest import Sessions
+from conftest import Sessions, ctrl_c_reaches_child
 
 REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
 REFRESH = re.compile(rb"refresh #(\d+)")
@@ -248,6 +248,7 @@ def test_sample_prometheus_and_interrupt(
         ["-m", "lockdiag", "sample", "--duration", "60s", "--interval", "100ms",
          "--dsn", cluster.dsn()],
         cwd=str(tmp_path), timeout=20, dimensions=(40, 200), env=TERMINAL_ENV,
+        preexec_fn=ctrl_c_reaches_child,
     )  # fmt: skip
     child.expect(rb"sampling: [1-9]")
     child.sendintr()
