@@ -46,14 +46,27 @@ def refresh_number(child: pexpect.spawn) -> int:
     return int(child.match.group(1))
 
 
-def spawn_watch(cluster: Cluster, directory: Path) -> pexpect.spawn:
-    """`lockdiag watch` on a real pseudo-terminal of 40 by 170, in ``directory``."""
+def spawn_watch(
+    cluster: Cluster, directory: Path, interval: str = "300ms", screen: tuple[int, int] = (40, 170)
+) -> pexpect.spawn:
+    """`lockdiag watch` on a real pseudo-terminal of ``screen`` (rows, columns), in
+    ``directory``."""
     (directory / "lockdiag.toml").write_text(REGISTRY)
-    command = ["-m", "lockdiag", "watch", "--interval", "300ms", "--dsn", cluster.dsn()]
+    command = ["-m", "lockdiag", "watch", "--interval", interval, "--dsn", cluster.dsn()]
     return pexpect.spawn(
-        sys.executable, command, cwd=str(directory), dimensions=(40, 170), timeout=30,
+        sys.executable, command, cwd=str(directory), dimensions=screen, timeout=30,
         env=TERMINAL_ENV,
     )  # fmt: skip
+
+
+def pause_and_quit(child: pexpect.spawn) -> None:
+    """p pauses (the frame is redrawn at once), q quits with status 0."""
+    child.send("p")
+    child.expect_exact("paused")
+    child.send("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
 
 
 def test_watch_renders_refreshes_reconnects_and_quits(
@@ -91,13 +104,9 @@ def test_watch_keys_narrow_and_pause(cluster: Cluster, sessions: Sessions, tmp_p
         child.expect_exact("namespace: ")
         child.send("tenant_summary\r")
         child.expect_exact("only namespace tenant_summary")
-        child.send("p")
-        child.expect_exact("paused")
-        child.send("q")
-        child.expect(pexpect.EOF)
+        pause_and_quit(child)
     finally:
         child.close()
-    assert child.exitstatus == 0
 
 
 def test_watch_keeps_its_footer_on_a_small_busy_screen(
@@ -111,23 +120,14 @@ def test_watch_keeps_its_footer_on_a_small_busy_screen(
         waiter = sessions.open(f"waiter-{number}")
         waiter.start(f"SELECT pg_advisory_lock(4102, {number + 1})")
         sessions.waiting(waiter)
-    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
-    command = ["-m", "lockdiag", "watch", "--interval", "60s", "--dsn", cluster.dsn()]
-    child = pexpect.spawn(
-        sys.executable, command, cwd=str(tmp_path), dimensions=(24, 100), timeout=30,
-        env=TERMINAL_ENV,
-    )  # fmt: skip
+    child = spawn_watch(cluster, tmp_path, interval="60s", screen=(24, 100))
     try:
         child.expect_exact("refresh #1")
         child.expect_exact("more row(s) not shown")
         child.expect_exact("q quit")  # the footer is drawn below the table: the frame fits
-        child.send("p")
-        child.expect_exact("paused")
-        child.send("q")
-        child.expect(pexpect.EOF)
+        pause_and_quit(child)
     finally:
         child.close()
-    assert child.exitstatus == 0
 
 
 def test_watch_without_a_terminal(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
