@@ -120,10 +120,11 @@ class State:
         self.prompt, self.typed = None, ""
 
 
-def frame(state: State, rows: int | None = None) -> list[Block]:
-    """Findings first, then root blockers, then holders and waiters. ``rows``: at most this
-    many lock rows are built (waiting and flagged ones first), for a screen that shows no
-    more; the table says how many it left out."""
+def frame(state: State, screen: int | None = None) -> list[Block]:
+    """Findings first, then root blockers, then holders and waiters. ``screen``: the height of
+    the screen it is for; findings and chains then take a quarter of it each, and no more lock
+    rows are built than it has (waiting and flagged ones first; the table says how many it
+    left out). None: everything, as text."""
     snapshot = state.snapshot
     status = "paused" if state.paused else f"refresh #{state.refreshes}"
     narrowed = [f"namespace {state.namespace}"] if state.namespace else []
@@ -136,7 +137,7 @@ def frame(state: State, rows: int | None = None) -> list[Block]:
         now = snapshot.server.now
         # findings and chains take at most a quarter of the screen each: the lock table and
         # the footer (keys, errors) must stay on it
-        most = max(3, rows // 4) if rows is not None else 8
+        most = max(3, screen // 4) if screen is not None else 8
         findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
         lines = [
             f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"
@@ -150,7 +151,7 @@ def frame(state: State, rows: int | None = None) -> list[Block]:
         for root in graph.roots[:3]:
             chains += tree_lines(root.tree, graph)
         chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
-        if rows is not None and len(chains) > most:
+        if screen is not None and len(chains) > most:
             chains = [*chains[:most], f"... {len(chains) - most} more lines (lockdiag blockers)"]
         if chains:
             blocks.append(Text(chains))
@@ -158,8 +159,8 @@ def frame(state: State, rows: int | None = None) -> list[Block]:
         shown = [e for e in state.entries if filters.accept(e)]
         important = [bool(e.flags or e.blocks or not e.lock.granted) for e in shown]
         left_out = 0
-        if rows is not None and len(shown) > rows:
-            chosen = pick(important, rows)
+        if screen is not None and len(shown) > screen:
+            chosen = pick(important, screen)
             left_out = len(shown) - len(chosen)
             shown, important = [shown[i] for i in chosen], [important[i] for i in chosen]
         cells = []
