@@ -194,7 +194,7 @@ def analyse(
             order.append((place, False, 0.0, pid or 0))
         else:
             order.append((place, True, *_queue_order(row)))
-        if granted and (pid not in blocker_pids or id(row) not in contested):  # most locks
+        if granted and id(row) not in contested:  # most locks: nobody waits for them
             # flags depend on the backend and on the namespace (or on being unregistered)
             context = (pid, database, None if decoded is None else id(decoded.namespace)
                        if decoded.namespace else decoded.known is None)  # fmt: skip

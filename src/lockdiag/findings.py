@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lockdiag import analysis
 from lockdiag.analysis import DEFAULT_POLICY, IN_TRANSACTION_IDLE, LockEntry, Policy, analyse
 from lockdiag.durations import format_duration
 from lockdiag.graph import Blockers, blockers
@@ -144,15 +145,7 @@ def _listed(group: list[LockEntry], shown: int = 3) -> str:
 def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
     PgBouncer, on a server connection that no client is using any more."""
-    leaked = (
-        e
-        for e in entries
-        if e.pool is not None
-        and e.pool.via == "console"
-        and e.pool.client is None
-        and e.lifetime == "session"
-        and e.decoded is not None
-    )
+    leaked = (e for e in entries if analysis.OUTLIVED_CLIENT in e.flags)
     for group in _by_backend(leaked):
         entry, pool, count = group[0], group[0].pool, len(group)
         assert pool is not None
@@ -319,13 +312,8 @@ def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
 
 
 def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
-    held = [e for e in entries if e.lock.granted and e.decoded and e.decoded.namespace]
-    expecting_xact = (
-        e
-        for e in held
-        if e.decoded and e.decoded.namespace and e.decoded.namespace.expect == "xact"
-        and e.lifetime == "session"
-    )  # fmt: skip
+    # the analysis flags each lock that breaks its namespace's rules
+    expecting_xact = (e for e in entries if analysis.EXPECT_XACT in e.flags)
     for group in _by_backend(expecting_xact, by_namespace=True):
         entry, count = group[0], len(group)
         assert entry.decoded is not None and entry.decoded.namespace is not None
@@ -344,12 +332,7 @@ def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
             entry.held_at_least,
             count,
         )
-    over = (
-        e
-        for e in held
-        if e.decoded and e.decoded.namespace and e.decoded.namespace.max_hold is not None
-        and e.held_at_least is not None and e.held_at_least > e.decoded.namespace.max_hold
-    )  # fmt: skip
+    over = (e for e in entries if analysis.MAX_HOLD in e.flags)
     for group in _by_backend(over, by_namespace=True):
         entry, count = group[0], len(group)
         namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_at_least
