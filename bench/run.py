@@ -28,8 +28,8 @@ from typing import Any
 
 import psycopg
 
-from lockdiag import queries
-from lockdiag.cluster import Cluster, create_cluster
+from lockdiag.demo.cluster import Cluster, create_cluster
+from lockdiag.pg import queries
 
 FLOOR = Path(__file__).with_name("floor.py")
 # the console script, as people run it (python -m adds runpy's few milliseconds)

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from lockdiag.cluster import Cluster, create_cluster
+from lockdiag.demo.cluster import Cluster, create_cluster
 
 PASSWORD = "s3cret-Pa55"  # the password of role pw_user, checked never to be printed
 OBSERVER = "observer"  # a role without pg_read_all_stats

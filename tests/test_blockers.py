@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster
-from lockdiag.connect import take_snapshot
-from lockdiag.graph import Blockers, behind, blockers
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.graph import Blockers, behind
+from lockdiag.demo.cluster import Cluster
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 
 from conftest import Sessions, Worker
@@ -32,7 +33,7 @@ def registry() -> Registry:
 
 
 def graph(cluster: Cluster) -> Blockers:
-    return blockers(take_snapshot(cluster.dsn(), 5, "all"), registry())
+    return Diagnosis(take_snapshot(cluster.dsn(), 5, "all"), registry()).graph
 
 
 def three_level_chain(sessions: Sessions) -> tuple[Worker, Worker, Worker]:

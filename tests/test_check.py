@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster, free_port
-from lockdiag.connect import take_snapshot
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.termination import Refused, preview
+from lockdiag.demo.cluster import Cluster, free_port
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import parse_registry
-from lockdiag.terminate import Refused, preview
 
 from conftest import OBSERVER, Sessions
 
@@ -228,7 +229,7 @@ def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions)
     registry, _ = parse_registry(REGISTRY)
     assert registry is not None
     with pytest.raises(Refused, match="lockdiag's own session"):
-        preview(snapshot, registry, snapshot.server.backend_pid)
+        preview(Diagnosis(snapshot, registry), snapshot.server.backend_pid)
 
 
 def test_cancel_keeps_session_locks(cluster: Cluster, sessions: Sessions) -> None:

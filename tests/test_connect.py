@@ -7,15 +7,16 @@ import time
 import psycopg
 import pytest
 
-from lockdiag.cluster import Cluster, free_port
-from lockdiag.connect import connect, conninfo, scrub, take_snapshot
+from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import InputError, ServerError
+from lockdiag.pg.session import DiagnosticSession, conninfo, scrub, take_snapshot
 
 from conftest import PASSWORD, Sessions
 
 
 def test_session_is_read_only_named_and_bounded(cluster: Cluster) -> None:
-    with connect(cluster.dsn(), timeout=3) as connection:
+    with DiagnosticSession(cluster.dsn(), timeout=3) as session:
+        connection = session.connection
         settings = dict(
             connection.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN "
@@ -47,7 +48,7 @@ def test_user_options_are_kept() -> None:
 
 def test_unreachable_server() -> None:
     with pytest.raises(ServerError) as raised:
-        connect(f"host=127.0.0.1 port={free_port()} user=postgres", timeout=2)
+        DiagnosticSession(f"host=127.0.0.1 port={free_port()} user=postgres", 2).describe()
     assert "cannot connect" in str(raised.value)
     assert "\n" not in str(raised.value)
     assert raised.value.hint is not None and "running" in raised.value.hint
@@ -55,11 +56,11 @@ def test_unreachable_server() -> None:
 
 def test_wrong_password_is_never_shown(cluster: Cluster) -> None:
     with pytest.raises(ServerError) as raised:
-        connect(cluster.dsn(user="pw_user", password="not-the-Secret-123"), timeout=2)
+        DiagnosticSession(cluster.dsn(user="pw_user", password="not-the-Secret-123"), 2).describe()
     assert "password authentication failed" in str(raised.value)
     assert "not-the-Secret-123" not in str(raised.value)
-    with connect(cluster.dsn(user="pw_user", password=PASSWORD), timeout=2) as connection:
-        assert connection.info.user == "pw_user"
+    with DiagnosticSession(cluster.dsn(user="pw_user", password=PASSWORD), 2) as session:
+        assert session.connection.info.user == "pw_user"
 
 
 def test_invalid_connection_string() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lockdiag.cli import completion_script
-from lockdiag.reference import commands, reference
+from lockdiag.cli.completion import completion_script
+from lockdiag.cli.reference import commands, reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ def test_committed_completions_are_current(shell: str) -> None:
 
 def test_cli_reference_is_current() -> None:
     assert (ROOT / "docs" / "cli.md").read_text() == reference(), (
-        "regenerate: python -m lockdiag.reference > docs/cli.md"
+        "regenerate: python -m lockdiag.cli.reference > docs/cli.md"
     )
 
 

@@ -14,10 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster, create_standby
-from lockdiag.connect import connect, describe, server_errors
+from lockdiag.demo.cluster import Cluster, create_standby
 from lockdiag.errors import ServerError
-from lockdiag.snapshot import capture
+from lockdiag.pg.session import DiagnosticSession
 
 from conftest import OBSERVER, Sessions, ctrl_c_reaches_child
 
@@ -36,21 +35,23 @@ def assert_one_clear_error(result: Result, code: int, *words: str) -> None:
 
 
 def test_own_backend_terminated(cluster: Cluster) -> None:
-    connection = connect(cluster.dsn(), 5)
+    session = DiagnosticSession(cluster.dsn(), 5)
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
-    with pytest.raises(ServerError, match="connection lost") as raised, server_errors(None, 5):
-        capture(connection, describe(connection))
+        admin.execute("SELECT pg_terminate_backend(%s)", (session.connection.info.backend_pid,))
+    with pytest.raises(ServerError, match="connection lost") as raised:
+        session.snapshot("advisory")
     assert raised.value.exit_code == 3
-    connection.close()
+    assert session.snapshot("advisory").locks == []  # the session reconnects on its next use
+    session.close()
 
 
 def test_server_restart_mid_command(cluster: Cluster) -> None:
-    connection = connect(cluster.dsn(), 5)
+    session = DiagnosticSession(cluster.dsn(), 5)
+    session.snapshot("advisory")
     cluster.restart()
-    with pytest.raises(ServerError, match="connection lost"), server_errors(None, 5):
-        capture(connection, describe(connection))
-    connection.close()
+    with pytest.raises(ServerError, match="connection lost"):
+        session.snapshot("advisory")
+    session.close()
     assert run("list", "--dsn", cluster.dsn()).exit_code == 0  # and the next run works
 
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster, create_cluster, free_port
+from lockdiag.demo.cluster import Cluster, create_cluster, free_port
 
 from conftest import Sessions
 

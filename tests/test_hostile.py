@@ -17,16 +17,17 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockdiag import snapshot
-from lockdiag.analysis import analyse
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster
-from lockdiag.connect import take_snapshot
+from lockdiag.core import snapshot_file
+from lockdiag.core.analysis import analyse
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
 from lockdiag.keys import parse_numbers
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import render
-from lockdiag.views import list_output
+from lockdiag.views.listing import list_output
 
 from conftest import PASSWORD, Sessions
 
@@ -67,12 +68,11 @@ def test_names_and_queries_are_neutralised(
         def isatty(self) -> bool:
             return True
 
-    from lockdiag.analysis import list_report
     from lockdiag.registry import Registry as EmptyRegistry
 
     terminal = Terminal()
     taken = take_snapshot(cluster.dsn(), 5, "advisory")
-    render(list_output(list_report(taken, EmptyRegistry())), "table", terminal)
+    render(list_output(Diagnosis(taken, EmptyRegistry()).listing()), "table", terminal)
     text = terminal.getvalue()
     assert "\x1b[2J" not in text and "\x1b]8" not in text and "\x07" not in text
 
@@ -95,7 +95,7 @@ def test_huge_registry_is_refused(tmp_path: Path) -> None:
 
 
 def test_truncated_snapshot_file(cluster: Cluster, tmp_path: Path) -> None:
-    text = snapshot.dumps(take_snapshot(cluster.dsn(), 5, "all"))
+    text = snapshot_file.dumps(take_snapshot(cluster.dsn(), 5, "all"))
     truncated = tmp_path / "t.json"
     truncated.write_text(text[: len(text) // 2])
     result = CliRunner().invoke(cli, ["list", "--from", str(truncated)])
@@ -162,7 +162,7 @@ def _toml(value: Any) -> str:
 @given(st.text(max_size=200))
 def test_snapshot_loader_never_crashes_on_text(text: str) -> None:
     with contextlib.suppress(InputError):
-        snapshot.loads(text, "f.json")
+        snapshot_file.loads(text, "f.json")
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def real_document(cluster: Cluster) -> dict[str, Any]:
     with psycopg.connect(cluster.dsn(application_name="doc"), autocommit=True) as worker:
         worker.execute("SELECT pg_advisory_lock(3, 3), pg_advisory_lock(-9)")
         document: dict[str, Any] = json.loads(
-            snapshot.dumps(take_snapshot(cluster.dsn(), 5, "all"))
+            snapshot_file.dumps(take_snapshot(cluster.dsn(), 5, "all"))
         )
     return document
 
@@ -193,7 +193,7 @@ def test_snapshot_loader_on_mutated_files(
     else:
         document[section] = value
     try:
-        loaded = snapshot.loads(json.dumps(document), "f.json")
+        loaded = snapshot_file.loads(json.dumps(document), "f.json")
     except InputError:
         return
     # e.g. an advisory row with an objsubid that is no key form: a clear refusal

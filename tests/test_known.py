@@ -14,17 +14,18 @@ import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster
-from lockdiag.keys import LockTriple, from_bigint, from_pair
-from lockdiag.known import (
+from lockdiag.core.catalogue import (
     FIXED,
     build_catalogue,
+    collisions,
     database_keys,
     flyway_key,
     goodjob_key,
     java_hash,
     name_keys,
 )
+from lockdiag.demo.cluster import Cluster
+from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, parse_registry
 
 from conftest import OBSERVER, Sessions
@@ -220,7 +221,8 @@ def test_rows_unreadable_without_privileges(
 
 
 def test_registry_wins_and_collisions_warn() -> None:
-    registry, problems = parse_registry('[namespaces.small]\nid = 0\nform = "bigint"\n')
+    text = '[namespaces.small]\nid = 0\nform = "bigint"\n'
+    registry, problems = parse_registry(text, collisions=collisions)
     assert registry is not None
     assert any("Prisma Migrate" in p.message and p.severity == "warning" for p in problems)
     result = CliRunner().invoke(cli, ["decode", "72707369", "--format", "json"])

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Bouncer, Cluster, start_pgbouncer
+from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
 
 from conftest import Sessions
 
@@ -172,8 +172,8 @@ def test_pooltest_refuses_a_key_in_use(
 def test_console_rows_are_read_by_column_name() -> None:
     """Newer PgBouncers add columns (1.21 prepared_statements, 1.23 replication, 1.24 id),
     and their order may change: only the names matter."""
-    from lockdiag.pooler import Console, links
-    from lockdiag.snapshot import Session
+    from lockdiag.core.model import Session
+    from lockdiag.pg.pgbouncer import Console, links
 
     server = {
         "id": 7, "type": "S", "user": "app", "database": "shop", "replication": "none",

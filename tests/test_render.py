@@ -8,7 +8,7 @@ import json
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster
+from lockdiag.demo.cluster import Cluster
 from lockdiag.render import Output, Table, Text, clean, plain, render
 
 from conftest import Sessions

@@ -7,22 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from lockdiag import queries, snapshot
-from lockdiag.analysis import (
-    EXPECT_XACT,
-    LONG_SESSION_LOCK,
-    MAX_HOLD,
-    STUCK_OWNER,
-    UNREGISTERED,
-    Policy,
-    analyse,
-    who_holds,
-)
-from lockdiag.cluster import Cluster
-from lockdiag.connect import take_snapshot
+from lockdiag.core import model, snapshot_file
+from lockdiag.core.analysis import Flag, Policy, analyse
+from lockdiag.core.diagnosis import Diagnosis, WhoHolds, narrow
+from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
-from lockdiag.keys import from_bigint, from_pair
+from lockdiag.keys import LockTriple, from_bigint, from_pair
+from lockdiag.pg import queries
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
+from lockdiag.views.who_holds import verdict
 
 from conftest import OBSERVER, OTHER_DB, Sessions
 
@@ -47,8 +41,8 @@ def registry() -> Registry:
 
 
 def capture(
-    cluster: Cluster, user: str = "postgres", scope: snapshot.Scope = "advisory"
-) -> snapshot.Snapshot:
+    cluster: Cluster, user: str = "postgres", scope: model.Scope = "advisory"
+) -> model.Snapshot:
     return take_snapshot(cluster.dsn(user=user), 5.0, scope)
 
 
@@ -76,8 +70,8 @@ def test_idle_session_locks_are_certain_session_locks(
     assert entries[from_pair(-5, 7)].lock.mode == "ShareLock"
     summary = entries[from_pair(4102, 73)]
     assert summary.decoded is not None and summary.decoded.label == "tenant_summary 73"
-    assert {LONG_SESSION_LOCK, EXPECT_XACT} <= set(summary.flags)
-    assert UNREGISTERED in entries[from_bigint(-1)].flags
+    assert {Flag.LONG_SESSION_LOCK, Flag.EXPECT_XACT} <= set(summary.flags)
+    assert Flag.UNREGISTERED in entries[from_bigint(-1)].flags
     # a leader lock declared as an expected session lock raises no flag
     assert entries[from_bigint((9 << 32) | 1)].flags == ()
 
@@ -92,7 +86,7 @@ def test_transaction_holder_lifetime_is_unknown(
     assert entry.session is not None and entry.session.state == "idle in transaction"
     # idle in transaction: the lock was taken before it went idle, a certain lower bound
     assert entry.held_at_least is not None
-    assert STUCK_OWNER not in entry.flags  # nobody waits
+    assert Flag.STUCK_OWNER not in entry.flags  # nobody waits
 
 
 def test_chain_of_waiters(cluster: Cluster, sessions: Sessions, registry: Registry) -> None:
@@ -109,21 +103,21 @@ def test_chain_of_waiters(cluster: Cluster, sessions: Sessions, registry: Regist
     holder, *waiters = entries
     assert holder.lock.pid == owner.pid and holder.lock.granted
     assert holder.blocks == (first.pid, second.pid)
-    assert STUCK_OWNER in holder.flags
+    assert Flag.STUCK_OWNER in holder.flags
     assert [w.lock.pid for w in waiters] == [first.pid, second.pid]
     assert waiters[0].waits_for == (owner.pid,) and waiters[0].queued_behind == ()
     assert waiters[1].waits_for == (owner.pid,) and waiters[1].queued_behind == (first.pid,)
     assert all(w.waited is not None and w.lifetime is None for w in waiters)
 
-    report = who_holds(taken, registry, from_pair(4102, 75))
+    report = who_holds_of(taken, registry, from_pair(4102, 75))
     assert [h.lock.pid for h in report.holders] == [owner.pid]
     assert [w.lock.pid for w in report.waiters] == [first.pid, second.pid]
-    assert report.verdict.startswith("tenant_summary 75 (4102, 75, 2) is held by pid")
-    assert "2 waiting" in report.verdict
+    assert verdict(report).startswith("tenant_summary 75 (4102, 75, 2) is held by pid")
+    assert "2 waiting" in verdict(report)
 
     owner.connection.commit()  # the owner lets go: the first waiter gets the lock
     assert first.done()
-    later = who_holds(capture(cluster), registry, from_pair(4102, 75))
+    later = who_holds_of(capture(cluster), registry, from_pair(4102, 75))
     assert [h.lock.pid for h in later.holders] == [first.pid]
     assert [w.lock.pid for w in later.waiters] == [second.pid]
 
@@ -135,7 +129,7 @@ def test_locks_in_two_databases_are_different_locks(
     there = sessions.open("there", dbname=OTHER_DB)
     here.run("SELECT pg_advisory_lock(4102, 76)")
     there.run("SELECT pg_advisory_lock(4102, 76)")  # no conflict: another database
-    report = who_holds(capture(cluster), registry, from_pair(4102, 76))
+    report = who_holds_of(capture(cluster), registry, from_pair(4102, 76))
     assert sorted(h.database or "" for h in report.holders) == [OTHER_DB, "postgres"]
     assert report.waiters == []
     assert any("per database" in note for note in report.notes)
@@ -154,7 +148,7 @@ def test_observer_without_privileges_sees_hidden_sessions(
     assert entry.session.application_name == "secret-worker"  # kept without privileges
     assert entry.lifetime == "unknown"  # never claimed without the evidence
     assert entry.held_at_least is None
-    (note,) = who_holds(taken, registry, from_pair(4102, 77)).notes
+    (note,) = who_holds_of(taken, registry, from_pair(4102, 77)).notes
     assert f"GRANT pg_monitor (or pg_read_all_stats) TO {OBSERVER}" in note
 
 
@@ -188,8 +182,8 @@ def test_file_round_trip(
     worker.run("SELECT pg_advisory_lock(4102, 78), pg_advisory_lock(-9)")
     taken = capture(cluster, scope="all")
     path = tmp_path / "incident.json"
-    snapshot.save(taken, path)
-    loaded = snapshot.load(path)
+    snapshot_file.save(taken, path)
+    loaded = snapshot_file.load(path)
     assert loaded.locks == taken.locks
     assert loaded.sessions == taken.sessions
     assert loaded.server == taken.server
@@ -211,15 +205,15 @@ def test_file_round_trip(
 )
 def test_bad_snapshot_files(text: str, message: str) -> None:
     with pytest.raises(InputError, match=re.escape(message)):
-        snapshot.loads(text, "f.json")
+        snapshot_file.loads(text, "f.json")
 
 
 def test_bad_field_is_named(cluster: Cluster, sessions: Sessions) -> None:
     sessions.open("w").run("SELECT pg_advisory_lock(1)")
-    document = snapshot.dumps(capture(cluster))
+    document = snapshot_file.dumps(capture(cluster))
     broken = re.sub(r'"pid": (\d+)', r'"pid": "\1"', document, count=1)
     with pytest.raises(InputError, match=r"f.json: sessions\[0\].pid: expected an integer"):
-        snapshot.loads(broken, "f.json")
+        snapshot_file.loads(broken, "f.json")
 
 
 def test_max_hold_needs_a_certain_lower_bound(
@@ -237,21 +231,24 @@ def test_max_hold_needs_a_certain_lower_bound(
     )  # fmt: skip
     (entry,) = analyse(capture(cluster), registry)
     assert entry.lifetime == "unknown"
-    assert MAX_HOLD in entry.flags  # idle in transaction since > 1s: held > max_hold, certainly
+    assert (
+        Flag.MAX_HOLD in entry.flags
+    )  # idle in transaction since > 1s: held > max_hold, certainly
 
 
 def test_a_screenful_keeps_waiters_and_their_holders(
     cluster: Cluster, sessions: Sessions, registry: Registry
 ) -> None:
-    from lockdiag.analysis import list_report
-
     sessions.open("many").run("SELECT count(pg_advisory_lock(7, g)) FROM generate_series(1, 500) g")
     owner = sessions.open("owner", autocommit=False)
     owner.run("SELECT pg_advisory_xact_lock(4102, 500)")
     waiter = sessions.open("waiter")
     waiter.start("SELECT pg_advisory_lock(4102, 500)")
     sessions.waiting(waiter)
-    report = list_report(capture(cluster), registry, screen=20)
+    taken = capture(cluster)
+    narrowed = narrow(taken, 20)
+    assert narrowed is not None
+    report = Diagnosis(*narrowed[:1], registry, total=narrowed[1]).listing()
     assert report.narrowed and report.total == 502
     assert len(report.entries) == 20
     pids = {
@@ -260,4 +257,8 @@ def test_a_screenful_keeps_waiters_and_their_holders(
     assert pids == {owner.pid, waiter.pid}
     holder = next(e for e in report.entries if e.lock.pid == owner.pid)
     assert holder.blocks == (waiter.pid,)
-    assert not list_report(capture(cluster), registry, screen=1000).narrowed
+    assert narrow(capture(cluster), 1000) is None
+
+
+def who_holds_of(snapshot: model.Snapshot, registry: Registry, key: LockTriple) -> WhoHolds:
+    return Diagnosis(snapshot, registry).who_holds(key)

@@ -16,7 +16,7 @@ import psycopg
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.cluster import Cluster
+from lockdiag.demo.cluster import Cluster
 
 from conftest import Sessions, ctrl_c_reaches_child
 
@@ -271,7 +271,7 @@ def test_bad_durations() -> None:
 def test_broad_key_compares_a_key_with_its_busiest_sibling() -> None:
     """The broad-key pattern over many keys of one namespace (it used to compare every key
     with every other: 100k keys took minutes)."""
-    from lockdiag.observe import KeyStats, Sampler, patterns
+    from lockdiag.core.observe import KeyStats, Sampler, patterns
 
     sampler = Sampler(samples=40)
     for number in range(20000):

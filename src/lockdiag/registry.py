@@ -131,7 +131,6 @@ class Registry:
 
     namespaces: Mapping[str, Namespace] = field(default_factory=dict)
     path: Path | None = None
-    warnings: tuple[Problem, ...] = ()
     candidates: Candidates = Candidates()
     poolers: Poolers = Poolers()
     _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
@@ -141,14 +140,12 @@ class Registry:
         cls,
         namespaces: list[Namespace],
         path: Path | None = None,
-        warnings: tuple[Problem, ...] = (),
         candidates: Candidates = Candidates(),
         poolers: Poolers = Poolers(),
     ) -> Registry:
         return cls(
             namespaces={ns.name: ns for ns in namespaces},
             path=path,
-            warnings=warnings,
             candidates=candidates,
             poolers=poolers,
             _by_id={(ns.form, ns.id): ns for ns in namespaces},
@@ -225,7 +222,14 @@ def load_registry(explicit: str | None = None) -> Registry:
 MAX_SIZE = 1024 * 1024  # a registry is a few kilobytes; anything this large is a mistake
 
 
-def check_file(path: Path) -> tuple[Registry | None, list[Problem]]:
+Collisions = Callable[["Namespace"], list[str]]
+
+
+def check_file(
+    path: Path, collisions: Collisions | None = None
+) -> tuple[Registry | None, list[Problem]]:
+    """``collisions``: what else claims a namespace's keys (`registry check` passes the
+    catalogue of well-known software's keys; loading for a command does not)."""
     try:
         if path.stat().st_size > MAX_SIZE:
             return None, [
@@ -234,10 +238,12 @@ def check_file(path: Path) -> tuple[Registry | None, list[Problem]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         return None, [Problem("error", f"cannot read: {error}", str(path))]
-    return parse_registry(text, str(path))
+    return parse_registry(text, str(path), collisions)
 
 
-def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, list[Problem]]:
+def parse_registry(
+    text: str, path: str = FILE_NAME, collisions: Collisions | None = None
+) -> tuple[Registry | None, list[Problem]]:
     """Validate registry text. Returns the registry (None when an error makes it unusable)
     and every problem found, errors and warnings, each with its line where it can be located."""
     if sys.version_info >= (3, 11):
@@ -302,12 +308,11 @@ def parse_registry(text: str, path: str = FILE_NAME) -> tuple[Registry | None, l
     candidates = _parse_known(document.get("known", {}), lines, problem)
     poolers = _parse_poolers(document.get("poolers", {}), lines, problem)
     for namespace in namespaces:
-        for collision in _known_collisions(namespace):
+        for collision in collisions(namespace) if collisions is not None else ():
             problem("warning", collision, lines.key(f"namespaces.{namespace.name}", "id"))
     if any(p.severity == "error" for p in problems) or candidates is None or poolers is None:
         return None, problems
-    warnings = tuple(p for p in problems if p.severity == "warning")
-    return Registry.of(namespaces, Path(path), warnings, candidates, poolers), problems
+    return Registry.of(namespaces, Path(path), candidates, poolers), problems
 
 
 def _parse_poolers(
@@ -360,24 +365,6 @@ def _parse_known(
         else:
             values[key] = tuple(value)
     return Candidates(**values) if ok else None
-
-
-def _known_collisions(namespace: Namespace) -> list[str]:
-    """Well-known software keys that fall inside a namespace of the team."""
-    from lockdiag.known import FIXED, FLYWAY_CLASSIDS
-
-    found = [
-        f"namespace {namespace.name!r} contains the key {triple.describe()} that "
-        f"{known.software} uses ({known.meaning})"
-        for triple, known in FIXED.items()
-        if triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
-    ]
-    if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
-        found.append(
-            f"namespace {namespace.name!r} covers the keys of Flyway's migration lock "
-            f"(high 32 bits {min(FLYWAY_CLASSIDS)}..{max(FLYWAY_CLASSIDS)})"
-        )
-    return found
 
 
 def _parse_namespace(

@@ -1,0 +1,123 @@
+"""The commands that act: terminate (the only one that changes server state) and pooltest
+(which takes only its own reserved test keys)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import psycopg
+
+from lockdiag.cli.common import (
+    DURATION,
+    connection_options,
+    format_option,
+    get_registry,
+    pooler_options,
+    registry_option,
+    show,
+    source,
+)
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.termination import preview
+from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from lockdiag.keys import parse_numbers
+from lockdiag.pg.actions import act
+from lockdiag.pg.pooltest import run
+from lockdiag.pg.session import DiagnosticSession, server_error
+from lockdiag.views.pooltest import pooltest_output
+from lockdiag.views.terminate import terminate_preview_output
+
+
+@click.command("terminate")
+@click.argument("pid", type=int)
+@click.option(
+    "--cancel", is_flag=True, help="Cancel the running query instead of ending the session."
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
+@click.option(
+    "--wait",
+    **DURATION,
+    default="5s",
+    show_default=True,
+    help="How long to wait for the backend to exit.",
+)
+@pooler_options
+@connection_options
+@registry_option
+@format_option
+def terminate_command(
+    pid: int, cancel: bool, yes: bool, wait: float, registry: str | None, fmt: str
+) -> None:
+    """End one session (or cancel its query) after showing what that releases.
+
+    The only command that changes server state. It acts on exactly one pid, after a preview of
+    the locks it holds and the sessions waiting behind it, and asks first (--yes for scripts).
+    It refuses lockdiag's own session, non-client backends and sessions that hold no lock.
+
+    \b
+    Exit codes: 0 done; 1 not done (declined, or the pid already gone); 2 refused;
+    3 server error or missing privilege (pg_signal_backend, or membership in the owner's role).
+
+    \b
+    Examples:
+      lockdiag terminate 812
+      lockdiag terminate 812 --cancel --yes
+    """
+    names = get_registry(registry)
+    where = source()
+    poolers = names.poolers.merged(where.pgbouncer, where.pooler_addr)
+    with DiagnosticSession(where.dsn, where.timeout, names, poolers) as session:
+        snapshot = session.snapshot("all")
+        plan = preview(Diagnosis(snapshot, names), pid)
+        show(terminate_preview_output(plan, snapshot, cancel), fmt if fmt != "json" else "plain")
+        verb = "cancel the query of" if cancel else "terminate"
+        if not yes:
+            if not sys.stdin.isatty():
+                raise InputError(
+                    f"not confirmed: run with --yes to {verb} pid {pid} without a prompt"
+                )
+            if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
+                click.echo("nothing done", err=True)
+                sys.exit(EXIT_NEGATIVE)
+        outcome = act(session, pid, cancel, wait)
+    click.echo(outcome.message, err=not outcome.done)
+    sys.exit(EXIT_OK if outcome.done else EXIT_NEGATIVE)
+
+
+@click.command("pooltest")
+@click.option(
+    "--pooled", required=True, metavar="DSN", help="The DSN the workers use (through the pooler)."
+)
+@click.option(
+    "--direct", required=True, metavar="DSN", help="The same database, not through the pooler."
+)
+@click.option(
+    "--key",
+    "raw_key",
+    default="1818977383,1",
+    show_default=True,
+    metavar="A,B",
+    help="The reserved int4 pair to test with (B+1 is used too); never any other key.",
+)
+@click.option("--timeout", **DURATION, default="5s", show_default=True, help="Connect timeout.")
+@format_option
+def pooltest_command(pooled: str, direct: str, raw_key: str, timeout: float, fmt: str) -> None:
+    """Run the two-worker lock test through a real pool and report what survives.
+
+    Worker A takes a reserved test key through --pooled and ends in each way a worker can
+    (commit, rollback, exception, cancel, disconnect), with session and transaction locks;
+    worker B and a new client C try the key; --direct watches pg_locks. Exit 0 when every
+    scenario behaved safely, 1 when an unsafe behaviour was observed.
+
+    \b
+    Examples:
+      lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" --direct "host=db dbname=app"
+    """
+    key = parse_numbers([raw_key])
+    try:
+        results, left = run(pooled, direct, key, timeout)
+    except psycopg.Error as error:
+        raise server_error(error, pooled, timeout) from None
+    show(pooltest_output(results, left), fmt)
+    sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)

@@ -1,0 +1,134 @@
+"""`lockdiag check`: findings against thresholds, with monitoring-plugin exit codes."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from lockdiag.cli.common import (
+    F,
+    get_captures,
+    get_registry,
+    get_snapshot,
+    registry_option,
+    show,
+    source_options,
+)
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.findings import CheckPolicy, CheckReport, Threshold
+from lockdiag.core.model import Snapshot
+from lockdiag.durations import parse_duration
+from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
+from lockdiag.registry import Registry
+from lockdiag.views.check import NAGIOS_EXIT, STATUS_EXIT, check_output, fleet_check_output
+
+
+def _threshold(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """WARN or WARN,CRIT: durations (``30s,5m``) or, for counts, integers (``5,20``)."""
+    if value is None:
+        return None
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) > 2:
+        raise click.BadParameter("give WARN or WARN,CRIT", ctx, param)
+    try:
+        levels = [parse_duration(part) for part in parts]
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    if len(levels) == 2 and levels[1] < levels[0]:
+        raise click.BadParameter("the critical level is below the warning level", ctx, param)
+    return Threshold(*levels)
+
+
+class UnknownStatus(LockdiagError):
+    """`check` could not decide: the monitoring-plugin UNKNOWN."""
+
+    exit_code = EXIT_UNKNOWN
+
+
+class CheckCommand(click.Command):
+    """Monitoring-plugin exit codes: bad arguments are UNKNOWN (3), not click's usual 2."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as error:
+            raise _UnknownUsage(error.format_message(), error.ctx) from None
+
+
+class _UnknownUsage(click.UsageError):
+    exit_code = EXIT_UNKNOWN
+
+
+def threshold_option(name: str, default: str, text: str) -> Callable[[F], F]:
+    return click.option(
+        name, callback=_threshold, default=default, show_default=True, metavar="WARN[,CRIT]",
+        help=text,
+    )  # fmt: skip
+
+
+@click.command("check", cls=CheckCommand)
+@threshold_option("--session-age", "5m,1h", "A certain session-level advisory lock held this long.")
+@threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
+@threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
+@threshold_option("--max-blocked", "5,20", "More than N sessions behind one root blocker.")
+@click.option("--no-unregistered", is_flag=True, help="Do not report unregistered namespaces.")
+@source_options
+@registry_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "table", "plain", "json", "nagios", "prometheus"]),
+    default="auto",
+    show_default=True,
+    help="nagios: one status line with perfdata; prometheus: text exposition format.",
+)
+def check_command(
+    session_age: Any,
+    wait_age: Any,
+    idle_age: Any,
+    max_blocked: Any,
+    no_unregistered: bool,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Findings against thresholds, for cron and alerting.
+
+    Exit codes follow the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL,
+    3 UNKNOWN (could not connect, bad registry, bad arguments). Namespaces in the registry
+    add their own critical limits (max_hold, max_wait); expect = "session" namespaces never
+    raise a session-lock finding.
+
+    \b
+    Examples:
+      lockdiag check
+      lockdiag check --wait-age 10s,1m --format nagios
+      lockdiag check --format prometheus > /var/lib/node_exporter/lockdiag.prom
+    """
+    policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
+    machine = fmt in ("nagios", "prometheus")
+    try:
+        names = get_registry(registry)
+        captures = get_captures("all", names)
+        if captures is not None:
+            results = [
+                (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.error)
+                for c in captures
+            ]
+            output, status = fleet_check_output(results, fmt, policy)
+            show(output, "plain" if machine else fmt)
+            sys.exit(STATUS_EXIT[status])
+        snapshot = get_snapshot("all", names)
+    except LockdiagError as error:
+        if fmt == "nagios":
+            click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")
+        raise UnknownStatus(str(error), error.hint) from None
+    report = _check(snapshot, names, policy)
+    show(check_output(report, fmt, policy), "plain" if machine else fmt)
+    sys.exit(NAGIOS_EXIT[report.status])
+
+
+def _check(snapshot: Snapshot, registry: Registry, policy: CheckPolicy) -> CheckReport:
+    return Diagnosis(snapshot, registry, policy.analysis_policy()).findings(policy)

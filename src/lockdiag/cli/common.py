@@ -1,0 +1,252 @@
+"""What every command shares: the common options, where the snapshot comes from, errors as exit
+codes. Command modules are loaded only when their command runs (see :mod:`lockdiag.cli`), so
+what they import costs nothing to ``--help`` and ``--version``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from click.shell_completion import CompletionItem
+
+from lockdiag.core import snapshot_file
+from lockdiag.core.model import Scope, Snapshot
+from lockdiag.durations import parse_duration
+from lockdiag.errors import EXIT_INTERRUPTED, EXIT_SERVER, InputError, LockdiagError
+from lockdiag.pg.fleet import Capture, capture_all, read_targets
+from lockdiag.pg.session import take_snapshot
+from lockdiag.registry import Registry, load_registry
+from lockdiag.render import Output, render
+
+F = TypeVar("F", bound=Callable[..., Any])
+NUMBERS_SETTINGS = {"ignore_unknown_options": True}  # lets negative keys through: decode -5 7
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Click callback: ``90s``, ``5m``, ``250ms`` or a number of seconds."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
+
+
+class LockdiagGroup(click.Group):
+    """Turns lockdiag's own errors and Ctrl-C into one message and a documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LockdiagError as error:
+            for line in str(error).splitlines() or [type(error).__name__]:
+                click.echo(f"lockdiag: error: {line}", err=True)
+            if error.hint:
+                click.echo(f"lockdiag: hint: {error.hint}", err=True)
+            ctx.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("lockdiag: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+# -- common options ----------------------------------------------------------------------------
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep a common option in the context, so commands need not pass it along."""
+    ctx.meta[f"lockdiag.{param.name}"] = value
+    return value
+
+
+def _remember_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return _remember(ctx, param, _duration(ctx, param, value))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the snapshot comes from: the common options of every read command."""
+
+    dsns: tuple[str, ...] = ()
+    timeout: float = 5.0
+    from_file: str | None = None
+    pgbouncer: tuple[str, ...] = ()
+    pooler_addr: tuple[str, ...] = ()
+
+    @property
+    def dsn(self) -> str | None:
+        """The one server of a single-server command."""
+        if len(self.dsns) > 1:
+            raise InputError("this command reads one server: give a single --dsn")
+        return self.dsns[0] if self.dsns else None
+
+    @property
+    def fleet(self) -> bool:
+        return len(self.dsns) > 1
+
+
+def source() -> Source:
+    meta = click.get_current_context().meta
+    given = {
+        name: meta[f"lockdiag.{name}"]
+        for name in ("timeout", "from_file", "pgbouncer", "pooler_addr")
+        if meta.get(f"lockdiag.{name}") is not None
+    }
+    dsns = list(meta.get("lockdiag.dsn") or ())
+    targets = meta.get("lockdiag.targets")
+    if targets is not None:
+        dsns += read_targets(Path(targets))
+    if not dsns and os.environ.get("LOCKDIAG_DSN"):
+        dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
+    return Source(tuple(dsns), **given)
+
+
+def connection_options(command: F) -> F:
+    command = click.option(
+        "--timeout",
+        callback=_remember_duration,
+        expose_value=False,
+        metavar="DURATION",
+        default="5s",
+        show_default=True,
+        help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
+    )(command)
+    command = click.option(
+        "--targets",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        callback=_remember,
+        expose_value=False,
+        help="Many servers: one DSN or libpq service name per line (list, check, blockers, "
+        "who-holds).",
+    )(command)
+    return click.option(
+        "--dsn",
+        multiple=True,
+        metavar="DSN",
+        callback=_remember,
+        expose_value=False,
+        help="Connection string or URI [env LOCKDIAG_DSN]; repeat it to read many servers. "
+        "Default: libpq's environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
+    )(command)
+
+
+def pooler_options(command: F) -> F:
+    command = click.option(
+        "--pooler-addr",
+        multiple=True,
+        metavar="ADDR",
+        callback=_remember,
+        expose_value=False,
+        help="Client address (or addr:port) of a connection pooler, when its console is not "
+        "readable; repeatable. Also [poolers] addresses in the registry.",
+    )(command)
+    return click.option(
+        "--pgbouncer",
+        multiple=True,
+        metavar="DSN",
+        callback=_remember,
+        expose_value=False,
+        help="PgBouncer admin console to read (SHOW SERVERS, CLIENTS, POOLS); repeatable. "
+        "Also [poolers] pgbouncer in the registry.",
+    )(command)
+
+
+def source_options(command: F) -> F:
+    command = pooler_options(connection_options(command))
+    return click.option(
+        "--from",
+        "from_file",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        callback=_remember,
+        expose_value=False,
+        help="Read a snapshot file saved by `lockdiag snapshot` instead of a server.",
+    )(command)
+
+
+def registry_option(command: F) -> F:
+    return click.option(
+        "--registry",
+        metavar="PATH",
+        help="Registry file [env LOCKDIAG_REGISTRY; default ./lockdiag.toml, then "
+        "~/.config/lockdiag/lockdiag.toml].",
+    )(command)
+
+
+def format_option(command: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "table", "plain", "json"]),
+        default="auto",
+        show_default=True,
+        help="auto: a table on a terminal, plain text when piped.",
+    )(command)
+
+
+def get_captures(scope: Scope, registry: Registry) -> list[Capture] | None:
+    """Snapshots of every target when several are given (concurrently), else None."""
+    where = source()
+    if not where.fleet:
+        return None
+    if where.from_file is not None:
+        raise InputError("give either --from FILE or --dsn, not both")
+    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
+    return capture_all(list(where.dsns), where.timeout, scope, registry, poolers)
+
+
+def fleet_exit(failures: list[tuple[str, str]]) -> None:
+    """After printing every answer: exit 3 when a target could not be read."""
+    if failures:
+        for target, error in failures:
+            click.echo(f"lockdiag: error: {target}: {error}", err=True)
+        sys.exit(EXIT_SERVER)
+
+
+def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
+    where = source()
+    if where.from_file is not None:
+        if where.dsns:
+            raise InputError("give either --from FILE or --dsn, not both")
+        loaded = snapshot_file.load(Path(where.from_file))
+        if scope == "all" and loaded.scope != "all":
+            click.echo(
+                f"lockdiag: note: {where.from_file} holds advisory locks only "
+                "(saved with --advisory-only)",
+                err=True,
+            )
+        return loaded
+    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
+    return take_snapshot(where.dsn, where.timeout, scope, registry, poolers)
+
+
+def get_registry(path: str | None) -> Registry:
+    return load_registry(path)
+
+
+def complete_namespace(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Namespace names from the registry (quietly nothing when it cannot be read)."""
+    try:
+        names = load_registry(ctx.params.get("registry"))
+    except LockdiagError:
+        return []
+    return [
+        CompletionItem(name, help=namespace.description or None)
+        for name, namespace in sorted(names.namespaces.items())
+        if name.startswith(incomplete)
+    ]
+
+
+def show(output: Output, fmt: str) -> None:
+    render(output, fmt)

@@ -1,0 +1,132 @@
+"""The registry's names and numbers: registry check|show, key, decode. No server is read."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lockdiag.cli.common import (
+    NUMBERS_SETTINGS,
+    LockdiagGroup,
+    complete_namespace,
+    format_option,
+    get_registry,
+    registry_option,
+    show,
+)
+from lockdiag.core.analysis import decode
+from lockdiag.core.catalogue import build_catalogue, collisions
+from lockdiag.errors import EXIT_NEGATIVE, InputError
+from lockdiag.keys import parse_numbers
+from lockdiag.registry import check_file, find_registry
+from lockdiag.views.keys import check_output, decode_output, key_output, registry_output
+
+
+@click.group("registry", cls=LockdiagGroup)
+def registry_group() -> None:
+    """Validate and show the registry file (lockdiag.toml).
+
+    \b
+    Examples:
+      lockdiag registry check
+      lockdiag registry show --registry ops/lockdiag.toml
+    """
+
+
+@registry_group.command("check")
+@registry_option
+@format_option
+def registry_check(registry: str | None, fmt: str) -> None:
+    """Validate the registry: errors (with file and line) exit 1, warnings do not.
+
+    \b
+    Example:
+      lockdiag registry check --registry ops/lockdiag.toml
+    """
+    path = find_registry(registry)
+    if path is None:
+        raise InputError(
+            "no registry file found: give --registry PATH, set LOCKDIAG_REGISTRY, or create "
+            "./lockdiag.toml"
+        )
+    parsed, problems = check_file(path, collisions)
+    show(check_output(str(path), problems, len(parsed.namespaces) if parsed else 0), fmt)
+    if any(p.severity == "error" for p in problems):
+        sys.exit(EXIT_NEGATIVE)
+
+
+@registry_group.command("show")
+@registry_option
+@format_option
+def registry_show(registry: str | None, fmt: str) -> None:
+    """List the namespaces of the registry.
+
+    \b
+    Example:
+      lockdiag registry show --format json
+    """
+    show(registry_output(get_registry(registry)), fmt)
+
+
+@click.command("key", context_settings=NUMBERS_SETTINGS)
+@click.argument("namespace", shell_complete=complete_namespace)
+@click.argument("resource", type=int)
+@click.option(
+    "--function",
+    default="pg_try_advisory_xact_lock",
+    show_default=True,
+    type=click.Choice(
+        [
+            f"pg_{try_}advisory_{xact}lock{shared}"
+            for try_ in ("try_", "")
+            for xact in ("xact_", "")
+            for shared in ("", "_shared")
+        ]
+        + ["pg_advisory_unlock", "pg_advisory_unlock_shared"]
+    ),
+    help="The SQL function to show.",
+)
+@registry_option
+@format_option
+def key_command(
+    namespace: str, resource: int, function: str, registry: str | None, fmt: str
+) -> None:
+    """The pg_locks numbers and the SQL that takes NAMESPACE RESOURCE.
+
+    \b
+    Examples:
+      lockdiag key tenant_summary 73
+      lockdiag key tenant_summary 73 --function pg_advisory_lock
+    """
+    key = get_registry(registry).key(namespace, resource)
+    show(key_output(namespace, resource, key.triple, function), fmt)
+
+
+@click.command("decode", context_settings=NUMBERS_SETTINGS)
+@click.argument("numbers", nargs=-1, required=True)
+@click.option(
+    "--database",
+    metavar="NAME",
+    help="Also try keys that software derives from this database name (Rails, sqlx, ...).",
+)
+@registry_option
+@format_option
+def decode_command(
+    numbers: tuple[str, ...], database: str | None, registry: str | None, fmt: str
+) -> None:
+    """Turn numbers back into a name.
+
+    One number is a bigint key, two are a signed int4 pair, three are classid objid objsubid
+    as pg_locks shows them (unsigned).
+
+    \b
+    Examples:
+      lockdiag decode 4102 73 2
+      lockdiag decode 4102 73
+      lockdiag decode -55037190
+      lockdiag decode 204970145 1222811995 1 --database shop_test
+    """
+    names = get_registry(registry)
+    catalogue = build_catalogue(names.candidates, [database] if database else [])
+    show(decode_output(decode(names, catalogue, parse_numbers(numbers), database)), fmt)

@@ -1,0 +1,136 @@
+"""Commands over time: watch (a live view) and sample (statistics over a period)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from lockdiag.cli.common import (
+    DURATION,
+    connection_options,
+    get_registry,
+    registry_option,
+    show,
+    source,
+)
+from lockdiag.cli.screen import run
+from lockdiag.core.observe import Sampler
+from lockdiag.errors import EXIT_INTERRUPTED, InputError, ServerError
+from lockdiag.pg.sampling import Feed, sample
+from lockdiag.views.sample import sample_output
+from lockdiag.views.watch import State
+
+
+@click.command("watch")
+@click.option(
+    "--interval", **DURATION, default="2s", show_default=True, help="Time between refreshes."
+)
+@click.option("--once", is_flag=True, help="Print one frame as text and exit (no terminal needed).")
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Append every snapshot to FILE, one JSON line each.",
+)
+@click.option(
+    "--from",
+    "replay",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Replay a file written by --record instead of reading a server.",
+)
+@connection_options
+@registry_option
+def watch_command(
+    interval: float, once: bool, record: str | None, replay: str | None, registry: str | None
+) -> None:
+    """A live view that refreshes, like top: findings, root blockers, holders and waiters.
+
+    It remembers when each lock was first seen ("seen 4m12s", next to the lower bound of AGE)
+    and marks new rows with +. Keys: q quit, p pause, n narrow to a namespace, i narrow to a
+    pid, c clear. A lost connection shows "connection lost, retrying" and reconnects.
+
+    \b
+    Examples:
+      lockdiag watch
+      lockdiag watch --interval 5s --record incident.jsonl
+      lockdiag watch --from incident.jsonl
+      lockdiag watch --once
+    """
+    if interval <= 0:
+        raise InputError("--interval must be more than zero")
+    if replay is not None and record is not None:
+        raise InputError("give either --from FILE or --record FILE, not both")
+    where = source()
+    snapshots = Feed(
+        where.dsn,
+        where.timeout,
+        Path(replay) if replay else None,
+        Path(record) if record else None,
+    )
+    run(State(get_registry(registry)), snapshots, interval, once)
+
+
+@click.command("sample")
+@click.option(
+    "--duration", **DURATION, default="60s", show_default=True, help="How long to sample."
+)
+@click.option(
+    "--interval", **DURATION, default="250ms", show_default=True, help="Time between samples."
+)
+@connection_options
+@registry_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "table", "plain", "json", "prometheus"]),
+    default="auto",
+    show_default=True,
+    help="prometheus: per-namespace gauges in the text exposition format.",
+)
+def sample_command(duration: float, interval: float, registry: str | None, fmt: str) -> None:
+    """Contention statistics over a period, per namespace and per key.
+
+    One snapshot query per sample, on one connection. Reports for each key the samples in which
+    it was held and waited on, distinct holders and waiters, the longest observed hold and wait,
+    estimated acquisitions and releases, and the contention rate; then calls out stuck owners,
+    broad keys and duplicate dispatch. Progress goes to stderr; Ctrl-C stops early and reports
+    what was sampled (exit 130).
+
+    \b
+    Examples:
+      lockdiag sample --duration 60s --interval 250ms
+      lockdiag sample --duration 10m --format prometheus > lockdiag-sample.prom
+    """
+    if interval <= 0 or duration <= 0:
+        raise InputError("--duration and --interval must be more than zero")
+    names = get_registry(registry)
+    where = source()
+    on_terminal = sys.stderr.isatty()
+    errors: list[str] = []
+
+    def progress(done: int, expected: int, error: str | None) -> None:
+        if error and (not errors or errors[-1] != error):
+            errors.append(error)
+            click.echo(f"lockdiag: sample: {error}", err=True)
+        if on_terminal:
+            click.echo(f"\rsampling: {done}/{expected}", err=True, nl=False)
+        elif done % max(1, expected // 10) == 0:
+            click.echo(f"sampling: {done}/{expected}", err=True)
+
+    sampler = Sampler()
+    interrupted = False
+    try:
+        sample(where.dsn, where.timeout, duration, interval, names, progress, sampler)
+    except KeyboardInterrupt:
+        interrupted = True
+    if on_terminal:
+        click.echo("", err=True)
+    if sampler.samples == 0 and errors and not interrupted:
+        raise ServerError(errors[-1])
+    show(sample_output(sampler, fmt, interval), "plain" if fmt == "prometheus" else fmt)
+    if interrupted:
+        click.echo("lockdiag: interrupted: the figures cover what was sampled", err=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,240 @@
+"""The read commands: list, who-holds, blockers, snapshot."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from lockdiag.cli.common import (
+    DURATION,
+    NUMBERS_SETTINGS,
+    complete_namespace,
+    connection_options,
+    fleet_exit,
+    format_option,
+    get_captures,
+    get_registry,
+    get_snapshot,
+    pooler_options,
+    registry_option,
+    show,
+    source_options,
+)
+from lockdiag.core import snapshot_file
+from lockdiag.core.analysis import Filters, Policy
+from lockdiag.core.diagnosis import Diagnosis, narrow
+from lockdiag.core.model import Scope
+from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from lockdiag.keys import parse_numbers
+from lockdiag.render import resolve
+from lockdiag.views.blockers import blockers_output
+from lockdiag.views.common import fleet_sections
+from lockdiag.views.listing import fleet_list_output, list_output
+from lockdiag.views.who_holds import who_holds_output
+
+
+@click.command("list")
+@click.option("--all", "all_types", is_flag=True, help="Every lock type, not only advisory locks.")
+@click.option(
+    "--namespace",
+    metavar="NAME",
+    shell_complete=complete_namespace,
+    help="Only this registry namespace.",
+)
+@click.option("--pid", "pids", type=int, multiple=True, help="Only this backend (repeatable).")
+@click.option(
+    "--app", metavar="PATTERN", help="Only application_name matching (glob, e.g. 'billing-*')."
+)
+@click.option("--waiting", is_flag=True, help="Only locks that wait or that others wait for.")
+@click.option("--min-age", **DURATION, help="Only locks held (lower bound) or waited this long.")
+@click.option(
+    "--session-age",
+    **DURATION,
+    default="5m",
+    show_default=True,
+    help="Flag certain session-level locks held at least this long.",
+)
+@source_options
+@registry_option
+@format_option
+def list_command(
+    all_types: bool,
+    namespace: str | None,
+    pids: tuple[int, ...],
+    app: str | None,
+    waiting: bool,
+    min_age: float | None,
+    session_age: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Every advisory lock (or every lock with --all), decoded, with its session.
+
+    LIFETIME is "session" when the holder has no open transaction (certain), otherwise
+    "unknown". AGE "≥ 12m" is a lower bound: PostgreSQL records no acquisition time.
+
+    \b
+    Examples:
+      lockdiag list
+      lockdiag list --waiting --format json
+      lockdiag list --namespace tenant_summary --min-age 5m
+    """
+    names = get_registry(registry)
+    filters = Filters(
+        namespace=names.namespace(namespace) if namespace else None,
+        pids=frozenset(pids),
+        app=app,
+        waiting=waiting,
+        min_age=min_age,
+    )
+    scope: Scope = "all" if all_types else "advisory"
+    policy = Policy(session_age=session_age)
+    captures = get_captures(scope, names)
+    if captures is None:
+        snapshot, total = get_snapshot(scope, names), None
+        if filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty():
+            # a terminal shows a screenful: analyse only the locks worth it
+            rows = max(10, shutil.get_terminal_size().lines - 8)
+            narrowed = narrow(snapshot, rows, policy, all_types)
+            if narrowed is not None:
+                snapshot, total = narrowed
+        diagnosis = Diagnosis(snapshot, names, policy, total)
+        show(list_output(diagnosis.listing(filters, all_types)), fmt)
+        return
+    parts = [
+        (c.target, Diagnosis(c.snapshot, names, policy).listing(filters, all_types))
+        for c in captures
+        if c.snapshot is not None
+    ]
+    failures = [(c.target, c.error or "failed") for c in captures if c.snapshot is None]
+    show(fleet_list_output(parts, failures), fmt)
+    fleet_exit(failures)
+
+
+@click.command("who-holds", context_settings=NUMBERS_SETTINGS)
+@click.argument("namespace", required=False, shell_complete=complete_namespace)
+@click.argument("resource", type=int, required=False)
+@click.option(
+    "--key",
+    "raw_key",
+    metavar="NUMBERS",
+    help="A raw key instead: '4102,73' (int4 pair), "
+    "'-55037190' (bigint) or '4102,73,2' (classid,objid,objsubid from pg_locks).",
+)
+@source_options
+@registry_option
+@format_option
+def who_holds_command(
+    namespace: str | None,
+    resource: int | None,
+    raw_key: str | None,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Holders and queued waiters of one advisory key, with what each session is doing.
+
+    Exit 0 when the key is held, 1 when nobody holds it.
+
+    \b
+    Examples:
+      lockdiag who-holds tenant_summary 73
+      lockdiag who-holds --key 4102,73
+      lockdiag who-holds tenant_summary 73 --from incident.json --format json
+    """
+    names = get_registry(registry)
+    if raw_key is not None:
+        if namespace is not None:
+            raise InputError("give either NAMESPACE RESOURCE or --key, not both")
+        key = parse_numbers([raw_key])
+    elif namespace is None or resource is None:
+        raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
+    else:
+        key = names.key(namespace, resource).triple
+    captures = get_captures("advisory", names)
+    if captures is not None:
+        reports = [
+            (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None)
+            for c in captures
+        ]
+        parts = [
+            (c.target, who_holds_output(r, c.snapshot) if r and c.snapshot else None, c.error)
+            for c, r in reports
+        ]
+        show(fleet_sections(parts), fmt)
+        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
+        sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
+    snapshot = get_snapshot("advisory", names)
+    report = Diagnosis(snapshot, names).who_holds(key)
+    show(who_holds_output(report, snapshot), fmt)
+    sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
+
+
+@click.command("blockers")
+@source_options
+@registry_option
+@format_option
+def blockers_command(registry: str | None, fmt: str) -> None:
+    """Wait-for chains of every lock type: a tree per root blocker, worst first.
+
+    A root blocker blocks others and waits for nobody. Waiters only queued behind another
+    waiter are shown as such; a cycle (a deadlock not yet broken) is shown once.
+
+    \b
+    Examples:
+      lockdiag blockers
+      lockdiag blockers --format json | jq '.roots[0]'
+    """
+    names = get_registry(registry)
+    captures = get_captures("all", names)
+    if captures is not None:
+        parts = [
+            (
+                c.target,
+                blockers_output(Diagnosis(c.snapshot, names).graph) if c.snapshot else None,
+                c.error,
+            )
+            for c in captures
+        ]
+        show(fleet_sections(parts), fmt)
+        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
+        return
+    snapshot = get_snapshot("all", names)
+    show(blockers_output(Diagnosis(snapshot, names).graph), fmt)
+
+
+@click.command("snapshot")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="File to write ('-' for standard output).",
+)
+@click.option("--advisory-only", is_flag=True, help="Save advisory locks only (smaller file).")
+@pooler_options
+@connection_options
+@registry_option
+def snapshot_command(output: str, advisory_only: bool, registry: str | None) -> None:
+    """Save every lock and its sessions to a JSON file, for later or for someone else.
+
+    Every read command accepts --from FILE and gives the same answer offline.
+    The file holds query texts and client addresses, never a password.
+
+    \b
+    Examples:
+      lockdiag snapshot -o incident-$(date +%F-%H%M).json
+      lockdiag list --from incident.json
+    """
+    taken = get_snapshot("advisory" if advisory_only else "all", get_registry(registry))
+    if output == "-":
+        click.echo(snapshot_file.dumps(taken), nl=False)
+        return
+    snapshot_file.save(taken, Path(output))
+    click.echo(
+        f"saved {len(taken.locks)} lock(s) and {len(taken.sessions)} session(s) from "
+        f"{taken.source} to {output}",
+        err=True,
+    )

@@ -1,0 +1,78 @@
+"""The terminal side of `lockdiag watch`: keys without Enter, frames redrawn in place.
+
+The frame itself is a view (:mod:`lockdiag.views.watch`); this loop gives it the screen's
+height, reads keys and refreshes the feed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import termios
+import time
+import tty
+from collections.abc import Iterator
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+
+from lockdiag.core.observe import collect_now_and_then
+from lockdiag.errors import InputError, ServerError
+from lockdiag.pg.sampling import Feed
+from lockdiag.render import plain, rich_renderables
+from lockdiag.views.watch import State, frame
+
+
+@contextlib.contextmanager
+def keyboard(stream: TextIO) -> Iterator[None]:
+    """Keys without Enter and without echo, restored however the view ends."""
+    descriptor = stream.fileno()
+    saved = termios.tcgetattr(descriptor)
+    try:
+        tty.setcbreak(descriptor)
+        yield
+    finally:
+        termios.tcsetattr(descriptor, termios.TCSADRAIN, saved)
+
+
+def read_key(stream: TextIO, timeout: float) -> str | None:
+    ready, _, _ = select.select([stream], [], [], max(0.0, timeout))
+    return os.read(stream.fileno(), 1).decode(errors="replace") if ready else None
+
+
+def run(
+    state: State, source: Feed, interval: float, once: bool, stream: TextIO | None = None
+) -> None:
+    """Draw frames until q: a refresh every ``interval``, a redraw at every key."""
+    stream = stream or sys.stdout
+    try:
+        if once:
+            state.take(source.next())
+            stream.write(plain(frame(state)))
+            return
+        if not (stream.isatty() and sys.stdin.isatty()):
+            raise InputError(
+                "watch needs a terminal; use --once for a single frame, or lockdiag list"
+            )
+        console = Console(file=stream)
+        with keyboard(sys.stdin), Live(console=console, screen=True, auto_refresh=False) as live:
+            next_refresh, refreshes = 0.0, 0
+            while True:
+                if not state.paused and time.monotonic() >= next_refresh:
+                    next_refresh, refreshes = time.monotonic() + interval, refreshes + 1
+                    collect_now_and_then(refreshes)
+                    try:
+                        state.take(source.next())
+                    except ServerError as error:  # bad input (a broken recording) still stops
+                        state.error = f"connection lost, retrying: {str(error).splitlines()[0]}"
+                shown = frame(state, console.height)  # never more rows than the screen
+                live.update(Group(*rich_renderables(shown, console)), refresh=True)
+                wait = interval if state.paused else max(0.05, next_refresh - time.monotonic())
+                pressed = read_key(sys.stdin, wait)
+                if pressed is not None and not state.key(pressed):
+                    return
+    finally:
+        source.close()

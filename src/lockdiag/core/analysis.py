@@ -1,0 +1,359 @@
+"""Pure analysis of a snapshot: decode keys, infer lifetimes and lower bounds, raise flags.
+
+Nothing here talks to a server or prints: the same snapshot always gives the same entries.
+:class:`lockdiag.core.diagnosis.Diagnosis` runs it once per snapshot for every command.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Literal, NamedTuple
+
+from lockdiag.core.catalogue import Catalogue, Known, snapshot_catalogue
+from lockdiag.core.model import LockRow, PoolLink, Session, Snapshot
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Namespace, Registry
+
+Lifetime = Literal["session", "unknown"]
+
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
+
+
+class Flag(str, Enum):
+    """A lock's flags, as they appear in JSON and in the FLAGS column."""
+
+    LONG_SESSION_LOCK = "long-session-lock"
+    STUCK_OWNER = "stuck-owner"
+    UNREGISTERED = "unregistered"
+    EXPECT_XACT = "expect-xact"
+    MAX_HOLD = "max-hold"
+    OUTLIVED_CLIENT = "outlived-client"
+    POOLED_SESSION_LOCK = "pooled-session-lock"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def meaning(self) -> str:
+        return FLAG_MEANINGS[self]
+
+
+FLAG_MEANINGS = {
+    Flag.LONG_SESSION_LOCK: "a certain session-level lock held longer than --session-age",
+    Flag.STUCK_OWNER: "the holder is idle in transaction while others wait for it",
+    Flag.UNREGISTERED: "the advisory key matches no namespace of the registry",
+    Flag.EXPECT_XACT: "the namespace expects transaction locks, but this is a certain session lock",
+    Flag.MAX_HOLD: "held longer than the namespace's max_hold (a certain lower bound)",
+    Flag.OUTLIVED_CLIENT: "a session lock on a pooler's server connection with no client "
+    "attached: the lock outlived the client that took it",
+    Flag.POOLED_SESSION_LOCK: "a session lock on a connection from a pooler address (no console "
+    "access: whether a client is attached is unknown)",
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    session_age: float = 300.0  # seconds; flag certain session locks held at least this long
+
+
+DEFAULT_POLICY = Policy()
+
+
+class Decoded(NamedTuple):
+    """An advisory key in the team's words: a namespace and resource, or the raw numbers."""
+
+    triple: LockTriple
+    namespace: Namespace | None = None
+    resource: int | None = None
+    known: Known | None = None  # well-known software's key, when no namespace matches
+
+    @property
+    def label(self) -> str:
+        if self.namespace is not None:
+            return f"{self.namespace.name} {self.resource}"
+        if self.known is not None:
+            return self.known.label
+        return f"unregistered {self.triple.form} {self.triple.describe()}"
+
+
+def decode(
+    registry: Registry, catalogue: Catalogue, key: LockTriple, database: str | None
+) -> Decoded:
+    """The registry first; then the catalogue of well-known software; else unregistered."""
+    match = registry.decode(key)
+    if match is not None:
+        return Decoded(key, *match)
+    return Decoded(key, None, None, catalogue.lookup(key, database))
+
+
+class LockEntry(NamedTuple):
+    """One pg_locks row with everything known about it.
+
+    A named tuple rather than a dataclass: analyse() makes one per lock, and at a hundred
+    thousand locks the construction cost is what a person waits for.
+    """
+
+    lock: LockRow
+    session: Session | None
+    database: str | None
+    decoded: Decoded | None
+    lifetime: Lifetime | None  # None for a waiter
+    held_at_least: float | None  # seconds; a lower bound, only where one is certain
+    waited: float | None  # seconds since waitstart, for a waiter
+    blocks: tuple[int, ...] = ()  # waiters held up by this lock, in queue order
+    waits_for: tuple[int, ...] = ()  # for a waiter: pids holding a conflicting lock
+    queued_behind: tuple[int, ...] = ()  # for a waiter: conflicting waiters ahead in the queue
+    flags: tuple[Flag, ...] = ()
+    pool: PoolLink | None = None  # set when the backend is a pooler's server connection
+
+
+@dataclass(frozen=True)
+class Filters:
+    namespace: Namespace | None = None
+    pids: frozenset[int] = frozenset()
+    app: str | None = None  # fnmatch pattern on application_name
+    waiting: bool = False  # only locks that wait or that others wait for
+    min_age: float | None = None
+
+    def accept(self, entry: LockEntry) -> bool:
+        if self.namespace is not None and (
+            entry.decoded is None or entry.decoded.namespace != self.namespace
+        ):
+            return False
+        if self.pids and entry.lock.pid not in self.pids:
+            return False
+        if self.app is not None:
+            name = entry.session.application_name if entry.session else None
+            if name is None or not fnmatch.fnmatchcase(name, self.app):
+                return False
+        if self.waiting and entry.lock.granted and not entry.blocks:
+            return False
+        if self.min_age is not None:
+            age = entry.waited if entry.waited is not None else entry.held_at_least
+            if age is None or age < self.min_age:
+                return False
+        return True
+
+
+def analyse(
+    snapshot: Snapshot, registry: Registry, policy: Policy = Policy(), advisory_only: bool = True
+) -> list[LockEntry]:
+    """Every lock of the snapshot (advisory ones only by default) as LockEntry, in a stable
+    order: by database and lock, holders before waiters, waiters by wait start.
+
+    Work that depends only on the backend (lifetime, lower bound, pool) is done once per
+    backend, flags once per backend and namespace: per lock there is a key to decode and an
+    entry to make, which matters at a hundred thousand locks.
+    """
+    now = snapshot.server.now
+    databases = snapshot.server.databases
+    rows = (
+        [r for r in snapshot.locks if r.locktype == "advisory"] if advisory_only else snapshot.locks
+    )
+
+    # pg_blocking_pids() names hard blockers (they hold a conflicting lock) and soft ones
+    # (queued ahead with a conflicting request); holders of the same object are the hard ones.
+    waiters: dict[tuple[object, ...], list[LockRow]] = defaultdict(list)
+    blocker_pids: set[int] = set()
+    for row in rows:
+        if not row.granted:
+            waiters[row.lock_object].append(row)
+            blocker_pids.update(row.blocked_by or ())
+    holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
+    contested: set[int] = set()  # id() of the granted rows a waiter may wait for
+    for row in rows if waiters else ():
+        if row.granted and row.pid in blocker_pids and row.lock_object in waiters:
+            holders[row.lock_object].add(row.pid)
+            contested.add(id(row))
+    for queue in waiters.values():
+        queue.sort(key=_queue_order)
+
+    decode_key = _decoder(registry, snapshot_catalogue(snapshot, registry.candidates), databases)
+    backends: dict[tuple[int | None, int | None], _Backend] = {}
+    flags_of: dict[tuple[object, ...], tuple[Flag, ...]] = {}
+    entries: list[LockEntry] = []
+    # the sort key, packed so that most comparisons are of one int: database, lock type (by
+    # name), then the lock (an advisory key by form, then numbers; else the relation)
+    rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
+    order: list[tuple[int, bool, float, int]] = []
+    for row in rows:
+        pid, database, granted = row.pid, row.database, row.granted
+        backend = backends.get((pid, database))
+        if backend is None:
+            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
+        decoded = None
+        if row.locktype == "advisory" and row.classid is not None and row.objid is not None:
+            decoded = decode_key(row)
+            place = (row.objsubid or 0) << 64 | row.classid << 32 | row.objid
+        else:
+            place = row.relation or 0
+        place |= (database or 0) << 80 | rank[row.locktype] << 66
+        if granted:  # holders first; waiters by wait start
+            order.append((place, False, 0.0, pid or 0))
+        else:
+            order.append((place, True, *_queue_order(row)))
+        if granted and id(row) not in contested:  # most locks: nobody waits for them
+            # flags depend on the backend and on the namespace (or on being unregistered)
+            context = (pid, database, None if decoded is None else id(decoded.namespace)
+                       if decoded.namespace else decoded.known is None)  # fmt: skip
+            flags = flags_of.get(context)
+            if flags is None:
+                flags = flags_of[context] = _flags(backend, decoded, True, (), policy)
+            entries.append(LockEntry(row, backend.session, backend.database, decoded,
+                                     backend.lifetime, backend.held, None, (), (), (), flags,
+                                     backend.pool))  # fmt: skip
+        else:
+            entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
+    return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
+
+
+def _contested(
+    row: LockRow,
+    backend: _Backend,
+    decoded: Decoded | None,
+    waiters: dict[tuple[object, ...], list[LockRow]],
+    holders: dict[tuple[object, ...], set[int]],
+    now: datetime,
+    policy: Policy,
+) -> LockEntry:
+    """A lock that waits, or that a waiter may wait for."""
+    blocks: tuple[int, ...] = ()
+    waits_for: tuple[int, ...] = ()
+    queued_behind: tuple[int, ...] = ()
+    if row.granted:
+        blocks = tuple(
+            w.pid
+            for w in waiters.get(row.lock_object, ())
+            if w.pid is not None and row.pid in (w.blocked_by or ())
+        )
+        lifetime, held, waited = backend.lifetime, backend.held, None
+    else:
+        lifetime, held = None, None
+        waited = (now - row.waitstart).total_seconds() if row.waitstart else None
+        holding = holders.get(row.lock_object, set())
+        blocked_by = row.blocked_by or ()
+        # pid 0 is a prepared transaction: it holds, it cannot be queued
+        waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
+        queued_behind = tuple(p for p in blocked_by if p not in waits_for)
+    flags = _flags(backend, decoded, row.granted, blocks, policy)
+    return LockEntry(row, backend.session, backend.database, decoded, lifetime, held, waited,
+                     blocks, waits_for, queued_behind, flags, backend.pool)  # fmt: skip
+
+
+class _Backend(NamedTuple):
+    """What every lock of one backend in one database shares."""
+
+    session: Session | None
+    database: str | None
+    lifetime: Lifetime  # of its granted locks
+    held: float | None  # the lower bound of its granted locks
+    pool: PoolLink | None
+
+
+def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: datetime) -> _Backend:
+    session = snapshot.session(pid)
+    return _Backend(
+        session,
+        snapshot.server.databases.get(database) if database is not None else None,
+        "session" if session and session.certainly_outside_transaction else "unknown",
+        _idle_since(session, now),
+        snapshot.pool.get(pid) if pid is not None else None,
+    )
+
+
+def _decoder(
+    registry: Registry, catalogue: Catalogue, databases: dict[int, str]
+) -> Callable[[LockRow], Decoded | None]:
+    """decode() for pg_locks rows, remembering each key's answer (looked up by the row's
+    numbers, so a key seen before costs no LockTriple)."""
+    found: dict[tuple[int | None, ...], Decoded | None] = {}
+
+    def decode_row(row: LockRow) -> Decoded | None:
+        numbers = (row.classid, row.objid, row.objsubid, row.database)
+        if numbers in found:
+            return found[numbers]
+        key = row.advisory_key
+        database = databases.get(row.database) if row.database is not None else None
+        decoded = found[numbers] = decode(registry, catalogue, key, database) if key else None
+        return decoded
+
+    return decode_row
+
+
+def _idle_since(session: Session | None, now: datetime) -> float | None:
+    """A lower bound on how long any lock of an idle backend has been held.
+
+    An idle backend (in a transaction or not) acquires nothing: its locks were all taken
+    before it went idle at ``state_change``. PostgreSQL records no acquisition time.
+    """
+    if session is None or session.state not in IDLE_STATES or session.state_change is None:
+        return None
+    return max(0.0, (now - session.state_change).total_seconds())
+
+
+def _flags(
+    backend: _Backend,
+    decoded: Decoded | None,
+    granted: bool,
+    blocks: tuple[int, ...],
+    policy: Policy,
+) -> tuple[Flag, ...]:
+    flags: list[Flag] = []
+    session, pool, held = backend.session, backend.pool, backend.held if granted else None
+    namespace = decoded.namespace if decoded else None
+    certain_session = granted and backend.lifetime == "session"
+    expected_session = namespace is not None and namespace.expect == "session"
+    long = held is not None and held >= policy.session_age
+    if certain_session and decoded is not None and not expected_session and long:
+        flags.append(Flag.LONG_SESSION_LOCK)
+    if blocks and session and session.state in IN_TRANSACTION_IDLE:
+        flags.append(Flag.STUCK_OWNER)
+    if decoded is not None and namespace is None and decoded.known is None:
+        flags.append(Flag.UNREGISTERED)
+    if pool is not None and certain_session and decoded is not None:
+        if pool.via == "address":
+            flags.append(Flag.POOLED_SESSION_LOCK)
+        elif pool.client is None:
+            flags.append(Flag.OUTLIVED_CLIENT)
+    if namespace is not None and granted:
+        if namespace.expect == "xact" and certain_session:
+            flags.append(Flag.EXPECT_XACT)
+        if namespace.max_hold is not None and held is not None and held > namespace.max_hold:
+            flags.append(Flag.MAX_HOLD)
+    return tuple(flags)
+
+
+def _queue_order(row: LockRow) -> tuple[float, int]:
+    return (row.waitstart.timestamp() if row.waitstart else float("inf"), row.pid or 0)
+
+
+def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
+    """Say which fields are hidden and which role would show them, and what kind of server
+    was read."""
+    notes = []
+    if snapshot.server.in_recovery:
+        notes.append(
+            "this server is a standby in recovery: it shows only its own sessions' locks; "
+            "advisory locks taken on the primary are not visible here"
+        )
+    return notes + _hidden_notes(snapshot, entries)
+
+
+def _hidden_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
+    sessions = {id(e.session): e.session for e in entries if e.session}.values()
+    hidden = sorted(s.pid for s in sessions if s.hidden)
+    if not hidden:
+        return []
+    user = snapshot.server.current_user
+    shown = ", ".join(str(pid) for pid in hidden[:8]) + (" ..." if len(hidden) > 8 else "")
+    return [
+        f"{len(hidden)} session(s) of other roles ({shown}) show no state, times, client address "
+        f"or query to {user}: lifetimes there are 'unknown'. "
+        f"GRANT pg_monitor (or pg_read_all_stats) TO {user} to see them."
+    ]

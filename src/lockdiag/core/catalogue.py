@@ -1,0 +1,281 @@
+"""The catalogue of advisory keys that well-known software takes.
+
+Formulas and constants come from each project's source (see the README's table and
+``tests/test_known.py`` for the checked example values). A registry namespace always wins over
+the catalogue. Three confidences:
+
+- ``exact``: a fixed key that the software uses, recognisable from the triple alone;
+- ``derived``: computed from the lock's database name, the software's rows or a listed name;
+- ``guess``: a small number that many programs could use (Airflow's 1 and 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lockdiag.core.model import DerivedKey, Snapshot
+from lockdiag.keys import LockTriple, from_bigint, from_pair, split_namespace, to_int4, to_uint4
+from lockdiag.registry import Candidates, Namespace, Registry
+
+Confidence = Literal["exact", "derived", "guess"]
+
+
+@dataclass(frozen=True)
+class Known:
+    software: str
+    meaning: str
+    confidence: Confidence
+
+    @property
+    def label(self) -> str:
+        mark = {"exact": "", "derived": "", "guess": "?"}[self.confidence]
+        return f"{self.software}{mark}: {self.meaning}"
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit signed overflow)."""
+    value = 0
+    encoded = text.encode("utf-16-be")
+    for index in range(0, len(encoded), 2):
+        value = (31 * value + int.from_bytes(encoded[index : index + 2], "big")) & 0xFFFFFFFF
+    return to_int4(value)
+
+
+def crc32(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+def _signed64(digest: bytes, endian: str = ">") -> int:
+    (value,) = struct.unpack(f"{endian}q", digest[:8])
+    return int(value)
+
+
+FIXED: dict[LockTriple, Known] = {
+    from_bigint(72707369): Known("Prisma Migrate", "migration lock", "exact"),
+    from_bigint(75474063): Known("Sqitch", "deploy lock", "exact"),
+    from_bigint(4097083626): Known("goose", "migration lock (session locker)", "exact"),
+    from_bigint(7241865325823964): Known("node-pg-migrate", "migration lock", "exact"),
+    from_bigint(3853314791062309107): Known("Kysely", "migration lock", "exact"),
+    from_bigint(4004): Known("Marten", "schema changes lock (ApplyChangesLockId)", "exact"),
+    from_bigint(41730001): Known("Marten", "daemon lock (AdvisoryLockKey)", "exact"),
+    from_pair(java_hash("databasechangeloglock"), java_hash("public")): Known(
+        "liquibase-sessionlock", "changelog lock (schema public)", "exact"
+    ),
+    from_bigint(1): Known("Apache Airflow", "migrations lock (DBLocks.MIGRATIONS)", "guess"),
+    from_bigint(2): Known("Apache Airflow", "scheduler critical section", "guess"),
+}
+
+FLYWAY_BASE = 77431708279161  # "Flyway" in ASCII: 0x466C79776179
+FLYWAY_CLASSIDS = range(18027, 18030)  # FLYWAY_BASE + any int4, in the high 32 bits
+PG_BOSS_KEYS = ("", "create-queue", "delete-queue", "queue-stats", "queue-stats-insert")
+
+
+def database_keys(database: str) -> dict[LockTriple, Known]:
+    """Keys that software derives from the database name (computed per database)."""
+    found: dict[LockTriple, Known] = {}
+    checksum = crc32(database)
+    found[from_bigint(2053462845 * checksum)] = Known(
+        "Ruby on Rails", f"migration lock of database {database}", "derived"
+    )
+    found[from_bigint(1026731422 * checksum)] = Known(
+        "sqlx", f"migration lock of database {database}", "derived"
+    )
+    for name in (database, "/" + database):  # opened from a URL, the driver keeps the "/"
+        key = (crc32(f"public\x00schema_migrations\x00{name}") * 1486364155) % 2**32
+        found[from_bigint(key)] = Known(
+            "golang-migrate", f"migration lock of database {database}", "derived"
+        )
+    for key_name in PG_BOSS_KEYS:
+        digest = hashlib.sha224(f"{database}.pgboss.pgboss{key_name}".encode()).digest()
+        what = f"'{key_name}' lock" if key_name else "maintenance lock"
+        found[from_bigint(_signed64(digest))] = Known("pg-boss v10+", what, "derived")
+    digest = hashlib.md5(f"{database}.pgboss.pgboss".encode(), usedforsecurity=False).digest()
+    found[from_bigint(_signed64(digest))] = Known("pg-boss v7-v9", "maintenance lock", "derived")
+    return found
+
+
+def collisions(namespace: Namespace) -> list[str]:
+    """Well-known software keys that fall inside a namespace of the team."""
+    found = [
+        f"namespace {namespace.name!r} contains the key {triple.describe()} that "
+        f"{known.software} uses ({known.meaning})"
+        for triple, known in FIXED.items()
+        if triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
+    ]
+    if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
+        found.append(
+            f"namespace {namespace.name!r} covers the keys of Flyway's migration lock "
+            f"(high 32 bits {min(FLYWAY_CLASSIDS)}..{max(FLYWAY_CLASSIDS)})"
+        )
+    return found
+
+
+def flyway_key(schema: str, table: str = "flyway_schema_history") -> LockTriple:
+    return from_bigint(FLYWAY_BASE + java_hash(f'"{schema}"."{table}"'))
+
+
+def flyway_keys(schemas: Iterable[str]) -> dict[LockTriple, Known]:
+    return {
+        flyway_key(schema): Known("Flyway", f"migration lock of schema {schema}", "derived")
+        for schema in schemas
+    }
+
+
+def name_keys(
+    with_advisory_lock: Iterable[str] = (),
+    with_advisory_lock_prefix: int = 0,
+    django_pglocks: Iterable[str] = (),
+    pals: Iterable[str] = (),
+) -> dict[LockTriple, Known]:
+    """Keys of names the team lists as candidates, for libraries that hash names in Python
+    or Ruby the same way Python does (CRC-32, SHA-1)."""
+    found: dict[LockTriple, Known] = {}
+    for name in with_advisory_lock:
+        key = from_pair(crc32(name) & 0x7FFFFFFF, with_advisory_lock_prefix & 0x7FFFFFFF)
+        found[key] = Known("with_advisory_lock", f"lock {name!r}", "derived")
+    for name in django_pglocks:
+        found[from_bigint(to_int4(crc32(name)))] = Known(
+            "django-pglocks", f"lock {name!r}", "derived"
+        )
+    for name in pals:
+        digest = hashlib.sha1(name.encode(), usedforsecurity=False).digest()
+        found[from_bigint(_signed64(digest, "<"))] = Known("pals", f"lock {name!r}", "derived")
+    return found
+
+
+def goodjob_key(text: str) -> LockTriple:
+    """GoodJob: ``('x' || substr(md5(key), 1, 16))::bit(64)::bigint``."""
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).digest()
+    return from_bigint(_signed64(digest))
+
+
+# pg_partman's constant lock names, hashed on the server with hashtext (pg_partman sources)
+PARTMAN_NAMES = ("pg_partman run_maintenance",)
+
+
+@dataclass
+class Catalogue:
+    """Known keys for one snapshot: everywhere, per database, and pair prefixes."""
+
+    anywhere: dict[LockTriple, Known] = field(default_factory=dict)
+    per_database: dict[str, dict[LockTriple, Known]] = field(default_factory=dict)
+    prefixes: dict[tuple[str | None, int], Known] = field(default_factory=dict)
+
+    def lookup(self, triple: LockTriple, database: str | None) -> Known | None:
+        if database is not None:
+            found = self.per_database.get(database, {}).get(triple)
+            if found is not None:
+                return found
+        found = self.anywhere.get(triple)
+        if found is None and triple.objsubid == 2:
+            found = self.prefixes.get((database, triple.classid)) or self.prefixes.get(
+                (None, triple.classid)
+            )
+        return found
+
+
+def build_catalogue(
+    candidates: Candidates,
+    databases: Iterable[str] = (),
+    derived: Iterable[DerivedKey] = (),
+) -> Catalogue:
+    guesses = {k: v for k, v in FIXED.items() if v.confidence == "guess"}
+    exact = {k: v for k, v in FIXED.items() if v.confidence == "exact"}
+    catalogue = Catalogue(
+        anywhere={
+            **guesses,
+            **flyway_keys(candidates.flyway_schemas),
+            **name_keys(
+                candidates.with_advisory_lock,
+                candidates.with_advisory_lock_prefix,
+                candidates.django_pglocks,
+                candidates.pals,
+            ),
+            **exact,
+        },
+        per_database={name: database_keys(name) for name in databases},
+    )
+    for key in derived:
+        known = Known(key.software, key.meaning, "derived")
+        if key.form == "pair-prefix":
+            catalogue.prefixes[(key.database, to_uint4(key.key))] = known
+            continue
+        target = (
+            catalogue.per_database.setdefault(key.database, {})
+            if key.database
+            else catalogue.anywhere
+        )
+        target.setdefault(from_bigint(key.key), known)
+    return catalogue
+
+
+def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
+    names = snapshot.server.databases
+    databases = {
+        names[lock.database]
+        for lock in snapshot.locks
+        if lock.locktype == "advisory" and lock.database in names
+    }
+    return build_catalogue(candidates, databases, snapshot.derived)
+
+
+# -- keys named on the inspected server (the query itself is lockdiag.pg.capture's) ---------
+
+
+def names_to_hash(snapshot: Snapshot, registry: Registry) -> list[str]:
+    candidates = registry.candidates
+    strings = list(candidates.hashtext)
+    if "pg_partman" in snapshot.server.extensions:
+        strings += PARTMAN_NAMES
+    return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
+
+
+def server_can_name(snapshot: Snapshot, registry: Registry) -> bool:
+    """Whether the server could name a key: names to hash, or readable tables to read."""
+    readable = [t for t in snapshot.server.tables if not t.startswith("!")]
+    return bool(readable or names_to_hash(snapshot, registry))
+
+
+def unmatched_keys(snapshot: Snapshot, registry: Registry) -> set[int]:
+    """Advisory keys (as bigints) that neither the registry nor the catalogue names."""
+    catalogue = snapshot_catalogue(snapshot, registry.candidates)
+    names = snapshot.server.databases
+    return {
+        key.bigint
+        for lock in snapshot.locks
+        if (key := lock.advisory_key) is not None
+        and registry.decode(key) is None
+        and catalogue.lookup(key, names.get(lock.database or 0)) is None
+    }
+
+
+_SOURCES = {
+    "pgmq": ("pgmq", "queue {name!r}"),
+    "que": ("Que", "job {name}"),
+    "good_job": ("GoodJob", "job {name}"),
+    "good_job_concurrency": ("GoodJob", "concurrency key {name!r}"),
+    "good_job_process": ("GoodJob", "process {name}"),
+}
+
+
+def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[DerivedKey]:
+    """The enrichment query's rows as DerivedKey (hashtext: both call forms)."""
+    found: list[DerivedKey] = []
+    for source, name, key in rows:
+        if source == "hashtext":
+            software, meaning = "hashtext", f"hashtext({name!r})"
+            if name in PARTMAN_NAMES:
+                software, meaning = "pg_partman", name
+            elif name.startswith("pgmq.queue_"):
+                software, meaning = "pgmq", f"queue {name.removeprefix('pgmq.queue_')!r}"
+            found.append(DerivedKey(None, key, "bigint", software, meaning))
+            found.append(DerivedKey(None, key, "pair-prefix", software, meaning))
+            continue
+        software, template = _SOURCES[source]
+        found.append(DerivedKey(database, key, "bigint", software, template.format(name=name)))
+    return found

@@ -1,0 +1,381 @@
+"""Detectors for `lockdiag check`: what deserves an alert, with evidence and a next step.
+
+Each detector reads one analysed snapshot. Durations are the certain lower bounds of analysis
+(an idle holder has held its locks at least since it went idle); nothing is extrapolated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Literal
+
+from lockdiag.core.analysis import Flag, LockEntry, Policy
+from lockdiag.core.graph import Blockers
+from lockdiag.core.model import Snapshot
+from lockdiag.durations import format_duration
+
+if TYPE_CHECKING:
+    from lockdiag.core.diagnosis import Diagnosis
+
+Severity = Literal["warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
+
+
+class Kind(str, Enum):
+    """A finding's kind, in the order findings of one severity are listed."""
+
+    OUTLIVED_CLIENT = "outlived-client"
+    SESSION_LOCK = "session-lock"
+    LONG_WAIT = "long-wait"
+    STUCK_OWNER = "stuck-owner"
+    BLOCKED_MANY = "blocked-many"
+    UNREGISTERED = "unregistered"
+    EXPECT_VIOLATED = "expect-violated"
+    MAX_HOLD = "max-hold"
+    MAX_WAIT = "max-wait"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# kinds whose value is a lower bound on a duration (PostgreSQL records no acquisition time)
+LOWER_BOUND_KINDS = frozenset(
+    {Kind.OUTLIVED_CLIENT, Kind.SESSION_LOCK, Kind.STUCK_OWNER, Kind.EXPECT_VIOLATED,
+     Kind.MAX_HOLD}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A warning level and an optional critical level (seconds, or a count)."""
+
+    warning: float
+    critical: float | None = None
+
+    def severity(self, value: float | None) -> Severity | None:
+        if value is None:
+            return None
+        if self.critical is not None and value >= self.critical:
+            return "critical"
+        return "warning" if value >= self.warning else None
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    session_age: Threshold = Threshold(300, 3600)  # certain session lock held this long
+    wait_age: Threshold = Threshold(30, 300)  # a session waiting for a lock
+    idle_age: Threshold = Threshold(60, 600)  # holder idle in transaction while others wait
+    max_blocked: Threshold = Threshold(5, 20)  # sessions behind one root blocker (more than N)
+    unregistered: bool = True  # report advisory namespaces missing from the registry
+
+    def analysis_policy(self) -> Policy:
+        """The analysis flags certain session locks from the warning level on, so the
+        session-lock detector can read the flag."""
+        return Policy(session_age=self.session_age.warning)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    severity: Severity
+    pid: int | None
+    lock: str
+    evidence: str
+    next_step: str
+    entry: LockEntry | None = None  # the first lock it is about
+    value: float | None = None  # seconds or a count, for perfdata
+    locks: int = 1  # the locks it is about: one backend's, in one namespace where it matters
+
+    @property
+    def lower_bound(self) -> bool:
+        """Whether ``value`` is a lower bound (a hold, not an exact wait or a count)."""
+        return self.kind in LOWER_BOUND_KINDS
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    diagnosis: Diagnosis
+    findings: list[Finding]
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.diagnosis.snapshot
+
+    @property
+    def entries(self) -> list[LockEntry]:
+        return self.diagnosis.entries
+
+    @property
+    def graph(self) -> Blockers:
+        return self.diagnosis.graph
+
+    @property
+    def notes(self) -> list[str]:
+        return self.diagnosis.notes
+
+    @property
+    def status(self) -> Literal["OK", "WARNING", "CRITICAL"]:
+        severities = {f.severity for f in self.findings}
+        if "critical" in severities:
+            return "CRITICAL"
+        return "WARNING" if severities else "OK"
+
+
+def check(diagnosis: Diagnosis, policy: CheckPolicy = CheckPolicy()) -> CheckReport:
+    """Findings of one diagnosis. Its analysis policy should be ``policy.analysis_policy()``:
+    the session-lock detector reads the analysis's flag."""
+    entries = diagnosis.entries
+    findings = [
+        *_outlived_clients(entries),
+        *_session_locks(entries, policy),
+        *_waits(entries, policy),
+        *_stuck_owners(entries, policy),
+        *_crowded_roots(diagnosis.graph, policy),
+        *(_unregistered(entries) if policy.unregistered else ()),
+        *_namespace_rules(entries),
+    ]
+    order = {"critical": 0, "warning": 1}
+    kinds = list(Kind)
+    findings.sort(key=lambda f: (order[f.severity], kinds.index(f.kind), -(f.value or 0)))
+    return CheckReport(diagnosis, findings)
+
+
+def _who(entry: LockEntry) -> str:
+    session = entry.session
+    name = f" ({session.application_name})" if session and session.application_name else ""
+    return f"pid {entry.lock.pid}{name}"
+
+
+def _label(entry: LockEntry) -> str:
+    return entry.decoded.label if entry.decoded else entry.lock.locktype
+
+
+def _by_backend(entries: Iterable[LockEntry], by_namespace: bool = False) -> list[list[LockEntry]]:
+    """Locks grouped by backend (and namespace), in order. A backend holding thousands of
+    locks is one finding, not thousands: its locks share the lower bound of their age."""
+    groups: dict[tuple[object, ...], list[LockEntry]] = {}
+    for entry in entries:
+        namespace = entry.decoded.namespace if by_namespace and entry.decoded else None
+        groups.setdefault((entry.lock.pid, id(namespace)), []).append(entry)
+    return list(groups.values())
+
+
+def _labels(group: list[LockEntry]) -> str:
+    """The first lock's label, and how many more."""
+    more = f" (+{len(group) - 1} more)" if len(group) > 1 else ""
+    return _label(group[0]) + more
+
+
+def _listed(group: list[LockEntry], shown: int = 3) -> str:
+    """For evidence: the first few labels of a group of more than one lock."""
+    if len(group) == 1:
+        return ""
+    names = ", ".join(_label(e) for e in group[:shown])
+    return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
+
+
+def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
+    """The leak this tool exists for: a session lock taken through a transaction-pooling
+    PgBouncer, on a server connection that no client is using any more."""
+    leaked = (e for e in entries if Flag.OUTLIVED_CLIENT in e.flags)
+    for group in _by_backend(leaked):
+        entry, pool, count = group[0], group[0].pool, len(group)
+        assert pool is not None
+        held = entry.held_at_least
+        bound = f" for at least {format_duration(held)}" if held is not None else ""
+        waiting = sum(len(e.blocks) for e in group)
+        what = "lock outlived its client" if count == 1 else f"{count} locks outlived their client"
+        yield Finding(
+            Kind.OUTLIVED_CLIENT,
+            "critical" if waiting else "warning",
+            entry.lock.pid,
+            _labels(group),
+            f"{what}: taken through pool {pool.pool} of {pool.pooler} "
+            f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
+            f"pid {entry.lock.pid} with no client attached{_listed(group)}"
+            + (f"; {waiting} session(s) wait for it" if waiting else ""),
+            "use transaction-level locks (pg_advisory_xact_lock) behind a transaction pooler, "
+            "or session pooling, or server_reset_query_always = 1; last resort: lockdiag "
+            f"terminate {entry.lock.pid} (ends that pooled server connection)",
+            entry,
+            held,
+            count,
+        )
+
+
+def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    # the flag: a certain session lock held past --session-age's warning level, in a namespace
+    # not declared long-lived (a leader lock never raises an alert)
+    old = (e for e in entries if Flag.LONG_SESSION_LOCK in e.flags)
+    for group in _by_backend(old):
+        entry, count = group[0], len(group)
+        held = entry.held_at_least  # the backend's: the same for each of its locks
+        severity = policy.session_age.severity(held)
+        if severity is None or held is None:
+            continue
+        what = (
+            "certain session-level lock" if count == 1 else f"{count} certain session-level locks"
+        )
+        yield Finding(
+            Kind.SESSION_LOCK,
+            severity,
+            entry.lock.pid,
+            _labels(group),
+            f"{what} held by {_who(entry)}, idle, for at least {format_duration(held)}"
+            + _listed(group),
+            "its work is over but the lock was never released: look for a missing "
+            "pg_advisory_unlock in that application, or a lock taken through a pooled "
+            f"connection; last resort: lockdiag terminate {entry.lock.pid}",
+            entry,
+            held,
+            count,
+        )
+
+
+def _waits(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    for entry in entries:
+        if entry.lock.granted or entry.waited is None:
+            continue
+        namespace = entry.decoded.namespace if entry.decoded else None
+        if namespace is not None and namespace.max_wait is not None:
+            if entry.waited >= namespace.max_wait:
+                yield _wait_finding(
+                    Kind.MAX_WAIT, "critical", entry, f" (max_wait of {namespace.name})"
+                )
+            continue
+        severity = policy.wait_age.severity(entry.waited)
+        if severity is not None:
+            yield _wait_finding(Kind.LONG_WAIT, severity, entry, "")
+
+
+def _wait_finding(kind: Kind, severity: Severity, entry: LockEntry, why: str) -> Finding:
+    blockers = ", ".join(map(str, entry.waits_for or entry.queued_behind)) or "unknown"
+    return Finding(
+        kind,
+        severity,
+        entry.lock.pid,
+        _label(entry),
+        f"{_who(entry)} has waited {format_duration(entry.waited or 0)}{why}, "
+        f"blocked by pid {blockers}",
+        "see who blocks it: lockdiag blockers",
+        entry,
+        entry.waited,
+    )
+
+
+def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+    reported: set[int | None] = set()
+    for entry in entries:
+        session = entry.session
+        if Flag.STUCK_OWNER not in entry.flags or session is None or entry.lock.pid in reported:
+            continue
+        idle = entry.held_at_least  # for an idle backend: time since it went idle
+        severity = policy.idle_age.severity(idle)
+        if severity is None or idle is None:
+            continue
+        reported.add(entry.lock.pid)
+        yield Finding(
+            Kind.STUCK_OWNER,
+            severity,
+            entry.lock.pid,
+            _label(entry),
+            f"{_who(entry)} is {session.state} for {format_duration(idle)} while "
+            f"{len(entry.blocks)} session(s) wait for its lock",
+            "the application keeps a transaction open without working: fix that code path, "
+            f"or set idle_in_transaction_session_timeout; last resort: lockdiag terminate "
+            f"{entry.lock.pid}",
+            entry,
+            idle,
+        )
+
+
+def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
+    for root in graph.roots:
+        if root.total <= policy.max_blocked.warning:
+            continue
+        critical = policy.max_blocked.critical
+        severity: Severity = (
+            "critical" if critical is not None and root.total > critical else "warning"
+        )
+        node = graph.nodes.get(root.tree.pid)
+        held = list(dict.fromkeys(_label(e) for e in node.holds)) if node else []
+        app = node.session.application_name if node and node.session else None
+        longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
+        yield Finding(
+            Kind.BLOCKED_MANY,
+            severity,
+            root.tree.pid,
+            held[0] + (f" (+{len(held) - 1} more)" if len(held) > 1 else "") if held else "?",
+            f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {root.total} session(s), "
+            f"{root.direct} directly; longest wait {longest}",
+            "see the chain: lockdiag blockers",
+            None,
+            float(root.total),
+        )
+
+
+def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
+    namespaces: dict[tuple[str, int], list[LockEntry]] = {}
+    for entry in entries:
+        decoded = entry.decoded
+        if decoded is None or decoded.namespace or decoded.known or not entry.lock.granted:
+            continue
+        triple = decoded.triple
+        namespace_id = triple.pair[0]
+        namespaces.setdefault((triple.form, namespace_id), []).append(entry)
+    for (form, namespace_id), found in namespaces.items():
+        first = found[0]
+        keys = len({e.decoded.triple for e in found if e.decoded})
+        yield Finding(
+            Kind.UNREGISTERED,
+            "warning",
+            first.lock.pid,
+            _label(first),
+            f"{keys} key(s) of unregistered {form} namespace {namespace_id}, held by {_who(first)}",
+            f'name it in the registry file: [namespaces.NAME] id = {namespace_id}, form = "{form}"',
+            first,
+            float(keys),
+        )
+
+
+def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
+    # the analysis flags each lock that breaks its namespace's rules
+    expecting_xact = (e for e in entries if Flag.EXPECT_XACT in e.flags)
+    for group in _by_backend(expecting_xact, by_namespace=True):
+        entry, count = group[0], len(group)
+        assert entry.decoded is not None and entry.decoded.namespace is not None
+        what = (
+            "a certain session-level lock" if count == 1 else f"{count} certain session-level locks"
+        )
+        yield Finding(
+            Kind.EXPECT_VIOLATED,
+            "warning",
+            entry.lock.pid,
+            _labels(group),
+            f"{entry.decoded.namespace.name} expects transaction-level locks, but {_who(entry)} "
+            f"holds {what}{_listed(group)}",
+            'use pg_advisory_xact_lock in that code path, or declare expect = "any"',
+            entry,
+            entry.held_at_least,
+            count,
+        )
+    over = (e for e in entries if Flag.MAX_HOLD in e.flags)
+    for group in _by_backend(over, by_namespace=True):
+        entry, count = group[0], len(group)
+        namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_at_least
+        assert namespace is not None and namespace.max_hold is not None and age is not None
+        what = "it" if count == 1 else f"{count} of its locks"
+        yield Finding(
+            Kind.MAX_HOLD,
+            "critical",
+            entry.lock.pid,
+            _labels(group),
+            f"{_who(entry)} has held {what} at least {format_duration(age)}, over the "
+            f"max_hold of {format_duration(namespace.max_hold)}{_listed(group)}",
+            f"see the holder and its waiters: lockdiag who-holds {_label(entry)}",
+            entry,
+            age,
+            count,
+        )

@@ -1,0 +1,173 @@
+"""The snapshot's data: pg_locks rows, pg_stat_activity sessions and server facts at one instant.
+
+Plain immutable records, built by the server layer (:mod:`lockdiag.pg.capture`) or read from a
+file (:mod:`lockdiag.core.snapshot_file`), so the analysis gives the same answer online and
+offline.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, NamedTuple
+
+from lockdiag.keys import LockTriple
+
+Scope = Literal["advisory", "all"]
+HIDDEN_QUERY = "<insufficient privilege>"
+OLDEST_SUPPORTED = 140000  # server_version_num: pg_locks.waitstart appeared in 14
+
+
+def format_version(server_version_num: int) -> str:
+    major, minor = divmod(server_version_num, 10000)
+    return f"{major}.{minor}" if major >= 10 else f"{major}.{minor // 100}.{minor % 100}"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A backend's row of pg_stat_activity. Without pg_read_all_stats, another role's session
+    keeps pid, database, user and application_name; the rest is NULL (``hidden``)."""
+
+    pid: int
+    database: str | None = None
+    user: str | None = None
+    application_name: str | None = None
+    client_addr: str | None = None
+    client_port: int | None = None
+    backend_start: datetime | None = None
+    xact_start: datetime | None = None
+    query_start: datetime | None = None
+    state_change: datetime | None = None
+    state: str | None = None
+    wait_event_type: str | None = None
+    wait_event: str | None = None
+    backend_type: str | None = None
+    leader_pid: int | None = None
+    query: str | None = None
+
+    @property
+    def hidden(self) -> bool:
+        """True when the observer's privileges hide this session's state and times."""
+        return self.query == HIDDEN_QUERY or (self.state is None and self.backend_type is None)
+
+    @property
+    def certainly_outside_transaction(self) -> bool:
+        """Idle with no transaction: every advisory lock it holds is session-level."""
+        return self.state == "idle" and self.xact_start is None and not self.hidden
+
+    @property
+    def client(self) -> str | None:
+        if self.client_addr is None:
+            return None
+        return f"{self.client_addr}:{self.client_port}" if self.client_port else self.client_addr
+
+
+class LockRow(NamedTuple):
+    """One row of pg_locks, plus the pids blocking it when it waits (pg_blocking_pids).
+
+    A named tuple: built straight from the query's row (``_make``), a hundred thousand of them
+    in a few milliseconds.
+    """
+
+    locktype: str
+    database: int | None
+    relation: int | None
+    page: int | None
+    tuple: int | None
+    virtualxid: str | None
+    transactionid: str | None
+    classid: int | None
+    objid: int | None
+    objsubid: int | None
+    virtualtransaction: str | None
+    pid: int | None  # NULL for a prepared transaction
+    mode: str
+    granted: bool
+    waitstart: datetime | None = None
+    blocked_by: builtins.tuple[int, ...] | None = None
+
+    @property
+    def advisory_key(self) -> LockTriple | None:
+        if self.locktype != "advisory" or self.classid is None or self.objid is None:
+            return None
+        if self.objsubid not in (1, 2):  # never from the server; a hand-edited snapshot file
+            return LockTriple(self.classid, self.objid, self.objsubid or 0)
+        return LockTriple.of_row(self.classid, self.objid, self.objsubid)
+
+    @property
+    def lock_object(self) -> builtins.tuple[object, ...]:
+        """What is locked, without who or how: rows with equal objects can conflict."""
+        return (
+            self.locktype, self.database, self.relation, self.page, self.tuple,
+            self.virtualxid, self.transactionid, self.classid, self.objid, self.objsubid,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version_num: int
+    now: datetime
+    current_user: str
+    backend_pid: int
+    in_recovery: bool
+    read_all_stats: bool
+    databases: dict[int, str]
+    database: str = ""  # the database lockdiag connected to
+    relations: dict[int, str] = field(default_factory=dict)  # oid -> schema.name, this database
+    tables: list[str] = field(default_factory=list)  # well-known software's tables found here
+    extensions: list[str] = field(default_factory=list)  # pg_partman, pgmq, when installed
+
+    def relation_name(self, database: int | None, relation: int | None) -> str | None:
+        """A locked relation's name, when it lives in this database (or is shared)."""
+        if relation is None or database not in (0, self.database_oid):
+            return None
+        return self.relations.get(relation)
+
+    @property
+    def database_oid(self) -> int | None:
+        return next((oid for oid, name in self.databases.items() if name == self.database), None)
+
+    @property
+    def version(self) -> str:
+        return format_version(self.version_num)
+
+
+@dataclass(frozen=True)
+class PoolLink:
+    """A backend that is a connection pooler's server connection."""
+
+    pooler: str  # the console's host:port, or the pooler's address
+    pool: str  # "database/user" (empty when known by address only)
+    pool_mode: str  # session, transaction, statement ("" when unknown)
+    server_state: str  # PgBouncer's state of the server connection: active, idle, used...
+    client: str | None  # the client attached right now (addr:port), None when none is
+    client_application: str | None
+    via: Literal["console", "address"]  # read from the admin console, or only the address
+
+
+@dataclass(frozen=True)
+class DerivedKey:
+    """A key of well-known software computed on the server (from its rows, or hashtext)."""
+
+    database: str | None  # None: the same in every database
+    key: int  # the bigint key; for a "pair-prefix", the first int4 argument
+    form: Literal["bigint", "pair-prefix"]
+    software: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    server: ServerInfo
+    source: str  # where it was captured from, never with a password
+    scope: Scope
+    sessions: dict[int, Session]
+    locks: list[LockRow]
+    query_seconds: float = 0.0
+    derived: list[DerivedKey] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be read, for the user
+    pool: dict[int, PoolLink] = field(default_factory=dict)  # backend pid -> pooler link
+
+    def session(self, pid: int | None) -> Session | None:
+        return None if pid is None else self.sessions.get(pid)

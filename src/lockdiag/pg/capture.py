@@ -1,0 +1,139 @@
+"""Capturing a snapshot: the one snapshot query, then what only the server (or a pooler) can add.
+
+:func:`capture` is the single round trip (pg_locks read once, pg_stat_activity, server facts).
+:func:`complete` adds, only when something is left to name, one bounded enrichment query
+(hashtext() of listed names, keys of well-known software's rows) and the PgBouncer consoles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import psycopg
+
+from lockdiag.core import catalogue
+from lockdiag.core.model import LockRow, Scope, Session, Snapshot
+from lockdiag.core.snapshot_file import build_record, server_info
+from lockdiag.errors import ServerError
+from lockdiag.pg import pgbouncer, queries
+from lockdiag.pg.session import one_line
+from lockdiag.registry import Poolers, Registry
+
+# the enrichment files, each used only when its table exists and may be read
+_ENRICHMENT_TABLES = {
+    "enrich_pgmq": "pgmq.meta",
+    "enrich_que": "public.que_jobs",
+    "enrich_good_jobs": "public.good_jobs",
+    "enrich_good_job_concurrency": "public.good_jobs",
+    "enrich_good_job_processes": "public.good_job_processes",
+}
+ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
+KEY_LIMIT = 10000  # unnamed keys sent to the server at most
+
+
+def capture(
+    connection: psycopg.Connection[Any], source: str, scope: Scope = "advisory"
+) -> Snapshot:
+    """One query, one round trip: every lock (or every advisory lock) with its sessions."""
+    sql = queries.query("snapshot", connection.info.server_version)
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.encode(), {"all_types": scope == "all"})
+        rows = cursor.fetchall()
+    elapsed = time.perf_counter() - started
+    locks: list[LockRow] = []
+    sessions: dict[int, Session] = {}
+    server: dict[str, Any] = {}
+    relations: dict[int, str] = {}
+    make = LockRow._make
+    for row in rows:
+        kind = row[0]
+        if kind == "lock":
+            lock = make(row[1:17])  # the LockRow fields, in order; blocked_by last
+            if lock.blocked_by is not None:  # an array arrives as a list
+                lock = lock._replace(blocked_by=tuple(lock.blocked_by))
+            locks.append(lock)
+            if row[17] is not None:
+                relations[row[3]] = row[17]
+        elif kind == "session":
+            session = build_record(Session, row[18], "session")
+            sessions[session.pid] = session
+        else:
+            server = row[18]
+    info = server_info(dict(server, relations=relations), connection.info.server_version)
+    return Snapshot(info, source, scope, sessions, locks, elapsed)
+
+
+def complete(
+    connection: psycopg.Connection[Any],
+    snapshot: Snapshot,
+    registry: Registry,
+    poolers: Poolers | None,
+    timeout: float,
+) -> Snapshot:
+    """What the snapshot query alone cannot say: names of well-known keys computed on the
+    server, and which backends are a pooler's server connections (read in the same run)."""
+    snapshot = enrich(connection, snapshot, registry)
+    if poolers is None or not (poolers.pgbouncer or poolers.addresses):
+        return snapshot
+    links = pgbouncer.address_links(poolers.addresses, snapshot.sessions)
+    consoles, notes = [], list(snapshot.notes)
+    for console_dsn in poolers.pgbouncer:
+        try:
+            consoles.append(pgbouncer.read_console(console_dsn, timeout))
+        except ServerError as error:
+            notes.append(str(error))
+    links.update(pgbouncer.links(consoles, snapshot.sessions))
+    return dataclasses.replace(snapshot, pool=links, notes=notes)
+
+
+def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
+    """At most one extra query, only when some advisory key has no name yet: hashtext() of
+    listed names, and keys from well-known software's rows. Skipped cleanly when refused."""
+    unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
+    if not (catalogue.server_can_name(snapshot, registry) or unreadable):
+        return snapshot  # nothing to ask and nothing to say: no work at all
+    unmatched = catalogue.unmatched_keys(snapshot, registry)
+    if not unmatched:
+        return snapshot
+    notes = list(snapshot.notes)
+    if unreadable:
+        notes.append(
+            f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
+            "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
+        )
+    if not catalogue.server_can_name(snapshot, registry):
+        return dataclasses.replace(snapshot, notes=notes)
+    sql, params = enrichment_query(snapshot, registry, unmatched)
+    try:
+        rows = connection.execute(sql.encode(), params).fetchall()
+    except psycopg.Error as error:
+        reason = error.diag.message_primary or one_line(str(error))
+        notes.append(f"well-known keys from rows or hashtext() not read: {reason}")
+        return dataclasses.replace(snapshot, notes=notes)
+    derived = catalogue.derived_keys(rows, snapshot.server.database)
+    return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
+
+
+def enrichment_query(
+    snapshot: Snapshot, registry: Registry, unmatched: set[int]
+) -> tuple[str, dict[str, Any]]:
+    """The one extra query: the hashtext part always, each table's part when it is readable."""
+    version = snapshot.server.version_num
+    readable = set(snapshot.server.tables)  # readable ones; "!name" when present but not
+    names = ["enrich_hashtext"]
+    names += [name for name, table in _ENRICHMENT_TABLES.items() if table in readable]
+    sql = "\nUNION ALL\n".join(_without_comments(queries.query(n, version)) for n in names)
+    params = {
+        "strings": catalogue.names_to_hash(snapshot, registry),
+        "keys": sorted(unmatched)[:KEY_LIMIT],
+        "row_limit": ROW_LIMIT,
+    }
+    return sql, params
+
+
+def _without_comments(sql: str) -> str:
+    """A query file's text without its leading comment lines (they would end the UNION)."""
+    return "\n".join(line for line in sql.splitlines() if not line.startswith("--")).strip()

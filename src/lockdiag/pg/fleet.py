@@ -1,0 +1,80 @@
+"""Many servers in one command: snapshots taken concurrently, each with its own timeout.
+
+A failing target is reported with its error and does not stop the others; twenty targets take
+about as long as the slowest one, not the sum.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from lockdiag.core.model import Scope, Snapshot
+from lockdiag.errors import InputError, LockdiagError
+from lockdiag.pg.session import take_snapshot
+from lockdiag.registry import Poolers, Registry
+
+MAX_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class Capture:
+    target: str  # a label without any password
+    snapshot: Snapshot | None
+    error: str | None
+    seconds: float
+
+
+def read_targets(path: Path) -> list[str]:
+    """One DSN, URI or libpq service name per line; blank lines and # comments are skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read targets file {path}: {error}") from None
+    targets = []
+    for line in lines:
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        is_dsn = "=" in text or text.startswith(("postgres://", "postgresql://"))
+        targets.append(text if is_dsn else f"service={text}")
+    if not targets:
+        raise InputError(f"targets file {path} names no server")
+    return targets
+
+
+def label(dsn: str) -> str:
+    """``host:port/dbname`` (or ``service=name``) for a DSN, never its password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # an invalid DSN still needs a name in the report
+        return "invalid DSN"
+    if parts.get("service") and not parts.get("host"):
+        return f"service={parts['service']}"
+    host = parts.get("host") or "localhost"
+    where = f"{host}:{parts['port']}" if parts.get("port") else str(host)
+    return f"{where}/{parts['dbname']}" if parts.get("dbname") else where
+
+
+def capture_all(
+    dsns: list[str],
+    timeout: float,
+    scope: Scope,
+    registry: Registry,
+    poolers: Poolers | None = None,
+) -> list[Capture]:
+    def one(dsn: str) -> Capture:
+        started = time.monotonic()
+        try:
+            taken = take_snapshot(dsn, timeout, scope, registry, poolers)
+        except LockdiagError as error:
+            return Capture(label(dsn), None, str(error).splitlines()[0], time.monotonic() - started)
+        return Capture(label(dsn), taken, None, time.monotonic() - started)
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(dsns))) as pool:
+        return list(pool.map(one, dsns))

@@ -1,0 +1,242 @@
+"""`lockdiag pooltest`: run the two-worker lock scenarios through a real pool, record what
+happened.
+
+Two workers take a reserved test key through the pooled DSN while one long-lived direct
+session watches pg_locks. Each scenario is a script: A takes the key, ends in one of the ways
+a worker ends (the ENDING table, one small function each), then B and a new client C try the
+key. What happened is recorded as an Observation and judged by :func:`lockdiag.core.pooltest.
+verdict`. Only the test keys are ever locked, only on connections opened here, and every
+scenario ends by releasing what it took (unlocking through the pool until the direct view
+shows the key free).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from lockdiag.core.pooltest import (
+    ENDINGS,
+    LockKind,
+    Observation,
+    Result,
+    contention_verdict,
+    independent_verdict,
+    verdict,
+)
+from lockdiag.errors import InputError
+from lockdiag.keys import LockTriple, from_pair
+from lockdiag.pg import queries
+from lockdiag.pg.session import DiagnosticSession, connect_timeout, one_line
+
+# "lkdg" in ASCII: a namespace nobody else is likely to use; resources 1 and 2
+DEFAULT_KEY = from_pair(0x6C6B6467, 1)
+APPLICATION_NAME = "lockdiag-pooltest"
+Connection = psycopg.Connection[Any]
+
+
+def _commit(a: Connection) -> None:
+    a.execute("COMMIT")
+
+
+def _rollback(a: Connection) -> None:
+    a.execute("ROLLBACK")
+
+
+def _exception(a: Connection) -> None:
+    with contextlib.suppress(psycopg.errors.DivisionByZero):
+        a.execute("SELECT 1 / 0")  # the application's error
+    a.execute("ROLLBACK")
+
+
+def _cancel(a: Connection) -> None:
+    timer = threading.Timer(0.3, a.cancel_safe)
+    timer.daemon = True
+    timer.start()
+    with contextlib.suppress(psycopg.errors.QueryCanceled):
+        a.execute("SELECT pg_catalog.pg_sleep(30)")
+    a.execute("ROLLBACK")
+
+
+def _disconnect(a: Connection) -> None:
+    a.close()
+
+
+# how worker A ends once it holds the key, one function per way (keys: core.pooltest.ENDINGS)
+ENDING: dict[str, Callable[[Connection], None]] = {
+    "commit": _commit,
+    "rollback": _rollback,
+    "exception": _exception,
+    "cancel": _cancel,
+    "disconnect": _disconnect,
+}
+assert ENDING.keys() == ENDINGS.keys()
+
+
+class PoolTest:
+    def __init__(self, pooled: str, direct: DiagnosticSession, key: LockTriple, timeout: float):
+        if key.form != "pair":
+            raise InputError("the pooltest key must be an int4 pair, e.g. --key 1818977383,1")
+        self.pooled, self.direct, self.timeout = pooled, direct, timeout
+        self.key = key
+        self.other = from_pair(key.pair[0], key.pair[1] + 1)
+        self._open: list[Connection] = []
+
+    # -- connections -------------------------------------------------------------------------
+
+    def connect(self) -> Connection:
+        """A worker's connection through the pool."""
+        info = make_conninfo(
+            self.pooled,
+            application_name=APPLICATION_NAME,
+            connect_timeout=connect_timeout(self.timeout),
+        )
+        # prepare_threshold=None: no server-side prepared statements through a pooler
+        connection = psycopg.connect(info, autocommit=True, prepare_threshold=None)
+        self._open.append(connection)
+        return connection
+
+    def close(self, connection: Connection) -> None:
+        connection.close()
+        with contextlib.suppress(ValueError):
+            self._open.remove(connection)
+
+    def holders(self, key: LockTriple | None = None) -> int:
+        """Backends holding the key, seen directly in pg_locks (not through the pool)."""
+        key = key or self.key
+        params = {"classid": key.classid, "objid": key.objid, "objsubid": key.objsubid}
+        (count,) = self.direct.fetch("pooltest_holders", params) or (0,)
+        return int(count)
+
+    def lock(self, connection: Connection, function: str, key: LockTriple | None = None) -> bool:
+        """``function`` (a lock or unlock function of the test key) through the pool."""
+        a, b = (key or self.key).pair
+        statement = sql.SQL(queries.query("pooltest_lock")).format(
+            function=sql.Identifier(function)
+        )
+        row = connection.execute(statement, {"a": a, "b": b}).fetchone()
+        return bool(row and row[0] is not False)
+
+    def release(self, key: LockTriple | None = None) -> int:
+        """Unlock the test key through the pool until the server shows it free; returns how
+        many holders remain (0 when clean). Each unlock only undoes one of our own takes."""
+        key = key or self.key
+        for _ in range(100):
+            if self.holders(key) == 0:
+                return 0
+            connection = self.connect()
+            try:
+                self.lock(connection, "pg_advisory_unlock", key)
+            finally:
+                self.close(connection)
+        return self.holders(key)
+
+    def cleanup(self) -> int:
+        for connection in list(self._open):
+            with contextlib.suppress(psycopg.Error):
+                self.close(connection)
+        return self.release(self.key) + self.release(self.other)
+
+    # -- scenarios ---------------------------------------------------------------------------
+
+    def contention(self) -> Result:
+        """A holds a session lock and stays connected; B tries the same key."""
+        a = self.connect()
+        try:
+            took, error = self.lock(a, "pg_try_advisory_lock"), None
+        except psycopg.Error as failure:
+            took, error = False, one_line(str(failure))
+        b = self.connect()
+        b_got = took and self.lock(b, "pg_try_advisory_lock")
+        self.close(b)
+        self.close(a)
+        self.release()
+        return contention_verdict(took, b_got, error)
+
+    def ending(self, kind: LockKind, how: str) -> Result:
+        """A takes the key (inside a transaction, except a session lock before a disconnect),
+        ends it ``how``; B tries while A's client is still connected; then A's client leaves
+        and a new client C tries."""
+        a = self.connect()
+        took, error = False, None
+        try:
+            if how != "disconnect" or kind == "xact":
+                a.execute("BEGIN")
+            function = "pg_advisory_lock" if kind == "session" else "pg_advisory_xact_lock"
+            took = self.lock(a, function)
+            ENDING[how](a)
+        except psycopg.Error as failure:
+            error = one_line(str(failure))
+        if how == "disconnect":
+            self.close(a)
+        held_after_end = self.holders()
+        b_got = self._try_and_undo()
+        if how != "disconnect":
+            self.close(a)
+        held_after_gone = self.holders()
+        c_got = self._try_and_undo()
+        self.release()
+        seen = Observation(kind, how, took, error, held_after_end, b_got, held_after_gone, c_got)
+        return verdict(seen)
+
+    def _try_and_undo(self) -> bool:
+        """A new worker tries the key, and gives back what it got."""
+        worker = self.connect()
+        try:
+            got = self.lock(worker, "pg_try_advisory_lock")
+            if got:
+                self.lock(worker, "pg_advisory_unlock")
+            return got
+        finally:
+            self.close(worker)
+
+    def independent_keys(self) -> Result:
+        """Two different keys, both in transactions at once, must both be granted."""
+        a, b = self.connect(), self.connect()
+        try:
+            a.execute("BEGIN")
+            b.execute("BEGIN")
+            a_got = self.lock(a, "pg_try_advisory_xact_lock")
+            b_got = self.lock(b, "pg_try_advisory_xact_lock", self.other)
+            a.execute("COMMIT")
+            b.execute("COMMIT")
+        except psycopg.Error as failure:
+            return independent_verdict(False, False, one_line(str(failure)))
+        finally:
+            self.close(a)
+            self.close(b)
+        return independent_verdict(a_got, b_got)
+
+    def scenarios(self) -> Iterator[Callable[[], Result]]:
+        yield self.contention
+        for kind in ("session", "xact"):
+            for how in ENDINGS:
+                yield lambda kind=kind, how=how: self.ending(kind, how)  # type: ignore[misc]
+        yield self.independent_keys
+
+
+def run(
+    pooled: str, direct: str, key: LockTriple = DEFAULT_KEY, timeout: float = 5.0
+) -> tuple[list[Result], int]:
+    """Every scenario; returns the results and how many test-key holders could not be
+    released (0 when nothing is left behind)."""
+    results: list[Result] = []
+    with DiagnosticSession(direct, timeout) as watcher:
+        test = PoolTest(pooled, watcher, key, timeout)
+        try:
+            if test.holders() or test.holders(test.other):
+                raise InputError(
+                    f"the test key {key.describe()} is already held on the server: pick another "
+                    "with --key"
+                )
+            for scenario in test.scenarios():
+                results.append(scenario())
+        finally:
+            left = test.cleanup()
+    return results, left

@@ -1,0 +1,90 @@
+"""Snapshots over time, on one diagnostic session: `sample`'s polling loop and `watch`'s feed.
+
+A lost connection is reopened at the next tick; what could not be read is reported, never
+retried in a tight loop. The statistics themselves are pure (:mod:`lockdiag.core.observe`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from lockdiag.core import snapshot_file
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.model import Snapshot
+from lockdiag.core.observe import Sampler, collect_now_and_then
+from lockdiag.errors import InputError, LockdiagError, ServerError
+from lockdiag.pg.session import DiagnosticSession
+from lockdiag.registry import Registry
+
+
+def sample(
+    dsn: str | None,
+    timeout: float,
+    duration: float,
+    interval: float,
+    registry: Registry,
+    progress: Callable[[int, int, str | None], None],
+    sampler: Sampler,
+) -> None:
+    """Poll one connection into ``sampler``: one snapshot query per sample. Interrupted, the
+    sampler keeps what was sampled so far."""
+    expected = max(1, int(duration / interval))
+    deadline = time.monotonic() + duration
+    with DiagnosticSession(dsn, timeout) as session:
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            error = None
+            collect_now_and_then(sampler.samples)
+            try:
+                snapshot = session.snapshot("advisory")
+            except ServerError as failure:
+                error = str(failure)
+                session.close()
+            else:
+                diagnosis = Diagnosis(snapshot, registry)
+                sampler.add(diagnosis.advisory, snapshot.server.now, snapshot.query_seconds)
+            progress(sampler.samples, expected, error)
+            time.sleep(max(0.0, interval - (time.monotonic() - tick)))
+
+
+class Feed:
+    """Snapshots from a server (one session, reopened after a failure) or a recording."""
+
+    def __init__(
+        self, dsn: str | None, timeout: float, replay: Path | None, record: Path | None
+    ) -> None:
+        self.session = DiagnosticSession(dsn, timeout)
+        self.record = record
+        self.recorded: list[str] = []
+        if replay is not None:
+            try:
+                self.recorded = [line for line in replay.read_text().splitlines() if line.strip()]
+            except OSError as error:
+                raise InputError(f"cannot read {replay}: {error.strerror or error}") from None
+            if not self.recorded:
+                raise InputError(f"{replay} holds no snapshot")
+        self.replaying = replay is not None
+        self.position = 0
+        self.replay_name = str(replay)
+
+    def next(self) -> Snapshot:
+        if self.replaying:
+            line = self.recorded[min(self.position, len(self.recorded) - 1)]
+            self.position += 1
+            return snapshot_file.loads(line, f"{self.replay_name}:{self.position}")
+        try:
+            taken = self.session.snapshot("all")
+        except LockdiagError:
+            self.close()
+            raise
+        if self.record is not None:
+            with self.record.open("a", encoding="utf-8") as out:
+                text = json.dumps(json.loads(snapshot_file.dumps(taken)), separators=(",", ":"))
+                out.write(text + "\n")
+        return taken
+
+    def close(self) -> None:
+        self.session.close()

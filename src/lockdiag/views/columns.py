@@ -1,0 +1,210 @@
+"""The column catalogue: every table column of every view, declared once.
+
+A column names its header, the function that makes its cell, its priority and whether it may be
+cut. The renderer decides what fits a screen: columns of priority ``OPTIONAL`` and above are
+dropped when too wide, the highest priority first; columns that may be cut are shortened with
+an ellipsis on a terminal (plain text keeps every cell whole). Essential columns (priority 1)
+are never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from lockdiag.core.analysis import LockEntry
+from lockdiag.core.model import ServerInfo
+from lockdiag.durations import format_duration
+from lockdiag.render import Table, clean
+from lockdiag.views.common import age, ago, lock_label, mode_text, pid_text, pool_text, relation
+
+Row = TypeVar("Row")
+ESSENTIAL, USEFUL, OPTIONAL = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Column(Generic[Row]):
+    header: str
+    cell: Callable[[Row], str]
+    priority: int = USEFUL  # ESSENTIAL never dropped; OPTIONAL and above dropped, highest first
+    cut: bool = False  # may be shortened with an ellipsis on a terminal
+    style: str | None = None  # rich style of its cells
+
+
+def table(columns: Sequence[Column[Any]], cells: list[list[str]], **options: Any) -> Table:
+    """A Table of rows already made from ``columns`` (see :func:`cells_of`)."""
+    optional = sorted(
+        (i for i, c in enumerate(columns) if c.priority >= OPTIONAL),
+        key=lambda i: -columns[i].priority,
+    )
+    return Table(
+        [c.header for c in columns],
+        cells,
+        wide={i for i, c in enumerate(columns) if c.cut},
+        optional=optional,
+        styles={i: c.style for i, c in enumerate(columns) if c.style},
+        **options,
+    )
+
+
+def cells_of(columns: Sequence[Column[Row]], row: Row) -> list[str]:
+    return [column.cell(row) for column in columns]
+
+
+# -- cells of a lock entry's session --------------------------------------------------------
+
+
+def application(entry: LockEntry) -> str:
+    s = entry.session
+    return clean(s.application_name) if s else ""
+
+
+def user(entry: LockEntry) -> str:
+    s = entry.session
+    return clean(s.user) if s else ""
+
+
+def client(entry: LockEntry) -> str:
+    s = entry.session
+    return clean(s.client) if s and s.client else ("local" if s and s.backend_start else "")
+
+
+def state(entry: LockEntry) -> str:
+    s = entry.session
+    return clean(s.state) if s and s.state else ("hidden" if s and s.hidden else "")
+
+
+def query(entry: LockEntry) -> str:
+    s = entry.session
+    return clean(s.query) if s else ""
+
+
+def status(entry: LockEntry) -> str:
+    return "held" if entry.lock.granted else "WAITING"
+
+
+def flags(entry: LockEntry) -> str:
+    return ",".join(entry.flags)
+
+
+# -- list: a row is (target, entry, server) ------------------------------------------------
+
+
+class ListRow(NamedTuple):
+    target: str | None
+    entry: LockEntry
+    server: ServerInfo
+
+
+LIST_LOCK = Column[ListRow]("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL, cut=True)
+LIST_COLUMNS: list[Column[ListRow]] = [
+    LIST_LOCK,
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode), 5),
+    Column("STATUS", lambda r: status(r.entry), ESSENTIAL),
+    Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
+    Column("APPLICATION", lambda r: application(r.entry), cut=True),
+    Column("USER", lambda r: user(r.entry), 7),
+    Column("CLIENT", lambda r: client(r.entry), 6, cut=True),
+    Column("STATE", lambda r: state(r.entry)),
+    Column("LIFETIME", lambda r: r.entry.lifetime or "", 4),
+    Column("AGE", lambda r: age(r.entry)),
+    Column("WAITS/BLOCKS", lambda r: relation(r.entry), cut=True),
+    Column("FLAGS", lambda r: flags(r.entry), style="yellow"),
+]
+# columns only some lock tables have, with the column they stand before
+LIST_POOL = Column[ListRow]("POOL", lambda r: clean(pool_text(r.entry)))
+LIST_DATABASE = Column[ListRow]("DATABASE", lambda r: clean(r.entry.database))
+LIST_TARGET = Column[ListRow]("TARGET", lambda r: clean(r.target), ESSENTIAL)
+
+
+# -- who-holds: holders and waiters of one key ---------------------------------------------
+
+
+def _now_ago(now: datetime, moment: datetime | None) -> str:
+    return ago(now, moment) if moment else ""
+
+
+class HolderRow(NamedTuple):
+    entry: LockEntry
+    now: datetime  # the snapshot's
+
+
+HOLDER_COLUMNS: list[Column[HolderRow]] = [
+    Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode)),
+    Column("APPLICATION", lambda r: application(r.entry), cut=True),
+    Column("USER", lambda r: user(r.entry), 7),
+    Column(
+        "CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", 3, cut=True
+    ),
+    Column("POOL", lambda r: clean(pool_text(r.entry)), cut=True),
+    Column("DATABASE", lambda r: clean(r.entry.database), 6),
+    Column("CONNECTED", lambda r: _now_ago(r.now, _attr(r.entry, "backend_start")), 5),
+    Column(
+        "STATE",
+        lambda r: (
+            (
+                clean(_attr(r.entry, "state"))
+                + " "
+                + _now_ago(r.now, _attr(r.entry, "state_change"))
+            ).strip()
+            if r.entry.session
+            else ""
+        ),
+        4,
+    ),
+    Column("XACT START", lambda r: _now_ago(r.now, _attr(r.entry, "xact_start")) or "-"),
+    Column("LIFETIME", lambda r: r.entry.lifetime or ""),
+    Column("HELD", lambda r: age(r.entry)),
+    Column("FLAGS", lambda r: flags(r.entry)),
+    Column("QUERY", lambda r: query(r.entry), cut=True),
+]
+
+
+def _attr(entry: LockEntry, name: str) -> Any:
+    return getattr(entry.session, name) if entry.session else None
+
+
+class WaiterRow(NamedTuple):
+    position: int
+    entry: LockEntry
+
+
+WAITER_COLUMNS: list[Column[WaiterRow]] = [
+    Column("#", lambda r: str(r.position)),
+    Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode)),
+    Column("APPLICATION", lambda r: application(r.entry), cut=True),
+    Column("USER", lambda r: user(r.entry)),
+    Column("CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", cut=True),
+    Column("WAITING", lambda r: age(r.entry)),
+    Column("BLOCKED BY", lambda r: relation(r.entry)),
+    Column("QUERY", lambda r: query(r.entry), cut=True),
+]
+
+
+# -- watch: a row is an entry with what the refreshes saw of it --------------------------
+
+
+class WatchRow(NamedTuple):
+    entry: LockEntry
+    server: ServerInfo
+    mark: str  # "+" when it appeared at this refresh
+    seen: float | None  # seconds it has been seen, from the second refresh on
+
+
+WATCH_COLUMNS: list[Column[WatchRow]] = [
+    Column("", lambda r: r.mark),
+    Column("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL, cut=True),
+    Column("STATUS", lambda r: status(r.entry), ESSENTIAL),
+    Column("PID", lambda r: str(r.entry.lock.pid), ESSENTIAL),
+    Column("APPLICATION", lambda r: application(r.entry), 3, cut=True),
+    Column("STATE", lambda r: clean(r.entry.session.state) if r.entry.session else "", 4),
+    Column("LIFETIME", lambda r: r.entry.lifetime or "", 5),
+    Column("AGE", lambda r: age(r.entry)),
+    Column("SEEN", lambda r: f"seen {format_duration(r.seen)}" if r.seen else ""),
+    Column("WAITS/BLOCKS", lambda r: relation(r.entry), cut=True),
+    Column("FLAGS", lambda r: flags(r.entry)),
+]

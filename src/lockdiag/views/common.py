@@ -1,0 +1,227 @@
+"""What every view shares: a lock's label and age, JSON of locks, sessions and servers,
+notes, and one section per target for a fleet.
+
+JSON field names are a documented, stable interface (README, "JSON output"): add fields, never
+rename or remove them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from lockdiag.core.analysis import LockEntry
+from lockdiag.core.catalogue import Known
+from lockdiag.core.model import LockRow, ServerInfo, Snapshot
+from lockdiag.durations import format_duration
+from lockdiag.render import Block, Output, Text, clean
+
+JSON_VERSION = 1
+
+
+# -- shared pieces -----------------------------------------------------------------------------
+
+
+def lock_label(entry: LockEntry, server: ServerInfo) -> str:
+    if entry.decoded is not None:
+        return clean(entry.decoded.label)
+    return clean(describe_lock(entry.lock, server))
+
+
+def describe_lock(lock: LockRow, server: ServerInfo) -> str:
+    """A non-advisory lock in pg_locks' own terms; a relation by name when the snapshot's
+    database is the relation's (pg_class is per database), else by OID."""
+    kind = lock.locktype
+    relation = server.relation_name(lock.database, lock.relation) or f"oid {lock.relation}"
+    if kind in ("relation", "extend"):
+        return f"{kind} {relation}"
+    if kind == "page":
+        return f"page {relation} {lock.page}"
+    if kind == "tuple":
+        return f"tuple {relation} ({lock.page},{lock.tuple})"
+    if kind == "transactionid":
+        return f"transactionid {lock.transactionid}"
+    if kind == "virtualxid":
+        return f"virtualxid {lock.virtualxid}"
+    if kind == "object":
+        return f"object {lock.classid}:{lock.objid}:{lock.objsubid}"
+    return kind
+
+
+def age(entry: LockEntry) -> str:
+    """How long, marked as a lower bound where it is one."""
+    if entry.waited is not None:
+        return f"waiting {format_duration(entry.waited)}"
+    if entry.held_at_least is not None:
+        return f"≥ {format_duration(entry.held_at_least)}"
+    return "?" if entry.lock.granted else "waiting"
+
+
+def relation(entry: LockEntry) -> str:
+    if not entry.lock.granted:
+        parts = []
+        if entry.waits_for:
+            parts.append("waits for " + ",".join(map(str, entry.waits_for)))
+        if entry.queued_behind:
+            parts.append("behind " + ",".join(map(str, entry.queued_behind)))
+        return "; ".join(parts)
+    if entry.blocks:
+        return "blocks " + ",".join(map(str, entry.blocks))
+    return ""
+
+
+def ago(now: datetime, moment: datetime | None) -> str:
+    return f"{format_duration((now - moment).total_seconds())} ago" if moment else ""
+
+
+def pid_text(lock: LockRow) -> str:
+    if lock.pid is not None:
+        return str(lock.pid)
+    return f"prepared {lock.virtualtransaction}"
+
+
+def mode_text(mode: str) -> str:
+    return mode.removesuffix("Lock")
+
+
+def server_data(snapshot: Snapshot) -> dict[str, Any]:
+    server = snapshot.server
+    return {
+        "source": snapshot.source,
+        "version": server.version,
+        "version_num": server.version_num,
+        "now": server.now.isoformat(),
+        "current_user": server.current_user,
+        "in_recovery": server.in_recovery,
+        "read_all_stats": server.read_all_stats,
+        "scope": snapshot.scope,
+    }
+
+
+def entry_data(entry: LockEntry, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A lock as JSON; ``session``: its session_data(), when the caller has it already."""
+    lock, decoded = entry.lock, entry.decoded
+    triple = decoded.triple if decoded else None
+    return {
+        "pid": lock.pid,
+        "granted": lock.granted,
+        "mode": lock.mode,
+        "locktype": lock.locktype,
+        "database": entry.database,
+        "namespace": decoded.namespace.name if decoded and decoded.namespace else None,
+        "resource": decoded.resource if decoded else None,
+        "form": triple.form if triple else None,
+        "known": known_data(decoded.known) if decoded and decoded.known else None,
+        "key": list(triple.args) if triple else None,
+        "classid": lock.classid,
+        "objid": lock.objid,
+        "objsubid": lock.objsubid,
+        "relation": lock.relation,
+        "page": lock.page,
+        "tuple": lock.tuple,
+        "transactionid": lock.transactionid,
+        "virtualxid": lock.virtualxid,
+        "virtualtransaction": lock.virtualtransaction,
+        "lifetime": entry.lifetime,
+        "held_at_least_seconds": entry.held_at_least,
+        "waited_seconds": entry.waited,
+        "waitstart": lock.waitstart.isoformat() if lock.waitstart else None,
+        "blocks": list(entry.blocks),
+        "waits_for": list(entry.waits_for),
+        "queued_behind": list(entry.queued_behind),
+        "flags": list(entry.flags),
+        "pool": pool_data(entry),
+        **(session_data(entry) if session is None else session),
+    }
+
+
+def pool_data(entry: LockEntry) -> dict[str, Any] | None:
+    pool = entry.pool
+    if pool is None:
+        return None
+    return {
+        "pooler": pool.pooler,
+        "pool": pool.pool or None,
+        "pool_mode": pool.pool_mode or None,
+        "server_state": pool.server_state or None,
+        "client": pool.client,
+        "client_application_name": pool.client_application,
+        "known_from": pool.via,
+        # PgBouncer shows, and sets on the server, the last client's name only when that
+        # client sent one: a backend's application_name may belong to an earlier client
+        "application_name_may_be_inherited": True,
+    }
+
+
+def pool_text(entry: LockEntry) -> str:
+    pool = entry.pool
+    if pool is None:
+        return ""
+    if pool.via == "address":
+        return f"via {pool.pooler}"
+    attached = f"client {pool.client}" if pool.client else "no client"
+    return f"{pool.pooler} {pool.pool} ({attached})"
+
+
+def known_data(known: Known) -> dict[str, Any]:
+    return {"software": known.software, "meaning": known.meaning, "confidence": known.confidence}
+
+
+def session_data(entry: LockEntry) -> dict[str, Any]:
+    session = entry.session
+    if session is None:
+        return {"application_name": None, "user": None, "state": None, "session_hidden": None}
+
+    def iso(moment: datetime | None) -> str | None:
+        return moment.isoformat() if moment else None
+
+    return {
+        "application_name": session.application_name,
+        "user": session.user,
+        "client_addr": session.client_addr,
+        "client_port": session.client_port,
+        "backend_start": iso(session.backend_start),
+        "xact_start": iso(session.xact_start),
+        "state": session.state,
+        "state_change": iso(session.state_change),
+        "wait_event_type": session.wait_event_type,
+        "wait_event": session.wait_event,
+        "backend_type": session.backend_type,
+        "query": session.query,
+        "session_hidden": session.hidden,
+    }
+
+
+def notes_block(notes: list[str]) -> list[Block]:
+    return [Text([f"note: {n}" for n in notes], "note")] if notes else []
+
+
+def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output:
+    """One section per target, for answers that do not merge into one table."""
+
+    def blocks() -> list[Block]:
+        out: list[Block] = []
+        for target, output, error in parts:
+            out.append(Text([f"== {clean(target)}"], "verdict"))
+            out += output.blocks() if output else [Text([f"FAILED: {clean(error)}"], "error")]
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "targets": [
+                {"target": target, "ok": output is not None, "error": error,
+                 "result": _complete(output) if output else None}
+                for target, output, error in parts
+            ],
+        }  # fmt: skip
+
+    return Output(blocks, data)
+
+
+def _complete(output: Output) -> Any:
+    data = output.data()
+    if output.items is not None:
+        key, items = output.items
+        data = {**data, key: list(items())}
+    return data

@@ -1,0 +1,146 @@
+"""`lockdiag key`, `decode` and `registry show|check`: the registry's names and numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockdiag.core.analysis import Decoded
+from lockdiag.durations import format_duration
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Problem, Registry
+from lockdiag.render import Block, Output, Table, Text, clean
+from lockdiag.views.common import (
+    known_data,
+)
+
+# -- registry, key, decode ---------------------------------------------------------------------
+
+
+def key_data(key: LockTriple) -> dict[str, Any]:
+    return {
+        "form": key.form,
+        "args": list(key.args),
+        "classid": key.classid,
+        "objid": key.objid,
+        "objsubid": key.objsubid,
+        "sql": key.sql(),
+    }
+
+
+def key_output(namespace: str, resource: int, key: LockTriple, function: str) -> Output:
+    sql = key.sql(function)
+
+    def blocks() -> list[Block]:
+        return [
+            Text(
+                [
+                    f"{namespace} {resource}",
+                    f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
+                    f"  SQL:       {sql}",
+                ]
+            )
+        ]
+
+    def data() -> dict[str, Any]:
+        return {"namespace": namespace, "resource": resource, **key_data(key), "sql": sql}
+
+    return Output(blocks, data)
+
+
+def decode_output(decoded: Decoded) -> Output:
+    key = decoded.triple
+    a, b = key.pair
+
+    def blocks() -> list[Block]:
+        lines = [
+            clean(decoded.label),
+            f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
+            f"  form:      {key.form}  (bigint {key.bigint}; pair ({a}, {b}))",
+            f"  SQL:       {key.sql()}",
+        ]
+        if decoded.namespace and decoded.namespace.description:
+            lines.insert(1, f"  {clean(decoded.namespace.description)}")
+        if decoded.known:
+            lines.insert(1, f"  confidence: {decoded.known.confidence}")
+        return [Text(lines)]
+
+    def data() -> dict[str, Any]:
+        return {
+            "namespace": decoded.namespace.name if decoded.namespace else None,
+            "resource": decoded.resource,
+            "known": known_data(decoded.known) if decoded.known else None,
+            **key_data(key),
+        }
+
+    return Output(blocks, data)
+
+
+def registry_output(registry: Registry) -> Output:
+    namespaces = sorted(registry.namespaces.values(), key=lambda n: (n.form, n.id))
+
+    def blocks() -> list[Block]:
+        rows = [
+            [
+                n.name,
+                str(n.id),
+                n.form,
+                n.expect,
+                format_duration(n.max_hold) if n.max_hold is not None else "",
+                clean(n.owner),
+                clean(n.description),
+            ]
+            for n in namespaces
+        ]
+        source = str(registry.path) if registry.path else "no registry file found"
+        return [
+            Text([f"registry: {source}"]),
+            Table(
+                ["NAMESPACE", "ID", "FORM", "EXPECT", "MAX HOLD", "OWNER", "DESCRIPTION"],
+                rows,
+                wide={6},
+                empty="no namespaces",
+            ),
+        ]
+
+    def data() -> dict[str, Any]:
+        return {
+            "path": str(registry.path) if registry.path else None,
+            "namespaces": [
+                {
+                    "name": n.name,
+                    "id": n.id,
+                    "form": n.form,
+                    "expect": n.expect,
+                    "max_hold_seconds": n.max_hold,
+                    "owner": n.owner,
+                    "description": n.description,
+                }
+                for n in namespaces
+            ],
+        }
+
+    return Output(blocks, data)
+
+
+def check_output(path: str, problems: list[Problem], namespaces: int) -> Output:
+    errors = [p for p in problems if p.severity == "error"]
+
+    def blocks() -> list[Block]:
+        lines = [clean(str(p)) for p in problems]
+        if errors:
+            verdict = f"{path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+            return [Text(lines, "error"), Text([verdict], "verdict")]
+        verdict = f"{path}: OK, {namespaces} namespace(s), {len(problems)} warning(s)"
+        return [Text(lines, "note"), Text([verdict], "verdict")]
+
+    def data() -> dict[str, Any]:
+        return {
+            "path": path,
+            "valid": not errors,
+            "namespaces": namespaces,
+            "problems": [
+                {"severity": p.severity, "line": p.line, "message": p.message} for p in problems
+            ],
+        }
+
+    return Output(blocks, data)

@@ -1,0 +1,45 @@
+"""`lockdiag pooltest`: each scenario, what a safe pool gives, what was observed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockdiag.core.pooltest import ADVICE, Result
+from lockdiag.render import Block, Output, Table, Text
+
+# -- pooltest ----------------------------------------------------------------------------------
+
+
+def pooltest_output(results: list[Result], left: int) -> Output:
+    unsafe = [r for r in results if not r.ok]
+
+    def blocks() -> list[Block]:
+        rows = [[r.scenario, r.safe, r.observed, "ok" if r.ok else "UNSAFE"] for r in results]
+        out: list[Block] = [
+            Table(["SCENARIO", "A SAFE SETUP GIVES", "OBSERVED", "VERDICT"], rows, wide={1, 2}),
+        ]
+        if unsafe:
+            summary = (
+                f"{len(unsafe)} unsafe behaviour(s): advisory locks through this pool do not "
+                "protect what they should."
+            )
+            out.append(Text([summary], "error"))
+            out.append(Text([f"- {line}" for line in ADVICE]))
+        else:
+            out.append(Text(["every scenario behaved safely"], "verdict"))
+        if left:
+            out.append(Text([f"{left} holder(s) of the test key could not be released"], "error"))
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "safe": not unsafe and not left,
+            "results": [
+                {"scenario": r.scenario, "safe": r.safe, "observed": r.observed, "ok": r.ok}
+                for r in results
+            ],
+            "left_behind": left,
+            "advice": ADVICE if unsafe else [],
+        }
+
+    return Output(blocks, data)

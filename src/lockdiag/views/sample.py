@@ -1,0 +1,158 @@
+"""`lockdiag sample`: per-key and per-namespace statistics over time, and their patterns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockdiag.core.observe import Pattern, Sampler, patterns
+from lockdiag.durations import format_duration
+from lockdiag.render import Block, Output, Table, Text, clean
+from lockdiag.views.common import (
+    JSON_VERSION,
+)
+from lockdiag.views.metrics import Metric, exposition, gauge
+
+# -- sample ------------------------------------------------------------------------------------
+
+
+def _namespace_rows(sampler: Sampler) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = {}
+    for stats in sampler.keys.values():
+        name = stats.namespace or "unregistered"
+        row = totals.setdefault(
+            name,
+            {"keys": 0, "held_samples": 0, "waited_samples": 0, "longest_hold": 0.0,
+             "longest_wait": 0.0, "acquisitions": 0, "releases": 0},
+        )  # fmt: skip
+        row["keys"] += 1
+        row["held_samples"] += stats.samples_held
+        row["waited_samples"] += stats.samples_waited
+        row["longest_hold"] = max(row["longest_hold"], stats.longest_hold)
+        row["longest_wait"] = max(row["longest_wait"], stats.longest_wait)
+        row["acquisitions"] += stats.acquisitions
+        row["releases"] += stats.releases
+    return totals
+
+
+def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
+    found = patterns(sampler)
+    ordered = sorted(
+        sampler.keys.values(), key=lambda s: (-s.samples_waited, -s.samples_held, s.label)
+    )
+    costs = sorted(sampler.query_seconds) or [0.0]
+    median_ms = costs[len(costs) // 2] * 1000
+
+    if fmt == "prometheus":
+        return Output(lambda: [Text(_sample_metrics(sampler, found, median_ms))], dict)
+
+    def blocks() -> list[Block]:
+        def percent(count: int) -> str:
+            return f"{100 * count / sampler.samples:.0f}%" if sampler.samples else "-"
+
+        rows = [
+            [
+                clean(s.label),
+                clean(s.database),
+                percent(s.samples_held),
+                percent(s.samples_waited),
+                str(len(s.holder_pids)),
+                str(len(s.waiter_pids)),
+                format_duration(s.longest_hold),
+                format_duration(s.longest_wait) if s.samples_waited else "",
+                f"~{s.acquisitions}/{s.releases}",
+                f"{100 * s.contention:.0f}%",
+            ]
+            for s in ordered
+        ]
+        lines = [
+            f"{sampler.samples} sample(s) every {format_duration(interval)}; cost: "
+            f"{median_ms:.1f} ms per sample (median round trip, max {costs[-1] * 1000:.1f} ms), "
+            f"{sampler.samples} read(s) of pg_locks in total"
+        ]
+        out: list[Block] = [
+            Text(lines, "verdict"),
+            Table(
+                [
+                    "KEY",
+                    "DATABASE",
+                    "HELD",
+                    "WAITED",
+                    "HOLDERS",
+                    "WAITERS",
+                    "LONGEST HOLD",
+                    "LONGEST WAIT",
+                    "ACQ/REL",
+                    "CONTENTION",
+                ],
+                rows,
+                title="Per key (HELD, WAITED: share of samples; ACQ/REL: estimated acquisitions "
+                "and releases)",
+                wide={0},
+                empty="no advisory lock seen",
+            ),
+        ]
+        if found:
+            out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
+        return out
+
+    def data() -> dict[str, Any]:
+        return {
+            "version": JSON_VERSION,
+            "samples": sampler.samples,
+            "interval_seconds": interval,
+            "started": sampler.started.isoformat() if sampler.started else None,
+            "ended": sampler.ended.isoformat() if sampler.ended else None,
+            "cost": {
+                "pg_locks_reads": sampler.samples,
+                "median_seconds": costs[len(costs) // 2],
+                "max_seconds": costs[-1],
+            },
+            "keys": [
+                {
+                    "key": s.label,
+                    "database": s.database,
+                    "namespace": s.namespace,
+                    "samples_held": s.samples_held,
+                    "samples_waited": s.samples_waited,
+                    "holders": [{"application_name": a, "client": c} for a, c in sorted(s.holders)],
+                    "distinct_holders": len(s.holder_pids),
+                    "distinct_waiters": len(s.waiter_pids),
+                    "longest_hold_seconds": s.longest_hold,
+                    "longest_wait_seconds": s.longest_wait,
+                    "acquisitions": s.acquisitions,
+                    "releases": s.releases,
+                    "contention": s.contention,
+                }
+                for s in ordered
+            ],
+            "namespaces": _namespace_rows(sampler),
+            "patterns": [{"kind": p.kind, "key": p.label, "evidence": p.evidence} for p in found],
+        }
+
+    return Output(blocks, data)
+
+
+def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) -> list[str]:
+    """Per namespace only: keys are unbounded, namespaces come from the registry."""
+    metrics = [
+        gauge("lockdiag_sample_samples", "Samples taken.", sampler.samples),
+        gauge("lockdiag_sample_seconds_per_sample", "Median round trip of one snapshot.",
+              median_ms / 1000),
+    ]  # fmt: skip
+    per_namespace = [
+        ("held_samples", "Samples in which a key of the namespace was held."),
+        ("waited_samples", "Samples in which a key of the namespace was waited for."),
+        ("longest_hold", "Longest observed hold, seconds."),
+        ("longest_wait", "Longest observed wait, seconds."),
+        ("acquisitions", "Estimated acquisitions while sampling."),
+    ]
+    rows = _namespace_rows(sampler)
+    for name, text in per_namespace:
+        metric = Metric(f"lockdiag_sample_{name}", text)
+        for namespace, row in sorted(rows.items()):
+            metric.add(row[name], namespace=namespace)
+        metrics.append(metric)
+    patterns_seen = Metric("lockdiag_sample_patterns", "Patterns seen, by kind.")
+    for kind in ("stuck-owner", "broad-key", "duplicate-dispatch"):
+        patterns_seen.add(sum(1 for p in found if p.kind == kind), kind=kind)
+    return exposition([*metrics, patterns_seen])
