@@ -216,74 +216,105 @@ def compile_bytecode() -> None:
     compileall.compile_dir(Path(lockdiag.__file__).parent, quiet=1)
 
 
-def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, Any]:
-    results: dict[str, Any] = {"server": [], "client": {}, "targets": []}
-    compile_bytecode()
-    snapshot_sql = queries.load(queries.query_file("snapshot", 150000))
+def server_version_num(cluster: Cluster) -> int:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as connection:
+        return connection.info.server_version
+
+
+def measure_server(
+    cluster: Cluster, size: int, waiters: int, repeats: int, snapshot_sql: str
+) -> dict[str, Any]:
+    """Target 1: the snapshot query against a bare read of pg_locks (and the wiki's join)."""
+    with Population(cluster, size, waiters):
+        floor = median_of(repeats, lambda: server_ms(cluster, "SELECT * FROM pg_locks"))
+        ours = median_of(repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True}))
+        wiki = median_of(repeats, lambda: server_ms(cluster, WIKI_SELF_JOIN))
+    return {
+        "locks": size, "waiters": waiters, "pg_locks_ms": floor, "snapshot_ms": ours,
+        "ratio": ours / floor, "wiki_self_join_ms": wiki, "wiki_ratio": wiki / floor,
+    }  # fmt: skip
+
+
+def measure_large_list(
+    cluster: Cluster, env: dict[str, str], size: int, waiters: int, repeats: int
+) -> dict[str, Any]:
+    """Targets 2, 3 and 5: list at scale against psql and the Python floor; the terminal's
+    first screen; watch; JSON's peak memory."""
     psql = shutil.which("psql") or "psql"
-    with bench_cluster() as cluster:
-        env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1"}
-        env.update({"PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"})
-        for size in sizes:
-            for waiters in waiter_counts:
-                with Population(cluster, size, waiters):
-                    floor = median_of(repeats, lambda: server_ms(cluster, "SELECT * FROM pg_locks"))
-                    ours = median_of(
-                        repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True})
-                    )
-                    wiki = median_of(repeats, lambda: server_ms(cluster, WIKI_SELF_JOIN))
-                    results["server"].append(
-                        {"locks": size, "waiters": waiters, "pg_locks_ms": floor,
-                         "snapshot_ms": ours, "ratio": ours / floor,
-                         "wiki_self_join_ms": wiki, "wiki_ratio": wiki / floor}
-                    )  # fmt: skip
-            largest = size
-        with Population(cluster, largest, waiter_counts[0]):
-            plain = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
-            as_json = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "json"], env))
-            psql_time = median_of(repeats, lambda: wall([psql, "-X", "-c", PSQL_JOIN], env))
-            floor = median_of(
-                repeats, lambda: wall([sys.executable, str(FLOOR), cluster.dsn(), PSQL_JOIN])
-            )
-            with_dsn = ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG]
-            terminal = median_of(repeats, lambda: first_screen([*with_dsn, "list"]))
-            watch = [watch_times(with_dsn) for _ in range(repeats)]
-            memory = peak_rss_mb([*with_dsn, "list", "--format", "json"])
-            results["client"].update(
-                {"locks": largest, "list_plain_s": plain, "list_json_s": as_json,
-                 "psql_aligned_s": psql_time, "python_floor_s": floor,
-                 "list_terminal_s": terminal,
-                 "watch_first_frame_s": statistics.median(first for first, _ in watch),
-                 "watch_key_redraw_s": statistics.median(redraw for _, redraw in watch),
-                 "list_json_peak_mb": memory}
-            )  # fmt: skip
-        with Population(cluster, 100, 2):
-            minimal = (
-                "import psycopg,sys;c=psycopg.connect(sys.argv[1]);"
-                "c.execute(open(sys.argv[2]).read().replace('%(all_types)s','false')).fetchall()"
-            )
-            with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as sql_file:
-                sql_file.write(snapshot_sql)
+    with_dsn = ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG]
+    with Population(cluster, size, waiters):
+        plain = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
+        as_json = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "json"], env))
+        psql_time = median_of(repeats, lambda: wall([psql, "-X", "-c", PSQL_JOIN], env))
+        floor = median_of(
+            repeats, lambda: wall([sys.executable, str(FLOOR), cluster.dsn(), PSQL_JOIN])
+        )
+        terminal = median_of(repeats, lambda: first_screen([*with_dsn, "list"]))
+        watch = [watch_times(with_dsn) for _ in range(repeats)]
+        memory = peak_rss_mb([*with_dsn, "list", "--format", "json"])
+    return {"locks": size, "list_plain_s": plain, "list_json_s": as_json,
+            "psql_aligned_s": psql_time, "python_floor_s": floor, "list_terminal_s": terminal,
+            "watch_first_frame_s": statistics.median(first for first, _ in watch),
+            "watch_key_redraw_s": statistics.median(redraw for _, redraw in watch),
+            "list_json_peak_mb": memory}  # fmt: skip
+
+
+def measure_small_server(
+    cluster: Cluster, env: dict[str, str], repeats: int, snapshot_sql: str
+) -> dict[str, Any]:
+    """Target 4: list on a small server against the least psycopg script running the same
+    query; and a fleet of twenty targets against one."""
+    minimal = (
+        "import psycopg,sys;c=psycopg.connect(sys.argv[1]);"
+        "c.execute(open(sys.argv[2]).read().replace('%(all_types)s','false')).fetchall()"
+    )
+    with (
+        Population(cluster, 100, 2),
+        tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as sql_file,
+    ):
+        try:
+            sql_file.write(snapshot_sql)
+            sql_file.close()
             small = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
             script = median_of(
                 repeats, lambda: wall([sys.executable, "-c", minimal, cluster.dsn(), sql_file.name])
             )
-            Path(sql_file.name).unlink()
-            results["client"].update({"list_small_s": small, "minimal_psycopg_s": script})
-            # a fleet: twenty targets (connections to the same server) against one
             many = [arg for _ in range(20) for arg in ("--dsn", cluster.dsn())]
-            one = median_of(repeats, lambda: wall([*LOCKDIAG, "check", "--format", "json",
-                                                   "--dsn", cluster.dsn()], env))  # fmt: skip
-            twenty = median_of(
-                repeats, lambda: wall([*LOCKDIAG, "check", "--format", "json", *many], env)
-            )
-            results["client"].update({"fleet_1_target_s": one, "fleet_20_targets_s": twenty})
-    help_time = median_of(max(repeats, 5), lambda: wall([*LOCKDIAG, "--help"]))
-    version_time = median_of(max(repeats, 5), lambda: wall([*LOCKDIAG, "--version"]))
-    click_time = median_of(max(repeats, 5), lambda: wall([sys.executable, "-c", "import click"]))
-    results["client"].update(
-        {"help_s": help_time, "version_s": version_time, "import_click_s": click_time}
-    )
+            check = [*LOCKDIAG, "check", "--format", "json"]
+            one = median_of(repeats, lambda: wall([*check, "--dsn", cluster.dsn()], env))
+            twenty = median_of(repeats, lambda: wall([*check, *many], env))
+        finally:
+            Path(sql_file.name).unlink(missing_ok=True)
+    return {"list_small_s": small, "minimal_psycopg_s": script,
+            "fleet_1_target_s": one, "fleet_20_targets_s": twenty}  # fmt: skip
+
+
+def measure_startup(repeats: int) -> dict[str, Any]:
+    """Target 4: --help and --version against importing click alone."""
+    times = max(repeats, 5)
+    return {
+        "help_s": median_of(times, lambda: wall([*LOCKDIAG, "--help"])),
+        "version_s": median_of(times, lambda: wall([*LOCKDIAG, "--version"])),
+        "import_click_s": median_of(times, lambda: wall([sys.executable, "-c", "import click"])),
+    }
+
+
+def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"server": [], "client": {}, "targets": []}
+    compile_bytecode()
+    with bench_cluster() as cluster:
+        snapshot_sql = queries.query("snapshot", server_version_num(cluster))
+        env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1"}
+        env.update({"PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"})
+        results["server"] = [
+            measure_server(cluster, size, waiters, repeats, snapshot_sql)
+            for size in sizes
+            for waiters in waiter_counts
+        ]
+        client = results["client"]
+        client.update(measure_large_list(cluster, env, max(sizes), waiter_counts[0], repeats))
+        client.update(measure_small_server(cluster, env, repeats, snapshot_sql))
+    results["client"].update(measure_startup(repeats))
     results["targets"] = targets(results)
     results["context"] = context(results)
     return results
@@ -300,32 +331,38 @@ def context(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+Client = dict[str, Any]
+# what each target measures, the figure from the client measurements, and its limit
+TARGETS: list[tuple[str, Callable[[Client], float], float]] = [
+    ("2. list --format plain / psql at {locks} locks",
+     lambda c: c["list_plain_s"] / c["psql_aligned_s"], 1.0),
+    ("2. list --format json / psql at {locks} locks",
+     lambda c: c["list_json_s"] / c["psql_aligned_s"], 1.2),
+    ("3. list on a terminal at {locks} locks (seconds)", lambda c: c["list_terminal_s"], 1.0),
+    ("4. --help / import click", lambda c: c["help_s"] / c["import_click_s"], 1.5),
+    ("4. --version / import click", lambda c: c["version_s"] / c["import_click_s"], 1.5),
+    ("4. list (small server) / minimal psycopg script",
+     lambda c: c["list_small_s"] / c["minimal_psycopg_s"], 1.3),
+    ("5. list --format json peak memory at {locks} locks (MB)",
+     lambda c: c["list_json_peak_mb"], 200.0),
+    ("fleet: check on 20 targets / on 1 target",
+     lambda c: c["fleet_20_targets_s"] / c["fleet_1_target_s"], 2.0),
+]  # fmt: skip
+SNAPSHOT_LIMIT = 1.5  # target 1: snapshot / pg_locks, set at 10k and 100k locks
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     client = results["client"]
-    found = [  # target 1 is set at 10k and 100k locks; smaller populations are for context
+    found = [  # smaller populations are for context
         {"target": f"1. snapshot/pg_locks at {r['locks']} locks, {r['waiters']} waiters",
-         "value": r["ratio"], "limit": 1.5}
+         "value": r["ratio"], "limit": SNAPSHOT_LIMIT}
         for r in results["server"]
         if r["locks"] >= 10000
     ]  # fmt: skip
     found += [
-        {"target": f"2. list --format plain / psql at {client['locks']} locks",
-         "value": client["list_plain_s"] / client["psql_aligned_s"], "limit": 1.0},
-        {"target": f"2. list --format json / psql at {client['locks']} locks",
-         "value": client["list_json_s"] / client["psql_aligned_s"], "limit": 1.2},
-        {"target": f"3. list on a terminal at {client['locks']} locks (seconds)",
-         "value": client["list_terminal_s"], "limit": 1.0},
-        {"target": "4. --help / import click", "value": client["help_s"] / client["import_click_s"],
-         "limit": 1.5},
-        {"target": "4. --version / import click",
-         "value": client["version_s"] / client["import_click_s"], "limit": 1.5},
-        {"target": "4. list (small server) / minimal psycopg script",
-         "value": client["list_small_s"] / client["minimal_psycopg_s"], "limit": 1.3},
-        {"target": f"5. list --format json peak memory at {client['locks']} locks (MB)",
-         "value": client["list_json_peak_mb"], "limit": 200.0},
-        {"target": "fleet: check on 20 targets / on 1 target",
-         "value": client["fleet_20_targets_s"] / client["fleet_1_target_s"], "limit": 2.0},
-    ]  # fmt: skip
+        {"target": name.format(locks=client["locks"]), "value": figure(client), "limit": limit}
+        for name, figure, limit in TARGETS
+    ]
     for target in found:
         target["met"] = target["value"] <= target["limit"]
     return found

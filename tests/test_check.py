@@ -152,17 +152,25 @@ def test_prometheus_output(cluster: Cluster, sessions: Sessions) -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "reason"),
     [
-        ["--wait-age", "soon"],
-        ["--max-blocked", "5,2"],
-        ["--format", "xml"],
-        ["--registry", "x.toml"],
+        (["--wait-age", "soon"], "'soon' is not a duration"),
+        (["--max-blocked", "5,2"], "below the warning level"),
+        (["--format", "xml"], "'xml' is not one of"),
+        (["--registry", "x.toml"], "x.toml (from --registry) does not exist"),
+        ([], None),  # the same snapshot file with good arguments is answered
     ],
 )
-def test_unknown_on_bad_arguments(args: list[str]) -> None:
-    result = CliRunner().invoke(cli, ["check", "--from", "x.json", *args])
+def test_unknown_on_bad_arguments(args: list[str], reason: str | None) -> None:
+    """Each bad argument alone makes check UNKNOWN (3), with its own reason, on a snapshot file
+    that good arguments read fine."""
+    incident = str(Path(__file__).resolve().parent.parent / "examples" / "incident.json")
+    result = CliRunner().invoke(cli, ["check", "--from", incident, *args])
+    if reason is None:
+        assert result.exit_code in (0, 1, 2), result.output
+        return
     assert result.exit_code == 3
+    assert reason in result.stderr, result.stderr
 
 
 def test_unknown_when_unreachable() -> None:

@@ -256,15 +256,6 @@ def test_registry_show_key_and_decode(registry_file: Path) -> None:
     assert "classid=4294967295 objid=4239930106 objsubid=1" in unknown.stdout
 
 
-def test_every_command_has_an_example() -> None:
-    commands = [["list"], ["who-holds"], ["snapshot"], ["registry", "check"], ["registry", "show"],
-                ["key"], ["decode"]]  # fmt: skip
-    for command in commands:
-        result = run(*command, "--help")
-        assert "Example" in result.stdout, command
-    assert "Examples" in run("--help").stdout
-
-
 def test_real_subprocess(cluster: Cluster, sessions: Sessions, registry_file: Path) -> None:
     holder = sessions.open("billing-worker")
     holder.run("SELECT pg_advisory_lock(4102, 73)")

@@ -9,7 +9,8 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import InputError, ServerError
-from lockdiag.pg.session import DiagnosticSession, conninfo, scrub, take_snapshot
+from lockdiag.pg.connection import conninfo, scrub
+from lockdiag.pg.session import DiagnosticSession, take_snapshot
 
 from conftest import PASSWORD, Sessions
 

@@ -96,7 +96,14 @@ def test_attached_client_is_not_a_leak(cluster: Cluster, transaction_pool: Bounc
 def test_session_pooling_releases_on_leave(
     cluster: Cluster, session_pool: Bouncer, sessions: Sessions
 ) -> None:
-    leak(session_pool, 616161)
+    console = ("--pgbouncer", session_pool.console_dsn())
+    with psycopg.connect(
+        session_pool.dsn(application_name="pooled-worker"), autocommit=True, prepare_threshold=None
+    ) as worker:
+        worker.execute("SELECT pg_advisory_lock(616161)")
+        (lock,) = list_json(cluster, *console)["locks"]  # held, its client still attached
+        assert lock["pool"]["pool_mode"] == "session" and lock["pool"]["client"] is not None
+        assert "outlived-client" not in lock["flags"]
     sessions.until(
         lambda admin: (
             admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
@@ -191,3 +198,20 @@ def test_console_rows_are_read_by_column_name() -> None:
     # a second PgBouncer in the chain: remote_pid is not a backend pid, the address decides
     sessions = {99: Session(pid=99, client_addr="10.0.0.9", client_port=40001)}
     assert links([console], sessions)[99].pool == "shop/app"
+
+
+def test_pooltest_verdicts_without_a_pooler() -> None:
+    """The judge alone: a worker that never got the lock proves nothing (inconclusive), a
+    lock that survives its client is unsafe, a clean release is ok."""
+    from lockdiag.core.pooltest import Observation, verdict
+
+    never = Observation("xact", "commit", False, "BEGIN is not allowed", 0, True, 0, True)
+    assert verdict(never).verdict == "inconclusive"
+    assert "BEGIN is not allowed" in verdict(never).observed
+    leaked = Observation("session", "disconnect", True, None, 1, False, 1, True)
+    assert verdict(leaked).verdict == "unsafe"
+    assert "false success" in verdict(leaked).observed
+    clean = Observation("xact", "rollback", True, None, 0, True, 0, True)
+    assert verdict(clean).verdict == "ok"
+    owned = Observation("session", "commit", True, None, 1, False, 0, True)
+    assert verdict(owned).verdict == "ok"  # A still connected owns it; freed when A leaves

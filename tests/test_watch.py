@@ -17,6 +17,10 @@ from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
+from lockdiag.pg.session import take_snapshot
+from lockdiag.registry import parse_registry
+from lockdiag.render import plain
+from lockdiag.views.watch import State, frame
 
 from conftest import Sessions, ctrl_c_reaches_child
 
@@ -107,6 +111,33 @@ def test_watch_keys_narrow_and_pause(cluster: Cluster, sessions: Sessions, tmp_p
         pause_and_quit(child)
     finally:
         child.close()
+
+
+def test_narrowing_keeps_only_what_was_asked_for(cluster: Cluster, sessions: Sessions) -> None:
+    """The frame after `n tenant_summary` and `i PID`: only those locks (and findings) remain."""
+    first = sessions.open("a")
+    first.run("SELECT pg_advisory_lock(4102, 1), pg_advisory_lock(9, 9)")
+    second = sessions.open("b")
+    second.run("SELECT pg_advisory_lock(4102, 2)")
+    registry, _ = parse_registry("[namespaces.tenant_summary]\nid = 4102\n")
+    assert registry is not None
+    state = State(registry)
+    state.take(take_snapshot(cluster.dsn(), 5, "all"))
+    everything = plain(frame(state))
+    assert "unregistered pair (9, 9)" in everything and "tenant_summary 2" in everything
+    for key in "ntenant_summary\r":
+        state.key(key)
+    narrowed = plain(frame(state))
+    assert "tenant_summary 1" in narrowed and "tenant_summary 2" in narrowed
+    assert "(9, 9)" not in narrowed
+    for key in f"i{second.pid}\r":
+        state.key(key)
+    only = plain(frame(state))
+    assert "tenant_summary 2" in only and "tenant_summary 1" not in only
+    state.key("n")
+    for key in "nosuch\r":
+        state.key(key)
+    assert state.error is not None and "unknown namespace" in state.error
 
 
 def test_watch_keeps_its_footer_on_a_small_busy_screen(

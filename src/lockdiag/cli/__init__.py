@@ -14,7 +14,7 @@ import importlib
 import click
 
 from lockdiag import __version__
-from lockdiag.cli.common import LockdiagGroup
+from lockdiag.cli.group import LockdiagGroup
 
 # name: (module:attribute, the command's one-line help as `lockdiag --help` shows it)
 COMMANDS: dict[str, tuple[str, str]] = {

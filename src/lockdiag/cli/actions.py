@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import click
-import psycopg
 
 from lockdiag.cli.common import (
     DURATION,
@@ -24,7 +23,7 @@ from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.pg.actions import act
 from lockdiag.pg.pooltest import run
-from lockdiag.pg.session import DiagnosticSession, server_error
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.views.pooltest import pooltest_output
 from lockdiag.views.terminate import terminate_preview_output
 
@@ -115,9 +114,6 @@ def pooltest_command(pooled: str, direct: str, raw_key: str, timeout: float, fmt
       lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" --direct "host=db dbname=app"
     """
     key = parse_numbers([raw_key])
-    try:
-        results, left = run(pooled, direct, key, timeout)
-    except psycopg.Error as error:
-        raise server_error(error, pooled, timeout) from None
+    results, left = run(pooled, direct, key, timeout)
     show(pooltest_output(results, left), fmt)
     sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)

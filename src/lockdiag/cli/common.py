@@ -18,7 +18,7 @@ from click.shell_completion import CompletionItem
 from lockdiag.core import snapshot_file
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.durations import parse_duration
-from lockdiag.errors import EXIT_INTERRUPTED, EXIT_SERVER, InputError, LockdiagError
+from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
 from lockdiag.pg.fleet import Capture, capture_all, read_targets
 from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, load_registry
@@ -39,23 +39,6 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
-
-
-class LockdiagGroup(click.Group):
-    """Turns lockdiag's own errors and Ctrl-C into one message and a documented exit code."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except LockdiagError as error:
-            for line in str(error).splitlines() or [type(error).__name__]:
-                click.echo(f"lockdiag: error: {line}", err=True)
-            if error.hint:
-                click.echo(f"lockdiag: hint: {error.hint}", err=True)
-            ctx.exit(error.exit_code)
-        except KeyboardInterrupt:
-            click.echo("lockdiag: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
 
 
 # -- common options ----------------------------------------------------------------------------

@@ -8,13 +8,13 @@ import click
 
 from lockdiag.cli.common import (
     NUMBERS_SETTINGS,
-    LockdiagGroup,
     complete_namespace,
     format_option,
     get_registry,
     registry_option,
     show,
 )
+from lockdiag.cli.group import LockdiagGroup
 from lockdiag.core.analysis import decode
 from lockdiag.core.catalogue import build_catalogue, collisions
 from lockdiag.errors import EXIT_NEGATIVE, InputError

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from lockdiag.core.analysis import (
     DEFAULT_POLICY,
@@ -23,13 +22,11 @@ from lockdiag.core.analysis import (
     privilege_notes,
 )
 from lockdiag.core.catalogue import snapshot_catalogue
+from lockdiag.core.findings import CheckPolicy, CheckReport, check
 from lockdiag.core.graph import Blockers, blockers
 from lockdiag.core.model import Snapshot
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Registry
-
-if TYPE_CHECKING:
-    from lockdiag.core.findings import CheckPolicy, CheckReport
 
 NO_FILTERS = Filters()
 
@@ -84,9 +81,7 @@ class Diagnosis:
         return [*privilege_notes(self.snapshot, self.entries), *self.snapshot.notes]
 
     def findings(self, policy: CheckPolicy) -> CheckReport:
-        from lockdiag.core.findings import check
-
-        return check(self, policy)
+        return check(self.snapshot, self.entries, self.graph, self.notes, policy)
 
     def listing(self, filters: Filters = NO_FILTERS, all_types: bool = False) -> ListReport:
         entries = self.entries if all_types else self.advisory

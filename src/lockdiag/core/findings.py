@@ -7,17 +7,14 @@ Each detector reads one analysed snapshot. Durations are the certain lower bound
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy
 from lockdiag.core.graph import Blockers
 from lockdiag.core.model import Snapshot
 from lockdiag.durations import format_duration
-
-if TYPE_CHECKING:
-    from lockdiag.core.diagnosis import Diagnosis
 
 Severity = Literal["warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
@@ -96,24 +93,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class CheckReport:
-    diagnosis: Diagnosis
+    snapshot: Snapshot
     findings: list[Finding]
-
-    @property
-    def snapshot(self) -> Snapshot:
-        return self.diagnosis.snapshot
-
-    @property
-    def entries(self) -> list[LockEntry]:
-        return self.diagnosis.entries
-
-    @property
-    def graph(self) -> Blockers:
-        return self.diagnosis.graph
-
-    @property
-    def notes(self) -> list[str]:
-        return self.diagnosis.notes
+    entries: list[LockEntry] = field(repr=False)
+    graph: Blockers = field(repr=False)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Literal["OK", "WARNING", "CRITICAL"]:
@@ -123,23 +107,28 @@ class CheckReport:
         return "WARNING" if severities else "OK"
 
 
-def check(diagnosis: Diagnosis, policy: CheckPolicy = CheckPolicy()) -> CheckReport:
-    """Findings of one diagnosis. Its analysis policy should be ``policy.analysis_policy()``:
-    the session-lock detector reads the analysis's flag."""
-    entries = diagnosis.entries
+def check(
+    snapshot: Snapshot,
+    entries: list[LockEntry],
+    graph: Blockers,
+    notes: list[str],
+    policy: CheckPolicy = CheckPolicy(),
+) -> CheckReport:
+    """Findings of one analysed snapshot (a Diagnosis's; use Diagnosis.findings). Its entries
+    are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
     findings = [
         *_outlived_clients(entries),
         *_session_locks(entries, policy),
         *_waits(entries, policy),
         *_stuck_owners(entries, policy),
-        *_crowded_roots(diagnosis.graph, policy),
+        *_crowded_roots(graph, policy),
         *(_unregistered(entries) if policy.unregistered else ()),
         *_namespace_rules(entries),
     ]
     order = {"critical": 0, "warning": 1}
     kinds = list(Kind)
     findings.sort(key=lambda f: (order[f.severity], kinds.index(f.kind), -(f.value or 0)))
-    return CheckReport(diagnosis, findings)
+    return CheckReport(snapshot, findings, entries, graph, notes)
 
 
 def _who(entry: LockEntry) -> str:

@@ -18,7 +18,7 @@ from lockdiag.core.model import LockRow, Scope, Session, Snapshot
 from lockdiag.core.snapshot_file import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.pg import pgbouncer, queries
-from lockdiag.pg.session import one_line
+from lockdiag.pg.connection import one_line
 from lockdiag.registry import Poolers, Registry
 
 # the enrichment files, each used only when its table exists and may be read

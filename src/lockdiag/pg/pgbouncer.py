@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from lockdiag.core.model import PoolLink, Session
 from lockdiag.errors import ServerError
-from lockdiag.pg.session import connect_timeout, one_line, scrub
+from lockdiag.pg.connection import connect_timeout, one_line, scrub
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from lockdiag.core.pooltest import (
 from lockdiag.errors import InputError
 from lockdiag.keys import LockTriple, from_pair
 from lockdiag.pg import queries
-from lockdiag.pg.session import DiagnosticSession, connect_timeout, one_line
+from lockdiag.pg.connection import connect_timeout, one_line
+from lockdiag.pg.session import DiagnosticSession, server_error
 
 # "lkdg" in ASCII: a namespace nobody else is likely to use; resources 1 and 2
 DEFAULT_KEY = from_pair(0x6C6B6467, 1)
@@ -225,7 +226,15 @@ def run(
     pooled: str, direct: str, key: LockTriple = DEFAULT_KEY, timeout: float = 5.0
 ) -> tuple[list[Result], int]:
     """Every scenario; returns the results and how many test-key holders could not be
-    released (0 when nothing is left behind)."""
+    released (0 when nothing is left behind). A pool that cannot be used at all is a
+    ServerError, with the same messages as any other server."""
+    try:
+        return _run(pooled, direct, key, timeout)
+    except psycopg.Error as error:
+        raise server_error(error, pooled, timeout) from None
+
+
+def _run(pooled: str, direct: str, key: LockTriple, timeout: float) -> tuple[list[Result], int]:
     results: list[Result] = []
     with DiagnosticSession(direct, timeout) as watcher:
         test = PoolTest(pooled, watcher, key, timeout)

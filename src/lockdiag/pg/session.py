@@ -9,59 +9,22 @@ lockdiag adds its settings on top.
 
 from __future__ import annotations
 
-import math
-import os
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from lockdiag.errors import InputError, ServerError
+from lockdiag.errors import ServerError
+from lockdiag.pg import queries
+from lockdiag.pg.capture import capture, complete
+from lockdiag.pg.connection import conninfo, one_line, scrub
 
 if TYPE_CHECKING:
     from lockdiag.core.model import Scope, Snapshot
     from lockdiag.registry import Poolers, Registry
 
-APPLICATION_NAME = "lockdiag"
 DEFAULT_TIMEOUT = 5.0
-
-
-def connect_timeout(timeout: float) -> str:
-    """libpq's connect_timeout (whole seconds, at least 2: libpq treats 1 as 2 anyway)."""
-    return str(max(2, math.ceil(timeout)))
-
-
-def session_options(timeout: float) -> str:
-    """Server settings sent in the startup packet, so they bind the very first statement."""
-    milliseconds = max(1, int(timeout * 1000))
-    return " ".join(
-        [
-            f"-c statement_timeout={milliseconds}",
-            f"-c lock_timeout={milliseconds}",
-            f"-c idle_in_transaction_session_timeout={max(milliseconds * 2, 10000)}",
-            "-c default_transaction_read_only=on",
-            # every name lockdiag uses resolves in pg_catalog, never in a user's schema
-            "-c search_path=pg_catalog",
-        ]
-    )
-
-
-def conninfo(dsn: str | None, timeout: float) -> str:
-    """The user's DSN (or libpq's environment) with lockdiag's safety settings added."""
-    try:
-        given = conninfo_to_dict(dsn or "")
-    except psycopg.ProgrammingError as error:  # raised by libpq's parser
-        raise InputError(f"invalid connection string: {scrub(str(error), dsn)}") from None
-    user_options = str(given.get("options") or "")
-    return make_conninfo(
-        dsn or "",
-        application_name=APPLICATION_NAME,
-        connect_timeout=connect_timeout(timeout),
-        options=f"{user_options} {session_options(timeout)}".strip(),
-    )
 
 
 class DiagnosticSession:
@@ -120,8 +83,6 @@ class DiagnosticSession:
 
     def snapshot(self, scope: Scope) -> Snapshot:
         """One snapshot (one round trip), completed with what the server can name."""
-        from lockdiag.pg.capture import capture, complete
-
         with self.errors():
             taken = capture(self.connection, self.describe(), scope)
             if self.registry is None:
@@ -130,8 +91,6 @@ class DiagnosticSession:
 
     def fetch(self, name: str, params: dict[str, Any]) -> Sequence[Any]:
         """One row of a named query (see :mod:`lockdiag.pg.queries`)."""
-        from lockdiag.pg import queries
-
         with self.errors():
             sql = queries.query(name, self.connection.info.server_version)
             row = self.connection.execute(sql.encode(), params).fetchone()
@@ -173,26 +132,6 @@ def server_error(error: psycopg.Error, dsn: str | None, timeout: float) -> Serve
     if isinstance(error, psycopg.OperationalError):
         return ServerError(f"connection lost: {one_line(scrub(str(error), dsn))}")
     return ServerError(f"query failed: {one_line(scrub(str(error), dsn))}")
-
-
-def one_line(message: str) -> str:
-    return "; ".join(part.strip() for part in message.strip().splitlines() if part.strip())
-
-
-def scrub(message: str, dsn: str | None) -> str:
-    """Remove any password that could appear in a libpq message."""
-    secrets = [os.environ.get("PGPASSWORD", "")]
-    if dsn:
-        match = re.search(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn)
-        if match:
-            secrets.append(match.group(1).strip("'"))
-        match = re.search(r"://[^:/@]*:([^@/]*)@", dsn)
-        if match:
-            secrets.append(match.group(1))
-    for secret in secrets:
-        if secret:
-            message = message.replace(secret, "***")
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", message)
 
 
 def _connect_hint(message: str) -> str | None:

@@ -1,0 +1,114 @@
+"""The layout's rules, checked: layers import one way, the worker-facing modules stay light,
+and the root group's help lines agree with the commands they load lazily."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from lockdiag.cli import COMMANDS, cli
+from lockdiag.pg import queries
+
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "lockdiag"
+
+
+def imported(path: Path) -> set[str]:
+    """Every module a file imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def files_importing(prefix: str) -> set[str]:
+    return {
+        str(path.relative_to(PACKAGE).parent)
+        for path in PACKAGE.rglob("*.py")
+        if any(name == prefix or name.startswith(prefix + ".") for name in imported(path))
+    }
+
+
+def test_psycopg_only_in_the_server_layer_and_the_demo() -> None:
+    assert files_importing("psycopg") <= {"pg", "demo"}
+
+
+def test_click_only_in_the_cli() -> None:
+    assert files_importing("click") == {"cli"}
+
+
+def test_rich_only_where_things_are_drawn() -> None:
+    users = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(name.split(".")[0] == "rich" for name in imported(path))
+    }
+    assert users <= {"render.py", "cli/screen.py"}
+
+
+@pytest.mark.parametrize("layer", ["core", "views"])
+def test_core_and_views_never_talk_to_a_server_or_the_cli(layer: str) -> None:
+    for path in (PACKAGE / layer).rglob("*.py"):
+        names = imported(path)
+        assert not any(n.startswith(("lockdiag.pg", "lockdiag.cli", "psycopg")) for n in names), (
+            path
+        )
+
+
+def test_the_worker_facing_modules_import_nothing_below_them() -> None:
+    for name in ("errors.py", "durations.py", "keys.py", "registry.py"):
+        names = imported(PACKAGE / name)
+        assert all(
+            not n.startswith("lockdiag.") or n in {"lockdiag.errors", "lockdiag.durations",
+                                                   "lockdiag.keys"}
+            for n in names
+        ), name  # fmt: skip
+
+
+def test_importing_the_registry_loads_no_heavy_module() -> None:
+    probe = (
+        "import sys, lockdiag.registry; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('psycopg', 'click', 'rich') "
+        "or m.startswith(('lockdiag.core', 'lockdiag.pg', 'lockdiag.views', 'lockdiag.cli'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_loads_no_command_module() -> None:
+    probe = (
+        "import sys; from lockdiag.cli import main; sys.argv = ['lockdiag', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] == 'psycopg'"
+        " or m.startswith(('lockdiag.pg', 'lockdiag.core', 'lockdiag.views'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert "LOADED []" in result.stdout
+
+
+def test_lazy_help_lines_are_the_commands_own() -> None:
+    context = click.Context(cli)
+    for name, (_, line) in COMMANDS.items():
+        command = cli.get_command(context, name)
+        assert command is not None and command.name == name
+        assert command.get_short_help_str(limit=1000) == line, name
+
+
+def test_every_query_file_is_listed_and_every_listed_file_exists() -> None:
+    on_disk = {path.name for path in (PACKAGE / "pg" / "queries").glob("*.sql")}
+    listed = {file for versions in queries.VERSIONS.values() for _, file in versions}
+    assert on_disk == listed
+    used = "".join(path.read_text() for path in (PACKAGE / "pg").rglob("*.py"))
+    for name in queries.VERSIONS:
+        assert f'"{name}"' in used, f"query {name} is never used"
