@@ -311,6 +311,8 @@ def test_broad_key_compares_a_key_with_its_busiest_sibling() -> None:
     broad.waiter_pids.update({1, 2, 3})
     broad.waiters.update({("a", "local"), ("b", "local")})
     sampler.keys[(None, "jobs broad")] = broad
+    assert patterns(sampler) == []  # waits of milliseconds: ordinary contention
+    broad.long_waiter_pids.update({1, 2, 3})  # each seen waiting a second or more
     assert [(p.kind, p.label) for p in patterns(sampler)] == [("broad-key", "jobs broad")]
     assert "other 20000 key(s)" in patterns(sampler)[0].evidence
     sampler.keys[(None, "jobs 7")].samples_held = 11  # a sibling busier than a quarter of it

@@ -15,14 +15,11 @@ from enum import Enum
 from typing import Literal, NamedTuple
 
 from lockdiag.core.catalogue import Catalogue, Known, snapshot_catalogue
-from lockdiag.core.model import LockRow, PoolLink, Session, Snapshot
+from lockdiag.core.model import IN_TRANSACTION_IDLE, LockRow, PoolLink, Session, Snapshot
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Namespace, Registry
 
 Lifetime = Literal["session", "unknown"]
-
-IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
-IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
 
 
 class Flag(str, Enum):
@@ -237,10 +234,13 @@ def _contested(
         lifetime, held = None, None
         waited = (now - row.waitstart).total_seconds() if row.waitstart else None
         holding = holders.get(row.lock_object, set())
+        queued = {w.pid for w in waiters.get(row.lock_object, ()) if w.pid != row.pid}
         blocked_by = row.blocked_by or ()
-        # pid 0 is a prepared transaction: it holds, it cannot be queued
+        # pid 0 is a prepared transaction: it holds, it cannot be queued. pg_blocking_pids()
+        # runs after pg_locks was copied, so it can name a pid that took or queued for the
+        # lock since: with no row on this object in the snapshot, it gets no edge at all.
         waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
-        queued_behind = tuple(p for p in blocked_by if p not in waits_for)
+        queued_behind = tuple(p for p in blocked_by if p in queued and p not in holding)
     flags = _flags(backend, decoded, row.granted, blocks, policy)
     return LockEntry(row, backend.session, backend.database, decoded, lifetime, held, waited,
                      blocks, waits_for, queued_behind, flags, backend.pool)  # fmt: skip
@@ -261,7 +261,7 @@ def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: dat
     return _Backend(
         session,
         snapshot.server.databases.get(database) if database is not None else None,
-        "session" if session and session.certainly_outside_transaction else "unknown",
+        "session" if session and session.certainly_outside_transaction(now) else "unknown",
         _idle_since(session, now),
         snapshot.pool.get(pid) if pid is not None else None,
     )
@@ -290,11 +290,13 @@ def _idle_since(session: Session | None, now: datetime) -> float | None:
     """A lower bound on how long any lock of an idle backend has been held.
 
     An idle backend (in a transaction or not) acquires nothing: its locks were all taken
-    before it went idle at ``state_change``. PostgreSQL records no acquisition time.
+    before it went idle at ``state_change``. PostgreSQL records no acquisition time. Only a
+    backend idle for the whole pg_locks read has one (``now`` is the statement's start):
+    one that went idle after it may have been working when its locks were read.
     """
-    if session is None or session.state not in IDLE_STATES or session.state_change is None:
+    if session is None or session.state_change is None or not session.idle_throughout(now):
         return None
-    return max(0.0, (now - session.state_change).total_seconds())
+    return (now - session.state_change).total_seconds()
 
 
 def _flags(
@@ -312,8 +314,8 @@ def _flags(
     long = held is not None and held >= policy.session_age
     if certain_session and decoded is not None and not expected_session and long:
         flags.append(Flag.LONG_SESSION_LOCK)
-    if blocks and session and session.state in IN_TRANSACTION_IDLE:
-        flags.append(Flag.STUCK_OWNER)
+    if blocks and session and session.state in IN_TRANSACTION_IDLE and held is not None:
+        flags.append(Flag.STUCK_OWNER)  # idle in transaction for the whole read
     if decoded is not None and namespace is None and decoded.known is None:
         flags.append(Flag.UNREGISTERED)
     if pool is not None and certain_session and decoded is not None:

@@ -131,7 +131,7 @@ def narrow(
     idle = {
         pid
         for pid, s in snapshot.sessions.items()
-        if s.certainly_outside_transaction
+        if s.certainly_outside_transaction(now)
         and s.state_change is not None
         and (now - s.state_change).total_seconds() >= policy.session_age
     }

@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy
-from lockdiag.core.graph import Blockers
+from lockdiag.core.graph import Blockers, tree_pids
 from lockdiag.core.model import Snapshot
 from lockdiag.durations import format_duration
 
@@ -281,13 +281,18 @@ def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Fin
 
 
 def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
+    """Roots with more than --max-blocked sessions behind them that have waited at least
+    --wait-age's warning level: a queue of waits of a few milliseconds is ordinary
+    contention, not an incident."""
+    floor = policy.wait_age.warning
     for root in graph.roots:
-        if root.total <= policy.max_blocked.warning:
+        behind = [pid for pid in tree_pids(root.tree)[1:] if pid in graph.nodes]
+        waits = [graph.nodes[pid].waits for pid in behind]
+        long = sum(1 for w in waits if w is not None and (w.waited or 0.0) >= floor)
+        if long <= policy.max_blocked.warning:
             continue
         critical = policy.max_blocked.critical
-        severity: Severity = (
-            "critical" if critical is not None and root.total > critical else "warning"
-        )
+        severity: Severity = "critical" if critical is not None and long > critical else "warning"
         node = graph.nodes.get(root.tree.pid)
         held = list(dict.fromkeys(_label(e) for e in node.holds)) if node else []
         app = node.session.application_name if node and node.session else None
@@ -297,11 +302,12 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
             severity,
             root.tree.pid,
             held[0] + (f" (+{len(held) - 1} more)" if len(held) > 1 else "") if held else "?",
-            f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {root.total} session(s), "
-            f"{root.direct} directly; longest wait {longest}",
+            f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {long} session(s) that "
+            f"have waited {format_duration(floor)} or more ({root.total} behind it in all, "
+            f"{root.direct} directly); longest wait {longest}",
             "see the chain: lockdiag blockers",
             None,
-            float(root.total),
+            float(long),
         )
 
 

@@ -16,6 +16,8 @@ from lockdiag.keys import LockTriple
 
 Scope = Literal["advisory", "all"]
 HIDDEN_QUERY = "<insufficient privilege>"
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
 OLDEST_SUPPORTED = 140000  # server_version_num: pg_locks.waitstart appeared in 14
 
 
@@ -51,10 +53,26 @@ class Session:
         """True when the observer's privileges hide this session's state and times."""
         return self.query == HIDDEN_QUERY or (self.state is None and self.backend_type is None)
 
-    @property
-    def certainly_outside_transaction(self) -> bool:
-        """Idle with no transaction: every advisory lock it holds is session-level."""
-        return self.state == "idle" and self.xact_start is None and not self.hidden
+    def idle_throughout(self, started: datetime) -> bool:
+        """Idle (in a transaction or not) since before ``started``, the snapshot statement's
+        start, and still idle when pg_stat_activity was read: idle for the whole read of
+        pg_locks, however busy the server. A backend that changed state after ``started``
+        may have held a lock as part of work that ended between the two reads."""
+        return (
+            self.state in IDLE_STATES
+            and self.state_change is not None
+            and self.state_change < started
+        )
+
+    def certainly_outside_transaction(self, started: datetime) -> bool:
+        """Idle with no transaction for the whole pg_locks read: every advisory lock it held
+        then is a session-level lock."""
+        return (
+            self.state == "idle"
+            and self.xact_start is None
+            and not self.hidden
+            and self.idle_throughout(started)
+        )
 
     @property
     def client(self) -> str | None:

@@ -16,6 +16,10 @@ from datetime import datetime
 
 from lockdiag.core.analysis import LockEntry
 
+# waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
+# and stuck-owner patterns count only longer ones
+PATTERN_WAIT = 1.0
+
 # how one lock is recognised from one snapshot to the next: the object, who, and the mode
 Identity = tuple[object, ...]
 
@@ -69,11 +73,14 @@ class KeyStats:
     waiters: set[tuple[str, str]] = field(default_factory=set)
     holder_pids: set[int] = field(default_factory=set)
     waiter_pids: set[int] = field(default_factory=set)
+    long_waiter_pids: set[int] = field(default_factory=set)  # seen waiting PATTERN_WAIT or more
     acquisitions: int = 0  # holds that began while sampling (or were there at the start)
     releases: int = 0  # holds that ended while sampling
     longest_hold: float = 0.0  # seconds, observed across samples (plus the idle lower bound)
     longest_wait: float = 0.0  # seconds, from waitstart
-    idle_holds: int = 0  # samples where the holder did nothing while others waited
+    idle_holds: int = (
+        0  # samples where the holder had done nothing for PATTERN_WAIT while others waited
+    )
 
     @property
     def contention(self) -> float:
@@ -115,12 +122,14 @@ class Sampler:
                 stats.holders.add(who)
                 stats.holder_pids.add(entry.lock.pid)
                 held_now[(key, entry.lock.pid)] = entry
-                if entry.blocks and entry.held_at_least is not None:
+                if entry.blocks and (entry.held_at_least or 0.0) >= PATTERN_WAIT:
                     stats.idle_holds += 1
             else:
                 waited.add(key)
                 stats.waiters.add(who)
                 stats.waiter_pids.add(entry.lock.pid)
+                if (entry.waited or 0.0) >= PATTERN_WAIT:
+                    stats.long_waiter_pids.add(entry.lock.pid)
                 stats.longest_wait = max(stats.longest_wait, entry.waited or 0.0)
         for key in held:
             self.keys[key].samples_held += 1
@@ -169,7 +178,7 @@ def patterns(sampler: Sampler) -> list[Pattern]:
         siblings_held = (s.samples_held for s in busiest[stats.namespace] if s is not stats)
         if (
             stats.namespace is not None
-            and len(stats.waiter_pids) >= 3
+            and len(stats.long_waiter_pids) >= 3
             and len(stats.waiters | stats.holders) >= 2
             and max(siblings_held, default=0) <= stats.samples_held // 4
         ):
@@ -178,7 +187,8 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                 Pattern(
                     "broad-key",
                     stats.label,
-                    f"{len(stats.waiter_pids)} distinct waiters on this one key while the "
+                    f"{len(stats.long_waiter_pids)} distinct sessions waited "
+                    f"{PATTERN_WAIT:g}s or more on this one key while the "
                     f"namespace's other {siblings} key(s) were mostly idle: the key may "
                     "serialise unrelated work",
                 )
