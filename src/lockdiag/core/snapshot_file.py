@@ -8,7 +8,10 @@ so a session read from the server and one read from a file are made the same way
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import tempfile
 import types
 import typing
 from dataclasses import asdict, fields
@@ -49,11 +52,72 @@ def dumps(snapshot: Snapshot) -> str:
 
 
 def save(snapshot: Snapshot, path: Path) -> None:
-    text = dumps(snapshot)
+    """Write the snapshot file so that the evidence of an incident is never lost: see
+    :func:`write_whole`."""
+    write_whole(path, dumps(snapshot), "snapshot file")
+
+
+def write_whole(path: Path, text: str, what: str) -> None:
+    """``text`` to a temporary file beside ``path``, flushed and fsynced, then renamed over it:
+    ``path`` is the old file or the new one, never a part of either, even on a full disk or
+    when the process is killed. On an error the temporary file is removed and the message says
+    that ``path`` is unchanged. A new file is readable by its owner only (it holds query texts
+    and client addresses); a replaced one keeps its mode."""
+    existed = path.exists()
+    temporary: Path | None = None
     try:
-        path.write_text(text, encoding="utf-8")
+        descriptor, name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".partial"
+        )
+        temporary = Path(name)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if existed:
+            temporary.chmod(stat.S_IMODE(path.stat().st_mode))
+        temporary.replace(path)
+        temporary = None
+        _sync_directory(path.parent)
     except OSError as error:
-        raise InputError(f"cannot write snapshot file {path}: {error.strerror or error}") from None
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        left = f"{path} is unchanged" if existed else f"{path} was not created"
+        raise InputError(f"cannot write {what} {path}: {error.strerror or error}; {left}") from None
+
+
+def append_line(path: Path, line: str, what: str = "recording") -> None:
+    """One whole line at the end of ``path``, flushed and fsynced. On an error the file is cut
+    back to its size before, so it only ever holds whole lines, and the message says so."""
+    data = (line.rstrip("\n") + "\n").encode()
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise InputError(f"cannot write {what} {path}: {error.strerror or error}") from None
+    try:
+        before = os.fstat(descriptor).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view) :]
+            os.fsync(descriptor)
+        except OSError as error:
+            os.ftruncate(descriptor, before)
+            lines = f"its {before} byte(s) of whole lines are kept" if before else "it is empty"
+            raise InputError(
+                f"cannot append to {what} {path}: {error.strerror or error}; {lines}"
+            ) from None
+    finally:
+        os.close(descriptor)
+
+
+def _sync_directory(directory: Path) -> None:
+    """The rename itself survives a crash once the directory is synced (POSIX)."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def load(path: Path) -> Snapshot:

@@ -81,9 +81,8 @@ class Feed:
             self.close()
             raise
         if self.record is not None:
-            with self.record.open("a", encoding="utf-8") as out:
-                text = json.dumps(json.loads(snapshot_file.dumps(taken)), separators=(",", ":"))
-                out.write(text + "\n")
+            line = json.dumps(json.loads(snapshot_file.dumps(taken)), separators=(",", ":"))
+            snapshot_file.append_line(self.record, line)
         return taken
 
     def close(self) -> None:
