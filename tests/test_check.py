@@ -3,12 +3,15 @@ codes follow the monitoring-plugin convention; `terminate` previews, refuses and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pexpect
+import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
@@ -16,10 +19,11 @@ from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.termination import Refused, preview
 from lockdiag.demo.cluster import Cluster, free_port
-from lockdiag.pg.session import take_snapshot
+from lockdiag.pg.actions import act
+from lockdiag.pg.session import DiagnosticSession, take_snapshot
 from lockdiag.registry import parse_registry
 
-from conftest import OBSERVER, Sessions
+from conftest import OBSERVER, Sessions, ctrl_c_reaches_child
 
 REGISTRY = """\
 [namespaces.tenant_summary]
@@ -259,3 +263,52 @@ def test_cancel_keeps_session_locks(cluster: Cluster, sessions: Sessions) -> Non
     assert holder.run(
         "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"
     ) == [(1,)]
+
+
+def test_terminate_acts_only_on_the_session_it_showed(cluster: Cluster, sessions: Sessions) -> None:
+    """Between the preview and the confirmation the previewed backend ends and another
+    session takes the same lock: nothing is signalled, and the message says why."""
+    holder = sessions.open("previewed", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(4102, 12)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 12)")
+    sessions.waiting(waiter)
+    child = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", "terminate", str(holder.pid), "--dsn", cluster.dsn()],
+        timeout=30, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    child.expect_exact(f"terminate pid {holder.pid}? [y/N]:")
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (holder.pid,))
+    assert waiter.done()  # the waiter got the lock once the previewed session was gone
+    newcomer = sessions.open("newcomer")
+    newcomer.run("SELECT pg_advisory_lock(4102, 13)")
+    child.sendline("y")
+    child.expect_exact(f"pid {holder.pid} is gone: nothing to end")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert newcomer.run("SELECT 1") == [(1,)] and waiter.run("SELECT 1") == [(1,)]
+
+
+def test_terminate_checks_identity_and_locks_in_the_same_statement(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A reused pid (another backend_start) or a released lock: the statement sends nothing."""
+    registry, _ = parse_registry(REGISTRY)
+    assert registry is not None
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 14)")
+    with DiagnosticSession(cluster.dsn(), 5, registry) as session:
+        plan = preview(Diagnosis(session.snapshot("all"), registry), holder.pid)
+        started = plan.session.backend_start
+        assert started is not None
+        earlier = dataclasses.replace(plan.session, backend_start=started - timedelta(hours=1))
+        reused = act(session, dataclasses.replace(plan, session=earlier), False, 1.0)
+        assert not reused.done and "is now another session" in reused.message
+        holder.run("SELECT pg_advisory_unlock(4102, 14)")
+        released = act(session, plan, False, 1.0)
+        assert not released.done and "no longer holds (or waits for) 1 of the lock(s)" in (
+            released.message
+        )
+    assert holder.run("SELECT 1") == [(1,)]  # never signalled

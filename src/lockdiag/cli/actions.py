@@ -53,10 +53,13 @@ def terminate_command(
     The only command that changes server state. It acts on exactly one pid, after a preview of
     the locks it holds and the sessions waiting behind it, and asks first (--yes for scripts).
     It refuses lockdiag's own session, non-client backends and sessions that hold no lock.
+    At the confirmation it signals the pid only if it is still the session shown (same start
+    time) holding what the preview showed; otherwise it does nothing and says what changed.
 
     \b
-    Exit codes: 0 done; 1 not done (declined, or the pid already gone); 2 refused;
-    3 server error or missing privilege (pg_signal_backend, or membership in the owner's role).
+    Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the session shown);
+    2 refused; 3 server error or missing privilege (pg_signal_backend, or membership in the
+    owner's role).
 
     \b
     Examples:
@@ -79,7 +82,7 @@ def terminate_command(
             if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
                 click.echo("nothing done", err=True)
                 sys.exit(EXIT_NEGATIVE)
-        outcome = act(session, pid, cancel, wait)
+        outcome = act(session, plan, cancel, wait)
     click.echo(outcome.message, err=not outcome.done)
     sys.exit(EXIT_OK if outcome.done else EXIT_NEGATIVE)
 

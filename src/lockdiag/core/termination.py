@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.graph import behind
-from lockdiag.core.model import Session
+from lockdiag.core.model import LockRow, Session
 from lockdiag.errors import InputError
 
 
@@ -29,6 +29,14 @@ class Preview:
     waits: LockEntry | None  # the lock it waits for, if any
     blocked: list[int]  # sessions held up behind it, directly or not, nearest first
     releases: list[LockEntry]  # what ending it releases (locks others wait for come first)
+
+    @property
+    def decisive(self) -> list[LockRow]:
+        """The locks the decision rests on, which the action checks are still there: those
+        others wait for, else every lock it holds; for a waiter, the lock it waits for."""
+        blocking = [e.lock for e in self.holds if e.blocks]
+        held = blocking or [e.lock for e in self.holds]
+        return held + ([self.waits.lock] if self.waits is not None and not held else [])
 
 
 def preview(diagnosis: Diagnosis, pid: int) -> Preview:

@@ -1,14 +1,26 @@
 """The only server-changing calls: cancel the query of, or end, exactly one backend.
 
-Reached only through `lockdiag terminate`, after a preview and a confirmation. Nothing here
-releases a lock in any other way.
+Reached only through `lockdiag terminate`, after a preview and a confirmation. Between the two a
+person may take minutes: the backend may have ended and its pid been reused by an unrelated
+session, or it may have released its lock. The action is one statement that signals the pid
+only if it is still the previewed session holding what the preview showed, and otherwise says
+what changed. Nothing here releases a lock in any other way.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime
 
+from lockdiag.core.model import LockRow
+from lockdiag.core.termination import Preview
 from lockdiag.pg.session import DiagnosticSession
+
+_LOCK_FIELDS = (
+    "locktype", "database", "relation", "page", "tuple", "virtualxid", "transactionid",
+    "classid", "objid", "objsubid", "mode", "granted",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -17,19 +29,51 @@ class Outcome:
     message: str
 
 
-def act(session: DiagnosticSession, pid: int, cancel: bool, wait: float) -> Outcome:
-    """Cancel the query of, or end, exactly one backend; say what happened."""
+def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) -> Outcome:
+    """Cancel the query of, or end, the previewed backend, if it is still that session in the
+    state the preview showed; say what happened."""
+    pid = plan.pid
+    row = session.fetch(
+        "signal_backend",
+        {
+            "pid": pid,
+            "backend_start": plan.session.backend_start,
+            "locks": json.dumps([_lock(lock) for lock in plan.decisive]),
+            "cancel": cancel,
+            "wait_ms": max(1, int(wait * 1000)),
+        },
+    )
+    alive, backend_start, missing, signalled = row or (False, None, 0, None)
+    if not alive:
+        return Outcome(False, f"pid {pid} is gone: nothing to {'cancel' if cancel else 'end'}")
+    if backend_start != plan.session.backend_start:
+        return Outcome(
+            False,
+            f"pid {pid} is now another session (started {_when(backend_start)}; the one shown "
+            f"started {_when(plan.session.backend_start)}): nothing done",
+        )
+    if missing:
+        return Outcome(
+            False,
+            f"pid {pid} no longer holds (or waits for) {missing} of the lock(s) shown: nothing "
+            f"done; run lockdiag terminate {pid} again to see it as it is now",
+        )
     if cancel:
-        (sent,) = session.fetch("cancel_backend", {"pid": pid}) or (False,)
-        if sent:
+        if signalled:
             return Outcome(True, f"cancel request sent to pid {pid}: its current query stops, "
                            "its session and session-level locks stay")  # fmt: skip
         return Outcome(False, f"pid {pid} is gone: nothing to cancel")
-    milliseconds = max(1, int(wait * 1000))
-    (ended,) = session.fetch("terminate_backend", {"pid": pid, "wait_ms": milliseconds}) or (False,)
-    if ended:
+    if signalled:
         return Outcome(True, f"pid {pid} ended; its locks are released")
     (still_there,) = session.fetch("backend_alive", {"pid": pid}) or (0,)
     if still_there:
         return Outcome(False, f"pid {pid} was signalled but had not exited after {wait:g}s")
     return Outcome(False, f"pid {pid} is gone: nothing to end")
+
+
+def _lock(lock: LockRow) -> dict[str, object]:
+    return {name: getattr(lock, name) for name in _LOCK_FIELDS}
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if moment is not None else "at an unknown time"

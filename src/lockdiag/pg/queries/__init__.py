@@ -17,7 +17,7 @@ from lockdiag.errors import ServerError
 _SAME_FOR_ALL = (
     "enrich_hashtext", "enrich_pgmq", "enrich_que", "enrich_good_jobs",
     "enrich_good_job_concurrency", "enrich_good_job_processes",
-    "cancel_backend", "terminate_backend", "backend_alive",
+    "signal_backend", "backend_alive",
     "pooltest_holders", "pooltest_lock",
 )  # fmt: skip
 

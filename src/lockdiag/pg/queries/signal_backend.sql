@@ -1,0 +1,45 @@
+-- terminate and terminate --cancel, PostgreSQL 14 and later (pg_terminate_backend's timeout
+-- argument appeared in 14). One statement: the backend is signalled only if it is still the
+-- session the preview showed (the same backend_start: a pid can be reused by a new session)
+-- and still holds, or waits for, every lock the person decided on; otherwise nothing is sent
+-- and the row says what changed. pg_locks is read once (a materialized CTE of this pid's rows).
+WITH target AS (
+    SELECT a.backend_start FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = %(pid)s
+), now_held AS MATERIALIZED (
+    SELECT l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
+           l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid, l.mode,
+           l.granted
+    FROM pg_catalog.pg_locks AS l
+    WHERE l.pid = %(pid)s
+), wanted AS (
+    SELECT * FROM pg_catalog.jsonb_to_recordset(%(locks)s::jsonb) AS w(
+        locktype text, database oid, relation oid, page integer, tuple smallint,
+        virtualxid text, transactionid text, classid oid, objid oid, objsubid smallint,
+        mode text, granted boolean)
+), verdict AS (
+    SELECT EXISTS (SELECT 1 FROM target) AS alive,
+           (SELECT t.backend_start FROM target AS t) AS backend_start,
+           (SELECT count(*) FROM wanted AS w
+            WHERE NOT EXISTS (
+                SELECT 1 FROM now_held AS h
+                WHERE h.locktype = w.locktype
+                  AND h.database IS NOT DISTINCT FROM w.database
+                  AND h.relation IS NOT DISTINCT FROM w.relation
+                  AND h.page IS NOT DISTINCT FROM w.page
+                  AND h.tuple IS NOT DISTINCT FROM w.tuple
+                  AND h.virtualxid IS NOT DISTINCT FROM w.virtualxid
+                  AND h.transactionid IS NOT DISTINCT FROM w.transactionid
+                  AND h.classid IS NOT DISTINCT FROM w.classid
+                  AND h.objid IS NOT DISTINCT FROM w.objid
+                  AND h.objsubid IS NOT DISTINCT FROM w.objsubid
+                  AND h.mode = w.mode
+                  AND h.granted = w.granted)) AS missing
+)
+SELECT v.alive, v.backend_start, v.missing,
+       CASE WHEN v.alive
+             AND v.backend_start IS NOT DISTINCT FROM %(backend_start)s::timestamptz
+             AND v.missing = 0
+            THEN CASE WHEN %(cancel)s THEN pg_catalog.pg_cancel_backend(%(pid)s)
+                      ELSE pg_catalog.pg_terminate_backend(%(pid)s, %(wait_ms)s) END
+       END AS signalled
+FROM verdict AS v
