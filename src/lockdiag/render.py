@@ -36,6 +36,10 @@ class Table:
     optional: list[int] = field(default_factory=list)  # dropped in this order when too wide
     empty: str = "(none)"
     left_out: int = 0  # rows the caller left out before building the table (see pick)
+    essential: set[int] = field(default_factory=set)  # never dropped, never cut
+    words: set[int] = field(default_factory=set)  # comma-separated: cut between words, "+N"
+    compact: Callable[[int], str] | None = None  # row i as one line, for a narrow screen
+    legend: dict[str, str] = field(default_factory=dict)  # on a terminal, words shown: meaning
 
 
 @dataclass
@@ -58,6 +62,7 @@ class Output:
     blocks: Callable[[], list[Block]]
     data: Callable[[], Any]
     items: tuple[str, Callable[[], Iterable[Any]]] | None = None
+    screen: Callable[[], list[Block]] | None = None  # for a terminal, when it differs
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -87,7 +92,7 @@ def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> N
     elif chosen == "plain":
         stream.write(plain(output.blocks()))
     else:
-        _rich(output.blocks(), stream)
+        _rich((output.screen or output.blocks)(), stream)
 
 
 def _json(output: Output, stream: TextIO) -> None:
@@ -136,15 +141,30 @@ def _rich(blocks: list[Block], stream: TextIO) -> None:
     from rich.console import Console
 
     console = Console(file=stream, highlight=False, soft_wrap=False)
-    tables = sum(1 for b in blocks if isinstance(b, Table))
-    budget = max(10, (console.height - 8) // max(1, tables)) if stream.isatty() else 0
+    budget = screen_budget(blocks, console.width, console.height) if stream.isatty() else 0
     for renderable in rich_renderables(blocks, console, budget):
         console.print(renderable)
 
 
+def screen_budget(blocks: list[Block], width: int, height: int) -> int:
+    """Table rows that fit on one screen with every other line printed: the text lines
+    (wrapped ones counted as often as they wrap), each table's title, header, rule and "more
+    rows" line, and the shell's prompt after it all."""
+    lines = 1  # the prompt
+    tables = 0
+    for block in blocks:
+        if isinstance(block, Text):
+            lines += sum(max(1, -(-len(line) // max(1, width))) for line in block.lines)
+        else:
+            tables += 1
+            lines += (1 if block.title else 0) + 3 + len(block.legend)
+    return max(3, (height - lines) // max(1, tables))
+
+
 def rich_renderables(blocks: list[Block], console: Console, budget: int | None = None) -> list[Any]:
-    """Blocks as rich renderables. ``budget`` caps table rows (None: what fits the screen
-    after the text lines, as a live view needs)."""
+    """Blocks as rich renderables for a screen of ``console``'s size. ``budget`` caps table
+    rows (None: what fits the screen after the text lines, as a live view needs). Tables keep
+    their essential columns whole; the rest give way (see :func:`fit`)."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text as RichText
@@ -153,7 +173,8 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
     if budget is None:
         text_lines = sum(len(b.lines) for b in blocks if isinstance(b, Text))
         budget = max(3, console.height - text_lines - 5)
-    styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red"}
+    styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red",
+              "critical": "bold red", "warning": "yellow"}  # fmt: skip
     out: list[Any] = []
     for block in blocks:
         if isinstance(block, Text):
@@ -167,80 +188,131 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
                 out.append(RichText(block.title, style="bold"))
             out.append(RichText(block.empty, style="dim"))
             continue
-        capped, left_out = _cap(block, budget)
-        shown, rows = _fit(block, capped, console.width)
-        table = RichTable(
-            title=shown.title,
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            padding=(0, 1),
-            collapse_padding=True,
-            show_edge=False,
-        )
-        for index, header in enumerate(shown.headers):
-            if index in shown.wide:
+        chosen, left_out = _cap(block, budget)
+        layout = fit(block, chosen, console.width)
+        if block.title:
+            out.append(RichText(block.title, style="bold"))
+        if isinstance(layout, list):  # one line per row, cut at the screen's edge
+            out += [_one_line(line, console.width) for line in layout]
+        else:
+            columns, cells, widths = layout
+            table = RichTable(
+                box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False,
+            )  # fmt: skip
+            for column, width in zip(columns, widths, strict=True):
                 table.add_column(
-                    header, overflow="ellipsis", no_wrap=True, max_width=ELLIPSIS_WIDTH
+                    block.headers[column], no_wrap=True, overflow="ellipsis",
+                    min_width=width, max_width=width,
+                )  # fmt: skip
+            for row in cells:
+                table.add_row(
+                    *(
+                        RichText(cell, style=VALUE_STYLES.get(cell) or block.styles.get(c, ""))
+                        for c, cell in zip(columns, row, strict=True)
+                    )
                 )
-            else:  # short columns keep their width; the wide ones give way on a narrow screen
-                width = max([len(header), *(len(row[index]) for row in rows)])
-                table.add_column(header, no_wrap=True, min_width=min(width, NARROW_LIMIT))
-        for row in rows:
-            table.add_row(
-                *(
-                    RichText(cell, style=VALUE_STYLES.get(cell) or shown.styles.get(index, ""))
-                    for index, cell in enumerate(row)
-                )
-            )
-        out.append(table)
+            out.append(table)
+        shown = [block.rows[i] for i in chosen]
+        columns_shown = layout[0] if not isinstance(layout, list) else block.words
+        out += [RichText(line, style="yellow") for line in legend(block, shown, columns_shown)]
         if left_out:
             out.append(
                 RichText(
-                    f"{left_out} more row(s) not shown (waiting and flagged rows first); "
+                    f"{left_out} more row(s) not shown (the most urgent first); "
                     "--format plain or json gives every row",
-                    style="yellow",
+                    style="yellow", no_wrap=True, overflow="ellipsis",
                 )
-            )
+            )  # fmt: skip
     return out
 
 
-def _fit(block: Table, rows: list[list[str]], width: int) -> tuple[Table, list[list[str]]]:
-    """Drop the optional columns, in their order, until the table fits the screen."""
+GAP = 2  # between two columns: one of padding, the box's blank separator
+SHORTEST = 16  # a column that may be cut keeps this much (words: 4 more), else one line a row
 
-    def needed(columns: list[int]) -> int:
-        sizes = [
-            min(max([len(block.headers[c]), *(len(r[c]) for r in rows)]), ELLIPSIS_WIDTH)
-            for c in columns
-        ]
-        return sum(sizes) + len(columns) - 1
 
-    keep = list(range(len(block.headers)))
+def fit(
+    block: Table, chosen: list[int], width: int
+) -> tuple[list[int], list[list[str]], list[int]] | list[str]:
+    """The table for a screen ``width`` wide: its columns, cells and widths; or, when its
+    essential columns cannot stand side by side with the useful ones, one line per row (the
+    block's ``compact`` form). Columns empty on every shown row go first, then the optional
+    ones in their order; then the columns that may be cut give way, never below SHORTEST;
+    essential columns are never dropped nor cut."""
+    rows = [block.rows[i] for i in chosen]
+    keep = [
+        c for c in range(len(block.headers))
+        if c in block.essential or any(row[c] for row in rows)
+    ]  # fmt: skip
+
+    def natural(c: int) -> int:
+        size = max([len(block.headers[c]), *(len(row[c]) for row in rows)])
+        return min(size, ELLIPSIS_WIDTH) if c in block.wide or c in block.words else size
+
+    def total(columns: list[int], widths: dict[int, int]) -> int:
+        return sum(widths[c] for c in columns) + GAP * (len(columns) - 1)
+
+    widths = {c: natural(c) for c in keep}
     for column in block.optional:
-        if needed(keep) <= width:
+        if total(keep, widths) <= width:
             break
-        keep.remove(column)
-    if len(keep) == len(block.headers):
-        return block, rows
-    fitted = Table(
-        [block.headers[c] for c in keep],
-        [[row[c] for c in keep] for row in block.rows],
-        block.title,
-        block.important,
-        {keep.index(c) for c in block.wide if c in keep},
-        {keep.index(c): style for c, style in block.styles.items() if c in keep},
-        empty=block.empty,
-    )
-    return fitted, [[row[c] for c in keep] for row in rows]
+        if column in keep and column not in block.essential:
+            keep.remove(column)
+    cuttable = [
+        c for c in keep if (c in block.wide or c in block.words) and c not in block.essential
+    ]
+    least = {c: max(len(block.headers[c]), min(widths[c], SHORTEST + 4 * (c in block.words)))
+             for c in cuttable}  # fmt: skip
+    while total(keep, widths) > width:
+        shrinkable = [c for c in cuttable if widths[c] > least[c]]
+        widest = max(shrinkable, key=lambda c: widths[c], default=None)
+        if widest is None:
+            break
+        widths[widest] -= 1
+    if total(keep, widths) > width and block.compact is not None:
+        return [block.compact(i) for i in chosen]
+    cells = [[_cut(row[c], widths[c], c in block.words) for c in keep] for row in rows]
+    return keep, cells, [widths[c] for c in keep]
 
 
-def _cap(block: Table, budget: int) -> tuple[list[list[str]], int]:
-    """At most ``budget`` rows, important ones first, in their original order; and how many
-    were left out, here or by the caller."""
+def _one_line(text: str, width: int, style: str = "") -> Any:
+    from rich.text import Text as RichText
+
+    line = RichText(text, style=style, no_wrap=True, overflow="ellipsis")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def legend(block: Table, rows: list[list[str]], columns: Iterable[int]) -> list[str]:
+    """The meaning of each word of a words column that the shown rows carry, once."""
+    if not block.legend:
+        return []
+    seen = {word for row in rows for c in columns if c in block.words for word in row[c].split(",")}
+    return [f"{word}: {meaning}" for word, meaning in block.legend.items() if word in seen]
+
+
+def _cut(cell: str, width: int, words: bool) -> str:
+    """A cell shortened to ``width``: between comma-separated words with "+N" for the rest,
+    or with an ellipsis."""
+    if len(cell) <= width:
+        return cell
+    if words:
+        parts = cell.split(",")
+        for shown in range(len(parts) - 1, 0, -1):
+            text = ",".join(parts[:shown]) + f" +{len(parts) - shown}"
+            if len(text) <= width:
+                return text
+        return f"+{len(parts)}" if len(f"+{len(parts)}") <= width else "…"
+    return cell[: max(0, width - 1)] + "…"
+
+
+def _cap(block: Table, budget: int) -> tuple[list[int], int]:
+    """The indexes of at most ``budget`` rows, important ones first, in their original order;
+    and how many were left out, here or by the caller."""
+    every = list(range(len(block.rows)))
     if not budget or len(block.rows) <= budget:
-        return block.rows, block.left_out
+        return every, block.left_out
     chosen = pick(block.important or [False] * len(block.rows), budget)
-    return [block.rows[i] for i in chosen], block.left_out + len(block.rows) - len(chosen)
+    return chosen, block.left_out + len(block.rows) - len(chosen)
 
 
 def pick(important: list[bool], budget: int) -> list[int]:

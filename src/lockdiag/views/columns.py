@@ -31,6 +31,7 @@ class Column(Generic[Row]):
     priority: int = USEFUL  # ESSENTIAL never dropped; OPTIONAL and above dropped, highest first
     cut: bool = False  # may be shortened with an ellipsis on a terminal
     style: str | None = None  # rich style of its cells
+    words: bool = False  # comma-separated words (flags): cut between words, never inside one
 
 
 def table(columns: Sequence[Column[Any]], cells: list[list[str]], **options: Any) -> Table:
@@ -45,6 +46,8 @@ def table(columns: Sequence[Column[Any]], cells: list[list[str]], **options: Any
         wide={i for i, c in enumerate(columns) if c.cut},
         optional=optional,
         styles={i: c.style for i, c in enumerate(columns) if c.style},
+        essential={i for i, c in enumerate(columns) if c.priority == ESSENTIAL},
+        words={i for i, c in enumerate(columns) if c.words},
         **options,
     )
 
@@ -98,24 +101,24 @@ class ListRow(NamedTuple):
     server: ServerInfo
 
 
-LIST_LOCK = Column[ListRow]("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL, cut=True)
+LIST_LOCK = Column[ListRow]("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL)
 LIST_COLUMNS: list[Column[ListRow]] = [
     LIST_LOCK,
-    Column("MODE", lambda r: mode_text(r.entry.lock.mode), 5),
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode), 4),
     Column("STATUS", lambda r: status(r.entry), ESSENTIAL),
     Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
     Column("APPLICATION", lambda r: application(r.entry), cut=True),
     Column("USER", lambda r: user(r.entry), 7),
     Column("CLIENT", lambda r: client(r.entry), 6, cut=True),
-    Column("STATE", lambda r: state(r.entry)),
-    Column("LIFETIME", lambda r: r.entry.lifetime or "", 4),
+    Column("STATE", lambda r: state(r.entry), cut=True),
+    Column("LIFETIME", lambda r: r.entry.lifetime or "", 3),
     Column("AGE", lambda r: age(r.entry)),
     Column("WAITS/BLOCKS", lambda r: relation(r.entry), cut=True),
-    Column("FLAGS", lambda r: flags(r.entry), style="yellow"),
+    Column("FLAGS", lambda r: flags(r.entry), style="yellow", words=True),
 ]
 # columns only some lock tables have, with the column they stand before
-LIST_POOL = Column[ListRow]("POOL", lambda r: clean(pool_text(r.entry)))
-LIST_DATABASE = Column[ListRow]("DATABASE", lambda r: clean(r.entry.database))
+LIST_POOL = Column[ListRow]("POOL", lambda r: clean(pool_text(r.entry)), 5, cut=True)
+LIST_DATABASE = Column[ListRow]("DATABASE", lambda r: clean(r.entry.database), 8)
 LIST_TARGET = Column[ListRow]("TARGET", lambda r: clean(r.target), ESSENTIAL)
 
 
@@ -131,36 +134,40 @@ class HolderRow(NamedTuple):
     now: datetime  # the snapshot's
 
 
+def _state_since(r: HolderRow) -> str:
+    if not r.entry.session:
+        return ""
+    since = _now_ago(r.now, _attr(r.entry, "state_change"))
+    return (clean(_attr(r.entry, "state")) + " " + since).strip()
+
+
 HOLDER_COLUMNS: list[Column[HolderRow]] = [
     Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
-    Column("MODE", lambda r: mode_text(r.entry.lock.mode)),
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode), 5),
     Column("APPLICATION", lambda r: application(r.entry), cut=True),
-    Column("USER", lambda r: user(r.entry), 7),
+    Column("USER", lambda r: user(r.entry), 10),
     Column(
-        "CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", 3, cut=True
+        "CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", 6, cut=True
     ),
-    Column("POOL", lambda r: clean(pool_text(r.entry)), cut=True),
-    Column("DATABASE", lambda r: clean(r.entry.database), 6),
-    Column("CONNECTED", lambda r: _now_ago(r.now, _attr(r.entry, "backend_start")), 5),
-    Column(
-        "STATE",
-        lambda r: (
-            (
-                clean(_attr(r.entry, "state"))
-                + " "
-                + _now_ago(r.now, _attr(r.entry, "state_change"))
-            ).strip()
-            if r.entry.session
-            else ""
-        ),
-        4,
-    ),
-    Column("XACT START", lambda r: _now_ago(r.now, _attr(r.entry, "xact_start")) or "-"),
+    Column("POOL", lambda r: clean(pool_text(r.entry)), 8, cut=True),
+    Column("DATABASE", lambda r: clean(r.entry.database), 9),
+    Column("CONNECTED", lambda r: _now_ago(r.now, _attr(r.entry, "backend_start")), 7),
+    Column("STATE", _state_since, cut=True),
+    Column("XACT START", lambda r: _now_ago(r.now, _attr(r.entry, "xact_start")) or "-", 4),
     Column("LIFETIME", lambda r: r.entry.lifetime or ""),
     Column("HELD", lambda r: age(r.entry)),
-    Column("FLAGS", lambda r: flags(r.entry)),
-    Column("QUERY", lambda r: query(r.entry), cut=True),
+    Column("FLAGS", lambda r: flags(r.entry), words=True),
+    Column("QUERY", lambda r: query(r.entry), 3, cut=True),
 ]
+
+
+def holder_line(r: HolderRow) -> str:
+    """A holder on one line, for a narrow screen."""
+    parts = [f"{pid_text(r.entry.lock)} {application(r.entry)}".strip(), _state_since(r),
+             f"held {age(r.entry)} · {r.entry.lifetime or '?'}"]  # fmt: skip
+    if r.entry.flags:
+        parts.append(f"[{flags(r.entry)}]")
+    return "  ".join(part for part in [*parts, query(r.entry)] if part)
 
 
 def _attr(entry: LockEntry, name: str) -> Any:
@@ -173,16 +180,25 @@ class WaiterRow(NamedTuple):
 
 
 WAITER_COLUMNS: list[Column[WaiterRow]] = [
-    Column("#", lambda r: str(r.position)),
+    Column("#", lambda r: str(r.position), ESSENTIAL),
     Column("PID", lambda r: pid_text(r.entry.lock), ESSENTIAL),
-    Column("MODE", lambda r: mode_text(r.entry.lock.mode)),
+    Column("MODE", lambda r: mode_text(r.entry.lock.mode), 4),
     Column("APPLICATION", lambda r: application(r.entry), cut=True),
-    Column("USER", lambda r: user(r.entry)),
-    Column("CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", cut=True),
+    Column("USER", lambda r: user(r.entry), 6),
+    Column(
+        "CLIENT", lambda r: clean(r.entry.session.client) if r.entry.session else "", 5, cut=True
+    ),
     Column("WAITING", lambda r: age(r.entry)),
-    Column("BLOCKED BY", lambda r: relation(r.entry)),
-    Column("QUERY", lambda r: query(r.entry), cut=True),
+    Column("BLOCKED BY", lambda r: relation(r.entry), cut=True),
+    Column("QUERY", lambda r: query(r.entry), 3, cut=True),
 ]
+
+
+def waiter_line(r: WaiterRow) -> str:
+    """A waiter on one line, for a narrow screen."""
+    parts = [f"#{r.position}", pid_text(r.entry.lock), application(r.entry), age(r.entry),
+             relation(r.entry), query(r.entry)]  # fmt: skip
+    return "  ".join(part for part in parts if part)
 
 
 # -- watch: a row is an entry with what the refreshes saw of it --------------------------
@@ -195,9 +211,19 @@ class WatchRow(NamedTuple):
     seen: float | None  # seconds it has been seen, from the second refresh on
 
 
+def watch_line(r: WatchRow) -> str:
+    """A lock of the live view on one line, for a narrow screen."""
+    entry = r.entry
+    seen = f"seen {format_duration(r.seen)}" if r.seen else ""
+    parts = [f"{r.mark}{entry.lock.pid} {application(entry)[:16]}".rstrip(),
+             f"{status(entry)} {age(entry)}", lock_label(entry, r.server), relation(entry),
+             seen, f"[{flags(entry)}]" if entry.flags else ""]  # fmt: skip
+    return "  ".join(part for part in parts if part.strip())
+
+
 WATCH_COLUMNS: list[Column[WatchRow]] = [
-    Column("", lambda r: r.mark),
-    Column("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL, cut=True),
+    Column("", lambda r: r.mark, ESSENTIAL),
+    Column("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL),
     Column("STATUS", lambda r: status(r.entry), ESSENTIAL),
     Column("PID", lambda r: str(r.entry.lock.pid), ESSENTIAL),
     Column("APPLICATION", lambda r: application(r.entry), 3, cut=True),
@@ -206,5 +232,5 @@ WATCH_COLUMNS: list[Column[WatchRow]] = [
     Column("AGE", lambda r: age(r.entry)),
     Column("SEEN", lambda r: f"seen {format_duration(r.seen)}" if r.seen else ""),
     Column("WAITS/BLOCKS", lambda r: relation(r.entry), cut=True),
-    Column("FLAGS", lambda r: flags(r.entry)),
+    Column("FLAGS", lambda r: flags(r.entry), words=True),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from lockdiag.core.analysis import Flag
 from lockdiag.core.diagnosis import ListReport
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.columns import (
@@ -14,13 +15,20 @@ from lockdiag.views.columns import (
     LIST_POOL,
     LIST_TARGET,
     ListRow,
+    application,
     cells_of,
+    flags,
+    state,
+    status,
     table,
 )
 from lockdiag.views.common import (
     JSON_VERSION,
+    age,
     entry_data,
     notes_block,
+    pid_text,
+    relation,
     server_data,
     session_data,
 )
@@ -37,55 +45,8 @@ def fleet_list_output(
     fleet = len(parts) + len(failures) > 1 or any(target for target, _ in parts)
     entries = [(target, report, e) for target, report in parts for e in report.entries]
 
-    def blocks() -> list[Block]:
-        rows = [ListRow(target, e, report.snapshot.server) for target, report, e in entries]
-        columns = list(LIST_COLUMNS)
-        # columns only some tables have: POOL, DATABASE, TARGET
-        if any(row.entry.pool is not None for row in rows):
-            columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
-        if len({(row.target, row.entry.lock.database) for row in rows}) > 1:
-            columns.insert(1, LIST_DATABASE)
-        if fleet:
-            columns.insert(0, LIST_TARGET)
-        label = columns.index(LIST_LOCK)
-        cells: list[list[str]] = []
-        important: list[bool] = []  # rows a capped terminal view keeps first
-        waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
-        # most locks are held by few backends and wait for nothing: every cell but the lock's
-        # label is then the backend's, made once per backend, database, mode and flags
-        by_backend: dict[tuple[object, ...], list[str]] = {}
-        for row in rows:
-            e = row.entry
-            lock = e.lock
-            if lock.granted and not e.blocks:
-                shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, row.target)
-                cached = by_backend.get(shared)
-                if cached is None:
-                    cached = by_backend[shared] = cells_of(columns, row)
-                    cells.append(cached)
-                else:
-                    line = list(cached)
-                    line[label] = LIST_LOCK.cell(row)
-                    cells.append(line)
-                important.append(bool(e.flags))
-                continue
-            cells.append(cells_of(columns, row))
-            important.append(True)
-            waiting[row.target] += not lock.granted
-        shown_flags = sorted({f for row in rows for f in row.entry.flags})
-        scope = parts[0][1].snapshot.scope if parts else "advisory"
-        return [
-            table(
-                columns,
-                cells,
-                important=important,
-                empty="no advisory locks" if scope == "advisory" else "no locks",
-            ),
-            Text([_summary(report, waiting[target], target) for target, report in parts]),
-            Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
-            Text([f"{f}: {f.meaning}" for f in shown_flags], "note"),
-            *notes_block([n for _, report in parts for n in report.notes]),
-        ]
+    def blocks(terminal: bool = False) -> list[Block]:
+        return _blocks(parts, failures, fleet, terminal)
 
     def data() -> dict[str, Any]:
         if not fleet:
@@ -120,7 +81,141 @@ def fleet_list_output(
                 item["target"] = target
             yield item
 
-    return Output(blocks, data, ("locks", items))
+    return Output(blocks, data, ("locks", items), screen=lambda: blocks(terminal=True))
+
+
+def _blocks(
+    parts: Sequence[tuple[str | None, ListReport]],
+    failures: list[tuple[str, str]],
+    fleet: bool,
+    terminal: bool,
+) -> list[Block]:
+    """The lock table and its summary; on a terminal, most urgent first and folded."""
+    rows = [
+        ListRow(target, e, report.snapshot.server)
+        for target, report in parts
+        for e in report.entries
+    ]
+    if terminal:
+        rows = by_urgency(rows)
+    columns = list(LIST_COLUMNS)
+    # columns only some tables have: POOL, DATABASE, TARGET
+    if any(row.entry.pool is not None for row in rows):
+        columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
+    if len({(row.target, row.entry.lock.database) for row in rows}) > 1:
+        columns.insert(1, LIST_DATABASE)
+    if fleet:
+        columns.insert(0, LIST_TARGET)
+    label = columns.index(LIST_LOCK)
+    folded = fold(rows) if terminal else {}
+    cells: list[list[str]] = []
+    lines: list[ListRow] = []  # the row behind each line of cells
+    important: list[bool] = []  # rows a capped terminal view keeps first
+    waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
+    # most locks are held by few backends and wait for nothing: every cell but the lock's
+    # label is then the backend's, made once per backend, database, mode and flags
+    by_backend: dict[tuple[object, ...], list[str]] = {}
+    for index, row in enumerate(rows):
+        e = row.entry
+        lock = e.lock
+        if lock.granted and not e.blocks:
+            fold_label = folded.get(index)
+            if fold_label == "":
+                continue  # folded into the first row of its group
+            shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, row.target)
+            cached = by_backend.get(shared)
+            if cached is None:
+                cached = by_backend[shared] = cells_of(columns, row)
+            line = list(cached)
+            line[label] = fold_label or LIST_LOCK.cell(row)
+            cells.append(line)
+            lines.append(row)
+            important.append(bool(e.flags))
+            continue
+        cells.append(cells_of(columns, row))
+        lines.append(row)
+        important.append(True)
+        waiting[row.target] += not lock.granted
+
+    def compact(index: int) -> str:
+        return compact_line(lines[index], cells[index][label], fleet)
+
+    shown_flags = sorted({f for row in rows for f in row.entry.flags})
+    total = sum(report.total for _, report in parts)
+    scope = "advisory lock" if parts and parts[0][1].snapshot.scope == "advisory" else "lock"
+    empty = f"no {scope}s" if not total else f"none of the {total} {scope}(s) matches the filters"
+    return [
+        table(
+            columns,
+            cells,
+            important=important,
+            empty=empty,
+            compact=compact,
+            legend={flag.value: flag.meaning for flag in Flag},
+        ),
+        Text([_summary(report, waiting[target], target) for target, report in parts]),
+        Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
+        # on a terminal the table explains the flags of the rows it shows
+        Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
+        *notes_block([n for _, report in parts for n in report.notes]),
+    ]
+
+
+FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal
+
+
+def by_urgency(rows: list[ListRow]) -> list[ListRow]:
+    """Root blockers with their waiters first (the lock order keeps a holder and its queue
+    together), then flagged locks, then the rest; stable within each."""
+
+    def urgency(row: ListRow) -> int:
+        entry = row.entry
+        if entry.blocks or not entry.lock.granted:
+            return 0
+        return 1 if entry.flags else 2
+
+    return sorted(rows, key=urgency)
+
+
+def fold(rows: list[ListRow]) -> dict[int, str]:
+    """For a terminal: groups of FOLD_AT or more uncontested locks of one session, namespace,
+    mode and flags become one row. The first row of a group gets its label
+    ("300 x tenant_summary 1000..1299"); the others an empty string (left out)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for index, row in enumerate(rows):
+        entry = row.entry
+        decoded = entry.decoded
+        if entry.blocks or not entry.lock.granted or decoded is None or decoded.namespace is None:
+            continue
+        key = (row.target, entry.lock.pid, entry.lock.database, decoded.namespace.name,
+               entry.lock.mode, entry.flags)  # fmt: skip
+        groups.setdefault(key, []).append(index)
+    labels: dict[int, str] = {}
+    for members in groups.values():
+        if len(members) < FOLD_AT:
+            continue
+        resources = sorted(r for i in members if (r := rows[i].entry.decoded.resource) is not None)  # type: ignore[union-attr]
+        first = rows[members[0]].entry.decoded
+        assert first is not None and first.namespace is not None
+        span = f"{resources[0]}..{resources[-1]}" if resources else ""
+        labels[members[0]] = f"{len(members)} x {first.namespace.name} {span}".rstrip()
+        labels.update(dict.fromkeys(members[1:], ""))
+    return labels
+
+
+def compact_line(row: ListRow, label: str, fleet: bool) -> str:
+    """One lock on one line, for a screen too narrow for the table: who, what, how long, the
+    lock's whole name, then the rest."""
+    entry = row.entry
+    app = application(entry)
+    who = f"{pid_text(entry.lock)} {app[:16] + ('…' if len(app) > 16 else '')}".rstrip()
+    details = " · ".join(
+        part for part in (state(entry), entry.lifetime or "", relation(entry)) if part
+    )
+    text = f"{who}  {status(entry)} {age(entry)}  {label}"
+    text += f"  {details}" if details else ""
+    text += f"  [{flags(entry)}]" if entry.flags else ""
+    return f"{clean(row.target)}: {text}" if fleet else text
 
 
 def _summary(report: ListReport, waiting: int, target: str | None = None) -> str:

@@ -19,7 +19,7 @@ from lockdiag.core.observe import Tracker, identity
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Text, clean, pick
 from lockdiag.views.blockers import tree_lines
-from lockdiag.views.columns import WATCH_COLUMNS, WatchRow, cells_of, table
+from lockdiag.views.columns import WATCH_COLUMNS, WatchRow, cells_of, table, watch_line
 from lockdiag.views.common import lock_label
 
 if TYPE_CHECKING:
@@ -173,6 +173,7 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
                 important=important,
                 empty="no advisory locks",
                 left_out=left_out,
+                compact=lambda i: watch_line(rows[i]),
             )
         )
         gone = state.tracker.gone

@@ -15,7 +15,9 @@ from lockdiag.views.columns import (
     HolderRow,
     WaiterRow,
     cells_of,
+    holder_line,
     table,
+    waiter_line,
 )
 from lockdiag.views.common import JSON_VERSION, entry_data, known_data, notes_block, server_data
 from lockdiag.views.keys import key_data
@@ -65,20 +67,26 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     key = report.key
 
     def blocks() -> list[Block]:
-        holders = [cells_of(HOLDER_COLUMNS, HolderRow(e, now)) for e in report.holders]
-        waiters = [
-            cells_of(WAITER_COLUMNS, WaiterRow(position, e))
-            for position, e in enumerate(report.waiters, start=1)
-        ]
+        holding = [HolderRow(e, now) for e in report.holders]
+        queue = [WaiterRow(position, e) for position, e in enumerate(report.waiters, start=1)]
+        holders = [cells_of(HOLDER_COLUMNS, row) for row in holding]
+        waiters = [cells_of(WAITER_COLUMNS, row) for row in queue]
         return [
             Text([clean(verdict(report))], "verdict"),
             Text([f"key: pg_locks {key}, {key.form} {key.describe()}; SQL: {key.sql()}"]),
-            table(HOLDER_COLUMNS, holders, title="Holders", empty="nobody holds it"),
+            table(
+                HOLDER_COLUMNS,
+                holders,
+                title="Holders",
+                empty="nobody holds it",
+                compact=lambda i: holder_line(holding[i]),
+            ),
             table(
                 WAITER_COLUMNS,
                 waiters,
                 title="Waiters (in queue order, by wait start)",
                 empty="nobody waits",
+                compact=lambda i: waiter_line(queue[i]),
             ),
             *notes_block(report.notes),
         ]
