@@ -84,7 +84,7 @@ def test_watch_renders_refreshes_reconnects_and_quits(
         assert refresh_number(child) > first  # it refreshes
         child.expect(rb"seen \d+")  # observed hold, next to the lower bound
         cluster.restart()  # the server goes away and comes back
-        child.expect_exact("connection lost, retrying")
+        child.expect(rb"connection lost \S+ ago .{1,4} showing the frame of \d\d:\d\d:\d\d")
         before = refresh_number(child)
         deadline = time.monotonic() + 20
         latest = before
@@ -137,7 +137,13 @@ def test_narrowing_keeps_only_what_was_asked_for(cluster: Cluster, sessions: Ses
     state.key("n")
     for key in "nosuch\r":
         state.key(key)
-    assert state.error is not None and "unknown namespace" in state.error
+    assert state.message is not None and "unknown namespace 'nosuch'" in state.message
+    for key in "ntenant_sumary\r":
+        state.key(key)
+    assert state.message is not None and "did you mean tenant_summary?" in state.message
+    assert "did you mean tenant_summary?" in plain(frame(state))  # it stays on screen...
+    state.key("x")
+    assert state.message is None  # ...until the next key
 
 
 def test_watch_keeps_its_footer_on_a_small_busy_screen(

@@ -45,7 +45,7 @@ class Table:
 @dataclass
 class Text:
     lines: list[str]
-    style: Literal["plain", "verdict", "note", "error"] = "plain"
+    style: Literal["plain", "verdict", "note", "error", "critical", "warning"] = "plain"
 
 
 Block = Table | Text

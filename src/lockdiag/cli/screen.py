@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import sys
 import termios
 import time
@@ -38,9 +39,36 @@ def keyboard(stream: TextIO) -> Iterator[None]:
         termios.tcsetattr(descriptor, termios.TCSADRAIN, saved)
 
 
-def read_key(stream: TextIO, timeout: float) -> str | None:
-    ready, _, _ = select.select([stream], [], [], max(0.0, timeout))
-    return os.read(stream.fileno(), 1).decode(errors="replace") if ready else None
+@contextlib.contextmanager
+def resizes() -> Iterator[int]:
+    """A descriptor that becomes readable when the terminal is resized (SIGWINCH), so the
+    frame is redrawn for the new size at once, not at the next refresh."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+
+    def wake(signum: int, frame: object) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(write_end, b"r")
+
+    previous = signal.signal(signal.SIGWINCH, wake)
+    try:
+        yield read_end
+    finally:
+        signal.signal(signal.SIGWINCH, previous)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def read_key(stream: TextIO, timeout: float, resized: int) -> str | None:
+    """One key, "" when the terminal was resized, None when ``timeout`` passed first."""
+    keys = stream.fileno()
+    ready, _, _ = select.select([keys, resized], [], [], max(0.0, timeout))
+    if resized in ready:
+        with contextlib.suppress(BlockingIOError):
+            os.read(resized, 64)
+        return ""
+    return os.read(keys, 1).decode(errors="replace") if keys in ready else None
 
 
 def run(
@@ -58,7 +86,8 @@ def run(
                 "watch needs a terminal; use --once for a single frame, or lockdiag list"
             )
         console = Console(file=stream)
-        with keyboard(sys.stdin), Live(console=console, screen=True, auto_refresh=False) as live:
+        live = Live(console=console, screen=True, auto_refresh=False)
+        with keyboard(sys.stdin), resizes() as resized, live:
             next_refresh, refreshes = 0.0, 0
             while True:
                 if not state.paused and time.monotonic() >= next_refresh:
@@ -67,12 +96,12 @@ def run(
                     try:
                         state.take(source.next())
                     except ServerError as error:  # bad input (a broken recording) still stops
-                        state.error = f"connection lost, retrying: {str(error).splitlines()[0]}"
+                        state.failed(str(error).splitlines()[0])
                 shown = frame(state, console.height)  # never more rows than the screen
                 live.update(Group(*rich_renderables(shown, console)), refresh=True)
                 wait = interval if state.paused else max(0.05, next_refresh - time.monotonic())
-                pressed = read_key(sys.stdin, wait)
-                if pressed is not None and not state.key(pressed):
+                pressed = read_key(sys.stdin, wait, resized)
+                if pressed and not state.key(pressed):
                     return
     finally:
         source.close()

@@ -7,13 +7,13 @@ Each detector reads one analysed snapshot. Durations are the certain lower bound
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy
 from lockdiag.core.graph import Blockers, tree_pids
-from lockdiag.core.model import Snapshot
+from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
 from lockdiag.durations import format_duration
 
 Severity = Literal["warning", "critical"]
@@ -84,6 +84,8 @@ class Finding:
     entry: LockEntry | None = None  # the first lock it is about
     value: float | None = None  # seconds or a count, for perfdata
     locks: int = 1  # the locks it is about: one backend's, in one namespace where it matters
+    root: int | None = None  # a wait's: the root blocker at the head of its chain
+    caused: tuple[Finding, ...] = ()  # a cause's: the wait findings of its chains
 
     @property
     def lower_bound(self) -> bool:
@@ -119,16 +121,52 @@ def check(
     findings = [
         *_outlived_clients(entries),
         *_session_locks(entries, policy),
-        *_waits(entries, policy),
-        *_stuck_owners(entries, policy),
-        *_crowded_roots(graph, policy),
+        *_waits(entries, policy, snapshot.server),
+        *_stuck_owners(entries, policy, snapshot.server),
+        *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(entries) if policy.unregistered else ()),
         *_namespace_rules(entries),
     ]
+    return CheckReport(snapshot, by_cause(findings, graph), entries, graph, notes)
+
+
+WAITS = frozenset({Kind.LONG_WAIT, Kind.MAX_WAIT})
+# which finding about a root blocker says best why others wait (it carries their waits)
+CAUSES = [Kind.STUCK_OWNER, Kind.OUTLIVED_CLIENT, Kind.SESSION_LOCK, Kind.MAX_HOLD,
+          Kind.EXPECT_VIOLATED, Kind.BLOCKED_MANY, Kind.UNREGISTERED]  # fmt: skip
+
+
+def by_cause(findings: list[Finding], graph: Blockers) -> list[Finding]:
+    """Causes before symptoms. Each wait finding learns the root blocker of its chain; the
+    first finding about that root (its cause: a stuck owner, a leaked lock...) carries the
+    waits it causes. Order: the worst severity a finding has or causes, then how many waits
+    it causes, then the kind's place and the value."""
+    root_of = {pid: root.tree.pid for root in graph.roots for pid in tree_pids(root.tree)[1:]}
+    findings = [
+        replace(f, root=root_of.get(f.pid)) if f.kind in WAITS and f.pid is not None else f
+        for f in findings
+    ]
+    caused: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.root is not None:
+            caused.setdefault(finding.root, []).append(finding)
     order = {"critical": 0, "warning": 1}
     kinds = list(Kind)
-    findings.sort(key=lambda f: (order[f.severity], kinds.index(f.kind), -(f.value or 0)))
-    return CheckReport(snapshot, findings, entries, graph, notes)
+    first_cause: dict[int, int] = {}
+    for index, finding in sorted(
+        enumerate(findings), key=lambda p: (CAUSES.index(p[1].kind) if p[1].kind in CAUSES
+                                            else len(CAUSES), order[p[1].severity])
+    ):  # fmt: skip
+        if finding.kind not in WAITS and finding.pid in caused and finding.pid not in first_cause:
+            first_cause[finding.pid] = index
+    for pid, index in first_cause.items():
+        findings[index] = replace(findings[index], caused=tuple(caused[pid]))
+
+    def rank(finding: Finding) -> tuple[int, int, int, float]:
+        worst = min(order[f.severity] for f in (finding, *finding.caused))
+        return (worst, -len(finding.caused), kinds.index(finding.kind), -(finding.value or 0))
+
+    return sorted(findings, key=rank)
 
 
 def _who(entry: LockEntry) -> str:
@@ -137,8 +175,12 @@ def _who(entry: LockEntry) -> str:
     return f"pid {entry.lock.pid}{name}"
 
 
-def _label(entry: LockEntry) -> str:
-    return entry.decoded.label if entry.decoded else entry.lock.locktype
+def _label(entry: LockEntry, server: ServerInfo | None = None) -> str:
+    """The lock's name: decoded for an advisory lock; a relation by name where the snapshot
+    can tell it (``server``), else in pg_locks' own terms."""
+    if entry.decoded is not None:
+        return entry.decoded.label
+    return describe_lock(entry.lock, server) if server is not None else entry.lock.locktype
 
 
 def _by_backend(entries: Iterable[LockEntry], by_namespace: bool = False) -> list[list[LockEntry]]:
@@ -223,29 +265,30 @@ def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Fi
         )
 
 
-def _waits(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+def _waits(entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
     for entry in entries:
         if entry.lock.granted or entry.waited is None:
             continue
         namespace = entry.decoded.namespace if entry.decoded else None
         if namespace is not None and namespace.max_wait is not None:
             if entry.waited >= namespace.max_wait:
-                yield _wait_finding(
-                    Kind.MAX_WAIT, "critical", entry, f" (max_wait of {namespace.name})"
-                )
+                why = f" (max_wait of {namespace.name})"
+                yield _wait_finding(Kind.MAX_WAIT, "critical", entry, why, server)
             continue
         severity = policy.wait_age.severity(entry.waited)
         if severity is not None:
-            yield _wait_finding(Kind.LONG_WAIT, severity, entry, "")
+            yield _wait_finding(Kind.LONG_WAIT, severity, entry, "", server)
 
 
-def _wait_finding(kind: Kind, severity: Severity, entry: LockEntry, why: str) -> Finding:
+def _wait_finding(
+    kind: Kind, severity: Severity, entry: LockEntry, why: str, server: ServerInfo
+) -> Finding:
     blockers = ", ".join(map(str, entry.waits_for or entry.queued_behind)) or "unknown"
     return Finding(
         kind,
         severity,
         entry.lock.pid,
-        _label(entry),
+        _label(entry, server),
         f"{_who(entry)} has waited {format_duration(entry.waited or 0)}{why}, "
         f"blocked by pid {blockers}",
         "see who blocks it: lockdiag blockers",
@@ -254,7 +297,9 @@ def _wait_finding(kind: Kind, severity: Severity, entry: LockEntry, why: str) ->
     )
 
 
-def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+def _stuck_owners(
+    entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo
+) -> Iterator[Finding]:
     reported: set[int | None] = set()
     for entry in entries:
         session = entry.session
@@ -269,7 +314,7 @@ def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Fin
             Kind.STUCK_OWNER,
             severity,
             entry.lock.pid,
-            _label(entry),
+            _label(entry, server),
             f"{_who(entry)} is {session.state} for {format_duration(idle)} while "
             f"{len(entry.blocks)} session(s) wait for its lock",
             "the application keeps a transaction open without working: fix that code path, "
@@ -280,7 +325,7 @@ def _stuck_owners(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Fin
         )
 
 
-def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
+def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
     """Roots with more than --max-blocked sessions behind them that have waited at least
     --wait-age's warning level: a queue of waits of a few milliseconds is ordinary
     contention, not an incident."""
@@ -294,7 +339,7 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
         critical = policy.max_blocked.critical
         severity: Severity = "critical" if critical is not None and long > critical else "warning"
         node = graph.nodes.get(root.tree.pid)
-        held = list(dict.fromkeys(_label(e) for e in node.holds)) if node else []
+        held = list(dict.fromkeys(_label(e, server) for e in node.holds)) if node else []
         app = node.session.application_name if node and node.session else None
         longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
         yield Finding(

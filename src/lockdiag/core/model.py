@@ -189,3 +189,23 @@ class Snapshot:
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)
+
+
+def describe_lock(lock: LockRow, server: ServerInfo) -> str:
+    """A non-advisory lock in pg_locks' own terms; a relation by name when the snapshot's
+    database is the relation's (pg_class is per database), else by OID."""
+    kind = lock.locktype
+    relation = server.relation_name(lock.database, lock.relation) or f"oid {lock.relation}"
+    if kind in ("relation", "extend"):
+        return f"{kind} {relation}"
+    if kind == "page":
+        return f"page {relation} {lock.page}"
+    if kind == "tuple":
+        return f"tuple {relation} ({lock.page},{lock.tuple})"
+    if kind == "transactionid":
+        return f"transactionid {lock.transactionid}"
+    if kind == "virtualxid":
+        return f"virtualxid {lock.virtualxid}"
+    if kind == "object":
+        return f"object {lock.classid}:{lock.objid}:{lock.objsubid}"
+    return kind

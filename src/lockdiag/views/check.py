@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lockdiag.core.findings import SEVERITIES, CheckPolicy, CheckReport, Finding, Kind
+from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.common import (
     JSON_VERSION,
@@ -28,25 +29,26 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
     if fmt == "prometheus":
         return Output(lambda: [Text(exposition(check_metrics(report)))], dict)
 
-    def blocks() -> list[Block]:
+    def blocks(terminal: bool = False) -> list[Block]:
         findings = report.findings
-        out: list[Block] = [Text([f"{report.status}: {_counts(findings)}"], "verdict")]
+        summary = Text([f"{report.status}: {_counts(findings)}"], "verdict")
+        folded = {id(wait) for finding in findings for wait in finding.caused}
+        out: list[Block] = [summary]
         for finding in findings:
+            if id(finding) in folded:
+                continue  # shown under the finding that causes it
             pid = f"  pid {finding.pid}" if finding.pid is not None else ""
-            style: Literal["error", "note"] = "error" if finding.severity == "critical" else "note"
-            out.append(
-                Text(
-                    [f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}"],
-                    style,
-                )
-            )
-            out.append(
-                Text([f"  {clean(finding.evidence)}", f"  next: {clean(finding.next_step)}"])
-            )
-        return [
-            *out,
-            *notes_block(report.notes),
-        ]
+            style: Literal["critical", "warning"] = finding.severity
+            heading = f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}"
+            out.append(Text([heading], style))
+            out.append(Text([f"  {clean(finding.evidence)}"]))
+            if finding.caused:
+                out.append(Text([f"  {_caused(finding)}"], _worst(finding.caused)))
+            out.append(Text([f"  next: {clean(finding.next_step)}"]))
+        out += notes_block(report.notes)
+        if terminal and findings:
+            out.append(summary)  # the verdict again where the eye ends
+        return out
 
     def data() -> dict[str, Any]:
         return {
@@ -57,7 +59,19 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
             "notes": report.notes,
         }
 
-    return Output(blocks, data)
+    return Output(blocks, data, screen=lambda: blocks(terminal=True))
+
+
+def _worst(findings: tuple[Finding, ...]) -> Literal["critical", "warning"]:
+    return "critical" if any(f.severity == "critical" for f in findings) else "warning"
+
+
+def _caused(cause: Finding) -> str:
+    """The waits a cause holds up, folded into one line."""
+    waits = sorted(cause.caused, key=lambda f: -(f.value or 0.0))
+    who = ", ".join(f"pid {w.pid}" for w in waits[:5]) + (" ..." if len(waits) > 5 else "")
+    longest = format_duration(waits[0].value or 0.0)
+    return f"causes {len(waits)} {_worst(cause.caused).upper()} wait(s), longest {longest}: {who}"
 
 
 def _counts(findings: list[Finding]) -> str:
@@ -80,6 +94,8 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
         "lower_bound": finding.lower_bound,
         "locks": finding.locks,
         "lock_detail": entry_data(entry) if entry else None,
+        "root_blocker": finding.root,
+        "causes": [{"kind": f.kind, "pid": f.pid, "value": f.value} for f in finding.caused],
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
-from lockdiag.core.model import LockRow, ServerInfo, Snapshot
+from lockdiag.core.model import LockRow, ServerInfo, Snapshot, describe_lock
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 
@@ -26,26 +26,6 @@ def lock_label(entry: LockEntry, server: ServerInfo) -> str:
     if entry.decoded is not None:
         return clean(entry.decoded.label)
     return clean(describe_lock(entry.lock, server))
-
-
-def describe_lock(lock: LockRow, server: ServerInfo) -> str:
-    """A non-advisory lock in pg_locks' own terms; a relation by name when the snapshot's
-    database is the relation's (pg_class is per database), else by OID."""
-    kind = lock.locktype
-    relation = server.relation_name(lock.database, lock.relation) or f"oid {lock.relation}"
-    if kind in ("relation", "extend"):
-        return f"{kind} {relation}"
-    if kind == "page":
-        return f"page {relation} {lock.page}"
-    if kind == "tuple":
-        return f"tuple {relation} ({lock.page},{lock.tuple})"
-    if kind == "transactionid":
-        return f"transactionid {lock.transactionid}"
-    if kind == "virtualxid":
-        return f"virtualxid {lock.virtualxid}"
-    if kind == "object":
-        return f"object {lock.classid}:{lock.objid}:{lock.objsubid}"
-    return kind
 
 
 def age(entry: LockEntry) -> str:

@@ -8,14 +8,18 @@ terminal loop that draws frames and reads keys is :mod:`lockdiag.cli.screen`'s.
 
 from __future__ import annotations
 
+import difflib
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lockdiag.core.analysis import Filters, LockEntry
+from lockdiag.core.analysis import Filters, Flag, LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, CheckReport
+from lockdiag.core.graph import Blockers, Root, tree_pids
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Tracker, identity
+from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Text, clean, pick
 from lockdiag.views.blockers import tree_lines
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     pass
 
 CHECK = CheckPolicy()  # the findings a refresh shows: check's defaults
-HELP = "q quit · p pause · n namespace · i pid · c clear filters"
+HELP = "q quit · p pause · n namespace · i pid · c clear"
 
 
 @dataclass
@@ -43,7 +47,10 @@ class State:
     pid: int | None = None
     prompt: str | None = None  # "namespace" or "pid" while the user types
     typed: str = ""
-    error: str | None = None
+    message: str | None = None  # about the last key: stays until the next one
+    lost: str | None = None  # why the last refresh failed; None while refreshes succeed
+    lost_at: float | None = None  # time.monotonic() of the first failure in a row
+    paused_at: float | None = None
     cost: float = 0.0
     source: str = ""
     refreshes: int = 0
@@ -59,7 +66,12 @@ class State:
         self.cost = snapshot.query_seconds
         self.source = snapshot.source
         self.refreshes += 1
-        self.error = None
+        self.lost, self.lost_at = None, None
+
+    def failed(self, reason: str) -> None:
+        """A refresh failed: the frame stays, under a banner that says since when."""
+        self.lost = reason
+        self.lost_at = self.lost_at or time.monotonic()
 
     def shows(self, entry: LockEntry | None, pid: int | None) -> bool:
         """Whether a finding belongs to what the user narrowed the view to."""
@@ -70,12 +82,30 @@ class State:
             return namespace is not None and namespace.name == self.namespace
         return True
 
+    def shows_chain(self, root: Root, graph: Blockers) -> bool:
+        """Whether a wait chain belongs to what the user narrowed the view to: the pid is in
+        it, or a lock of the namespace is held or awaited in it."""
+        pids = tree_pids(root.tree)
+        if self.pid is not None and self.pid not in pids:
+            return False
+        if self.namespace is None:
+            return True
+        nodes = [graph.nodes[pid] for pid in pids if pid in graph.nodes]
+        entries = [e for node in nodes for e in [*node.holds, node.waits] if e is not None]
+        return any(
+            e.decoded is not None
+            and e.decoded.namespace is not None
+            and e.decoded.namespace.name == self.namespace
+            for e in entries
+        )
+
     def filters(self) -> Filters:
         namespace = self.registry.namespaces.get(self.namespace) if self.namespace else None
         return Filters(namespace=namespace, pids=frozenset({self.pid} if self.pid else ()))
 
     def key(self, pressed: str) -> bool:
         """Handle one key; False means quit."""
+        self.message = None
         if self.prompt is not None:
             if pressed in ("\r", "\n"):
                 self._apply_prompt()
@@ -90,6 +120,7 @@ class State:
             return False
         if pressed == "p":
             self.paused = not self.paused
+            self.paused_at = time.monotonic() if self.paused else None
         elif pressed == "n":
             self.prompt, self.typed = "namespace", ""
         elif pressed == "i":
@@ -102,89 +133,119 @@ class State:
         text = self.typed.strip()
         if self.prompt == "namespace":
             if text and text not in self.registry.namespaces:
-                self.error = f"unknown namespace {text!r}"
+                close = difflib.get_close_matches(text, list(self.registry.namespaces), 1)
+                hint = f"; did you mean {close[0]}?" if close else "; n then Enter shows all"
+                self.message = f"unknown namespace {text!r}{hint}"
             else:
                 self.namespace = text or None
         elif self.prompt == "pid":
             if text and not text.isdigit():
-                self.error = f"not a pid: {text!r}"
+                self.message = f"not a pid: {text!r} (digits only)"
             else:
                 self.pid = int(text) if text else None
         self.prompt, self.typed = None, ""
 
 
 def frame(state: State, screen: int | None = None) -> list[Block]:
-    """Findings first, then root blockers, then holders and waiters. ``screen``: the height of
-    the screen it is for; findings and chains then take a quarter of it each, and no more lock
-    rows are built than it has (waiting and flagged ones first; the table says how many it
-    left out). None: everything, as text."""
+    """A banner when the connection is lost, findings first (causes before symptoms), then
+    root blockers, then holders and waiters, most urgent first. ``screen``: the height of the
+    screen it is for; findings and chains then take a quarter of it each, and no more lock
+    rows are built than it has (the table says how many it left out). None: everything, as
+    text."""
     snapshot = state.snapshot
-    status = "paused" if state.paused else f"refresh #{state.refreshes}"
+    blocks: list[Block] = []
+    if state.lost is not None:
+        since = format_duration(time.monotonic() - (state.lost_at or time.monotonic()))
+        shown_at = f"{snapshot.server.now:%H:%M:%S}" if snapshot else "none yet"
+        blocks.append(Text([f"connection lost {since} ago — showing the frame of {shown_at}; "
+                            f"retrying: {clean(state.lost)}"], "critical"))  # fmt: skip
+    if state.paused:
+        status = f"paused {format_duration(time.monotonic() - (state.paused_at or 0.0))}"
+    else:
+        status = f"refresh #{state.refreshes}"
     narrowed = [f"namespace {state.namespace}"] if state.namespace else []
     narrowed += [f"pid {state.pid}"] if state.pid else []
     header = f"lockdiag watch · {clean(state.source) or 'connecting'} · {status}"
     if narrowed:
         header += " · only " + ", ".join(narrowed)
-    blocks: list[Block] = [Text([header], "verdict")]
+    blocks.append(Text([header], "verdict"))
     if snapshot is not None and state.report is not None:
-        now = snapshot.server.now
-        # findings and chains take at most a quarter of the screen each: the lock table and
-        # the footer (keys, errors) must stay on it
-        most = max(3, screen // 4) if screen is not None else 8
-        findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
-        lines = [
-            f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"
-            for f in findings[:most]
-        ]
-        if len(findings) > most:
-            lines.append(f"... {len(findings) - most} more (lockdiag check)")
-        blocks.append(Text(lines or ["no findings"], "error" if findings else "plain"))
-        graph = state.report.graph
-        chains: list[str] = []
-        for root in graph.roots[:3]:
-            chains += tree_lines(root.tree, graph)
-        chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
-        if screen is not None and len(chains) > most:
-            chains = [*chains[:most], f"... {len(chains) - most} more lines (lockdiag blockers)"]
-        if chains:
-            blocks.append(Text(chains))
-        filters = state.filters()
-        shown = [e for e in state.entries if filters.accept(e)]
-        important = [bool(e.flags or e.blocks or not e.lock.granted) for e in shown]
-        left_out = 0
-        if screen is not None and len(shown) > screen:
-            chosen = pick(important, screen)
-            left_out = len(shown) - len(chosen)
-            shown, important = [shown[i] for i in chosen], [important[i] for i in chosen]
-        rows = [
-            WatchRow(
-                entry,
-                snapshot.server,
-                "+" if identity(entry) in state.tracker.appeared else " ",
-                state.tracker.observed(entry, now) if state.tracker.refreshes > 1 else None,
-            )
-            for entry in shown
-        ]
-        cells = [cells_of(WATCH_COLUMNS, row) for row in rows]
-        blocks.append(
-            table(
-                WATCH_COLUMNS,
-                cells,
-                important=important,
-                empty="no advisory locks",
-                left_out=left_out,
-                compact=lambda i: watch_line(rows[i]),
-            )
-        )
-        gone = state.tracker.gone
-        if gone:
-            labels = ", ".join(
-                f"{lock_label(e, snapshot.server)} (pid {e.lock.pid})" for e in gone[:5]
-            )
-            blocks.append(Text([f"- gone since the last refresh: {labels}"], "note"))
+        blocks += _findings_and_chains(state, screen)
+        blocks += _lock_table(state, snapshot, screen)
     footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
-    footer += f" · refresh cost {state.cost * 1000:.1f} ms"
-    if state.error:
-        footer += f" · {clean(state.error)}"
+    footer += f" · {state.cost * 1000:.1f} ms"
     blocks.append(Text([footer], "note"))
+    if state.message:
+        blocks.append(Text([clean(state.message)], "warning"))
+    return blocks
+
+
+def _findings_and_chains(state: State, screen: int | None) -> list[Block]:
+    assert state.report is not None
+    # findings and chains take at most a quarter of the screen each: the lock table and the
+    # footer (keys, messages) must stay on it
+    most = max(3, screen // 4) if screen is not None else 8
+    findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
+    blocks: list[Block] = [
+        Text([f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"], f.severity)
+        for f in findings[:most]
+    ]
+    if len(findings) > most:
+        blocks.append(Text([f"... {len(findings) - most} more (lockdiag check)"]))
+    if not findings:
+        blocks.append(Text(["no findings"]))
+    graph = state.report.graph
+    chains: list[str] = []
+    for root in [r for r in graph.roots if state.shows_chain(r, graph)][:3]:
+        chains += tree_lines(root.tree, graph)
+    if state.pid is None and state.namespace is None:
+        chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
+    if screen is not None and len(chains) > most:
+        chains = [*chains[:most], f"... {len(chains) - most} more lines (lockdiag blockers)"]
+    if chains:
+        blocks.append(Text(chains))
+    return blocks
+
+
+def _urgency(entry: LockEntry) -> int:
+    if entry.blocks or not entry.lock.granted:
+        return 0
+    return 1 if entry.flags else 2
+
+
+def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Block]:
+    now = snapshot.server.now
+    filters = state.filters()
+    shown = sorted((e for e in state.entries if filters.accept(e)), key=_urgency)
+    important = [_urgency(e) < 2 for e in shown]
+    left_out = 0
+    if screen is not None and len(shown) > screen:
+        chosen = pick(important, screen)
+        left_out = len(shown) - len(chosen)
+        shown, important = [shown[i] for i in chosen], [important[i] for i in chosen]
+    rows = [
+        WatchRow(
+            entry,
+            snapshot.server,
+            "+" if identity(entry) in state.tracker.appeared else " ",
+            state.tracker.observed(entry, now) if state.tracker.refreshes > 1 else None,
+        )
+        for entry in shown
+    ]
+    cells = [cells_of(WATCH_COLUMNS, row) for row in rows]
+    blocks: list[Block] = [
+        table(
+            WATCH_COLUMNS,
+            cells,
+            important=important,
+            empty="no advisory locks" if not state.entries else "no lock matches (c clears)",
+            left_out=left_out,
+            compact=lambda i: watch_line(rows[i]),
+            legend={flag.value: flag.meaning for flag in Flag},
+        )
+    ]
+    gone = state.tracker.gone
+    if gone:
+        labels = ", ".join(f"{lock_label(e, snapshot.server)} (pid {e.lock.pid})" for e in gone[:5])
+        blocks.append(Text([f"- gone since the last refresh: {labels}"], "note"))
     return blocks
