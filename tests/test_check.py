@@ -312,3 +312,32 @@ def test_terminate_checks_identity_and_locks_in_the_same_statement(
             released.message
         )
     assert holder.run("SELECT 1") == [(1,)]  # never signalled
+
+
+def test_terminate_a_waiter_names_its_blocker_and_cancel_spares_an_idle_session(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 15)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 15)")
+    sessions.waiting(waiter)
+    child = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", "terminate", str(waiter.pid), "--dsn", cluster.dsn()],
+        timeout=30, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    child.expect_exact(f"pid {waiter.pid} is a waiter, not a blocker: ending it frees nobody.")
+    child.expect_exact(f"it waits for pid {holder.pid} (holder), idle: ")
+    child.expect_exact(f"lockdiag terminate {holder.pid}")
+    child.expect_exact(f"terminate the waiter pid {waiter.pid}? [y/N]:")
+    child.sendline("n")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    idle = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert idle.exit_code == 1
+    assert "is idle: it runs no query to cancel" in idle.stderr
+    assert "state idle for " in idle.stdout  # how long it has been in its state
+    assert holder.run("SELECT 1") == [(1,)] and not waiter.done(0.1)

@@ -183,11 +183,36 @@ def test_bad_input_is_one_clear_error(
     assert result.stdout == ""
 
 
-def test_broken_registry_stops_every_command(tmp_path: Path) -> None:
+def test_broken_registry_warns_and_the_read_commands_go_on(tmp_path: Path) -> None:
+    """A broken ./lockdiag.toml (picked up automatically) must not stop an incident: read
+    commands warn once with the file and line and go on; commands that need it stop."""
     (tmp_path / "lockdiag.toml").write_text("[namespaces.a]\nid = 'x'\n")
-    result = run("list", "--from", "whatever.json")
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"lockdiag: error: {tmp_path / 'lockdiag.toml'}:2: error:")
+    where = f"{tmp_path / 'lockdiag.toml'}:2: namespace 'a': id must be an integer"
+    incident = str(Path(__file__).resolve().parent.parent / "examples" / "incident.json")
+    for command in (["list"], ["blockers"], ["check", "--format", "json"]):
+        result = run(*command, "--from", incident)
+        assert result.exit_code in (0, 1, 2) and "Traceback" not in result.stderr, command
+        assert result.stderr.startswith(f"lockdiag: warning: registry not used: {where}")
+    assert "unregistered pair (4102, 73)" in run("list", "--from", incident).stdout
+    assert run("registry", "check").exit_code == 1
+    strict = run("key", "a", "1")
+    assert strict.exit_code == 2
+    assert strict.stderr.startswith(f"lockdiag: error: {where}")  # one "error", not two
+
+
+def test_from_file_wins_over_an_exported_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    incident = str(Path(__file__).resolve().parent.parent / "examples" / "incident.json")
+    monkeypatch.setenv("LOCKDIAG_DSN", "host=nowhere.invalid")
+    assert run("list", "--from", incident).exit_code == 0
+    both = run("list", "--from", incident, "--dsn", "host=nowhere.invalid")
+    assert both.exit_code == 2 and "not both" in both.stderr
+
+
+def test_single_server_commands_do_not_offer_targets() -> None:
+    for command in (["watch"], ["sample"], ["terminate"], ["snapshot"]):
+        assert "--targets" not in run(*command, "--help").stdout, command
+    for command in (["list"], ["check"], ["blockers"], ["who-holds"]):
+        assert "--targets" in run(*command, "--help").stdout, command
 
 
 def test_unreachable_server_exit_code() -> None:

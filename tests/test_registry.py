@@ -160,7 +160,7 @@ def test_load_refuses_a_broken_file_with_every_error(tmp_path: Path) -> None:
     with pytest.raises(RegistryError) as raised:
         load_registry(str(path))
     assert str(raised.value).splitlines() == [
-        f"{path}:3: error: namespace 'a': unknown key 'colour' (allowed: description, expect, "
+        f"{path}:3: namespace 'a': unknown key 'colour' (allowed: description, expect, "
         "form, id, max_hold, max_wait, owner)",
     ]
     assert isinstance(raised.value, InputError)

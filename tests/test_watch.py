@@ -287,7 +287,7 @@ def test_sample_prometheus_and_interrupt(
         cwd=str(tmp_path), timeout=20, dimensions=(40, 200), env=TERMINAL_ENV,
         preexec_fn=ctrl_c_reaches_child,
     )  # fmt: skip
-    child.expect(rb"sampling: [1-9]")
+    child.expect(rb"sampling.*[1-9]\d* samples.*left")  # a bar with the time remaining
     child.sendintr()
     child.expect(pexpect.EOF)
     child.close()

@@ -59,6 +59,12 @@ class Problem:
         where = f"{self.path}:{self.line}" if self.line else self.path
         return f"{where}: {self.severity}: {self.message}"
 
+    @property
+    def located(self) -> str:
+        """``FILE:LINE: message``, for a message that already says it is an error."""
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
 
 @dataclass(frozen=True)
 class Namespace:
@@ -215,7 +221,7 @@ def load_registry(explicit: str | None = None) -> Registry:
     registry, problems = check_file(path)
     errors = [p for p in problems if p.severity == "error"]
     if registry is None or errors:
-        raise RegistryError("\n".join(str(p) for p in errors))
+        raise RegistryError("\n".join(p.located for p in errors))
     return registry
 
 

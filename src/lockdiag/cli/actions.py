@@ -73,7 +73,17 @@ def terminate_command(
         snapshot = session.snapshot("all")
         plan = preview(Diagnosis(snapshot, names), pid)
         show(terminate_preview_output(plan, snapshot, cancel), fmt if fmt != "json" else "plain")
+        if cancel and plan.session.state == "idle":
+            click.echo(
+                f"pid {pid} is idle: it runs no query to cancel, and cancelling releases none "
+                "of its session-level locks; nothing done (without --cancel, ending the "
+                "session releases them)",
+                err=True,
+            )
+            sys.exit(EXIT_NEGATIVE)
         verb = "cancel the query of" if cancel else "terminate"
+        if plan.waits is not None and not plan.blocked:
+            verb += " the waiter"
         if not yes:
             if not sys.stdin.isatty():
                 raise InputError(

@@ -21,7 +21,7 @@ from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
 from lockdiag.pg.fleet import Capture, capture_all, read_targets
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Registry, load_registry
+from lockdiag.registry import Registry, RegistryError, find_registry, load_registry
 from lockdiag.render import Output, render
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,16 +83,28 @@ def source() -> Source:
         for name in ("timeout", "from_file", "pgbouncer", "pooler_addr")
         if meta.get(f"lockdiag.{name}") is not None
     }
-    dsns = list(meta.get("lockdiag.dsn") or ())
+    given_dsn = meta.get("lockdiag.dsn") or ()
+    dsns = [given_dsn] if isinstance(given_dsn, str) else list(given_dsn)
     targets = meta.get("lockdiag.targets")
     if targets is not None:
         dsns += read_targets(Path(targets))
-    if not dsns and os.environ.get("LOCKDIAG_DSN"):
+    # an exported LOCKDIAG_DSN gives way to --from FILE; an explicit --dsn with --from does not
+    if not dsns and os.environ.get("LOCKDIAG_DSN") and "from_file" not in given:
         dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
     return Source(tuple(dsns), **given)
 
 
 def connection_options(command: F) -> F:
+    """--dsn and --timeout of a command that reads one server."""
+    return _connection(command, fleet=False)
+
+
+def fleet_options(command: F) -> F:
+    """--dsn (repeatable), --targets and --timeout of a command that reads many servers."""
+    return _connection(command, fleet=True)
+
+
+def _connection(command: F, fleet: bool) -> F:
     command = click.option(
         "--timeout",
         callback=_remember_duration,
@@ -102,23 +114,24 @@ def connection_options(command: F) -> F:
         show_default=True,
         help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
     )(command)
-    command = click.option(
-        "--targets",
-        type=click.Path(dir_okay=False),
-        metavar="FILE",
-        callback=_remember,
-        expose_value=False,
-        help="Many servers: one DSN or libpq service name per line (list, check, blockers, "
-        "who-holds).",
-    )(command)
+    if fleet:
+        command = click.option(
+            "--targets",
+            type=click.Path(dir_okay=False),
+            metavar="FILE",
+            callback=_remember,
+            expose_value=False,
+            help="Many servers: one DSN or libpq service name per line.",
+        )(command)
+    many = "; repeat it to read many servers" if fleet else ""
     return click.option(
         "--dsn",
-        multiple=True,
+        multiple=True,  # a single-server command says "give a single --dsn" when repeated
         metavar="DSN",
         callback=_remember,
         expose_value=False,
-        help="Connection string or URI [env LOCKDIAG_DSN]; repeat it to read many servers. "
-        "Default: libpq's environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
+        help=f"Connection string or URI [env LOCKDIAG_DSN]{many}. Default: libpq's "
+        "environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
     )(command)
 
 
@@ -144,7 +157,7 @@ def pooler_options(command: F) -> F:
 
 
 def source_options(command: F) -> F:
-    command = pooler_options(connection_options(command))
+    command = pooler_options(fleet_options(command))
     return click.option(
         "--from",
         "from_file",
@@ -212,8 +225,25 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
     return take_snapshot(where.dsn, where.timeout, scope, registry, poolers)
 
 
-def get_registry(path: str | None) -> Registry:
-    return load_registry(path)
+def get_registry(path: str | None, strict: bool = False) -> Registry:
+    """The registry; a broken one stops only the commands that need it (``strict``): the
+    others say why on stderr and go on with raw keys and well-known software's keys."""
+    found = find_registry(path)  # a registry named but missing is a typo: that stops
+    if found is None:
+        return Registry()
+    try:
+        return load_registry(str(found))
+    except RegistryError as error:
+        if strict:
+            raise
+        for line in str(error).splitlines():
+            click.echo(f"lockdiag: warning: registry not used: {line}", err=True)
+        click.echo(
+            "lockdiag: warning: going on with raw keys and well-known software's keys "
+            "(lockdiag registry check lists every problem)",
+            err=True,
+        )
+        return Registry()
 
 
 def complete_namespace(

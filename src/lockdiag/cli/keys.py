@@ -66,7 +66,7 @@ def registry_show(registry: str | None, fmt: str) -> None:
     Example:
       lockdiag registry show --format json
     """
-    show(registry_output(get_registry(registry)), fmt)
+    show(registry_output(get_registry(registry, strict=True)), fmt)
 
 
 @click.command("key", context_settings=NUMBERS_SETTINGS)
@@ -99,7 +99,7 @@ def key_command(
       lockdiag key tenant_summary 73
       lockdiag key tenant_summary 73 --function pg_advisory_lock
     """
-    key = get_registry(registry).key(namespace, resource)
+    key = get_registry(registry, strict=True).key(namespace, resource)
     show(key_output(namespace, resource, key.triple, function), fmt)
 
 

@@ -15,7 +15,7 @@ from lockdiag.cli.common import (
     show,
     source,
 )
-from lockdiag.cli.screen import run
+from lockdiag.cli.screen import progress_reporter, run
 from lockdiag.core.observe import Sampler
 from lockdiag.errors import EXIT_INTERRUPTED, InputError, ServerError
 from lockdiag.pg.sampling import Feed, sample
@@ -108,26 +108,21 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
         raise InputError("--duration and --interval must be more than zero")
     names = get_registry(registry)
     where = source()
-    on_terminal = sys.stderr.isatty()
     errors: list[str] = []
-
-    def progress(done: int, expected: int, error: str | None) -> None:
-        if error and (not errors or errors[-1] != error):
-            errors.append(error)
-            click.echo(f"lockdiag: sample: {error}", err=True)
-        if on_terminal:
-            click.echo(f"\rsampling: {done}/{expected}", err=True, nl=False)
-        elif done % max(1, expected // 10) == 0:
-            click.echo(f"sampling: {done}/{expected}", err=True)
-
     sampler = Sampler()
     interrupted = False
-    try:
-        sample(where.dsn, where.timeout, duration, interval, names, progress, sampler)
-    except KeyboardInterrupt:
-        interrupted = True
-    if on_terminal:
-        click.echo("", err=True)
+    with progress_reporter(duration, interval) as report:
+
+        def progress(done: int, expected: int, error: str | None) -> None:
+            if error and (not errors or errors[-1] != error):
+                errors.append(error)
+                click.echo(f"lockdiag: sample: {error}", err=True)
+            report(done, expected)
+
+        try:
+            sample(where.dsn, where.timeout, duration, interval, names, progress, sampler)
+        except KeyboardInterrupt:
+            interrupted = True
     if sampler.samples == 0 and errors and not interrupted:
         raise ServerError(errors[-1])
     show(sample_output(sampler, fmt, interval), "plain" if fmt == "prometheus" else fmt)

@@ -14,11 +14,19 @@ import sys
 import termios
 import time
 import tty
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
+import click
 from rich.console import Console, Group
 from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from lockdiag.core.observe import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
@@ -69,6 +77,29 @@ def read_key(stream: TextIO, timeout: float, resized: int) -> str | None:
             os.read(resized, 64)
         return ""
     return os.read(keys, 1).decode(errors="replace") if keys in ready else None
+
+
+@contextlib.contextmanager
+def progress_reporter(duration: float, interval: float) -> Iterator[Callable[[int, int], None]]:
+    """How `sample` reports its progress on stderr: a bar with the time elapsed and remaining
+    on a terminal, a line every tenth of the way otherwise (logs stay readable)."""
+    if not sys.stderr.isatty():
+
+        def lines(done: int, expected: int) -> None:
+            if done % max(1, expected // 10) == 0:
+                click.echo(f"sampling: {done}/{expected}", err=True)
+
+        yield lines
+        return
+    columns = (TextColumn("sampling"), BarColumn(), TextColumn("{task.completed:.0f} samples"),
+               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("sample", total=max(1, int(duration / interval)))
+
+        def advance(done: int, expected: int) -> None:
+            bar.update(task, completed=done, total=expected)
+
+        yield advance
 
 
 def run(

@@ -71,6 +71,7 @@ class KeyStats:
     samples_waited: int = 0
     holders: set[tuple[str, str]] = field(default_factory=set)  # (application, client)
     waiters: set[tuple[str, str]] = field(default_factory=set)
+    names: dict[int, str] = field(default_factory=dict)  # pid: application_name, as last seen
     holder_pids: set[int] = field(default_factory=set)
     waiter_pids: set[int] = field(default_factory=set)
     long_waiter_pids: set[int] = field(default_factory=set)  # seen waiting PATTERN_WAIT or more
@@ -78,9 +79,18 @@ class KeyStats:
     releases: int = 0  # holds that ended while sampling
     longest_hold: float = 0.0  # seconds, observed across samples (plus the idle lower bound)
     longest_wait: float = 0.0  # seconds, from waitstart
+    idle_holders: set[int] = field(default_factory=set)  # pids of those idle holds
     idle_holds: int = (
         0  # samples where the holder had done nothing for PATTERN_WAIT while others waited
     )
+
+    def who(self, pids: set[int], most: int = 5) -> str:
+        """``pid 4163 (billing-worker), pid 9933 ...``: who took part, for a callout."""
+        shown = [
+            f"pid {pid}" + (f" ({self.names[pid]})" if self.names.get(pid) else "")
+            for pid in sorted(pids)[:most]
+        ]
+        return ", ".join(shown) + (f" and {len(pids) - most} more" if len(pids) > most else "")
 
     @property
     def contention(self) -> float:
@@ -120,13 +130,16 @@ class Sampler:
             if entry.lock.granted:
                 held.add(key)
                 stats.holders.add(who)
+                stats.names[entry.lock.pid] = who[0]
                 stats.holder_pids.add(entry.lock.pid)
                 held_now[(key, entry.lock.pid)] = entry
                 if entry.blocks and (entry.held_at_least or 0.0) >= PATTERN_WAIT:
                     stats.idle_holds += 1
+                    stats.idle_holders.add(entry.lock.pid)
             else:
                 waited.add(key)
                 stats.waiters.add(who)
+                stats.names[entry.lock.pid] = who[0]
                 stats.waiter_pids.add(entry.lock.pid)
                 if (entry.waited or 0.0) >= PATTERN_WAIT:
                     stats.long_waiter_pids.add(entry.lock.pid)
@@ -171,8 +184,9 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                 Pattern(
                     "stuck-owner",
                     stats.label,
-                    f"held by a session doing nothing in {stats.idle_holds} sample(s) while "
-                    f"{len(stats.waiter_pids)} session(s) waited",
+                    f"held by {stats.who(stats.idle_holders)}, doing nothing, in "
+                    f"{stats.idle_holds} sample(s) while {len(stats.waiter_pids)} session(s) "
+                    f"waited: {stats.who(stats.waiter_pids)}",
                 )
             )
         siblings_held = (s.samples_held for s in busiest[stats.namespace] if s is not stats)
@@ -188,9 +202,9 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                     "broad-key",
                     stats.label,
                     f"{len(stats.long_waiter_pids)} distinct sessions waited "
-                    f"{PATTERN_WAIT:g}s or more on this one key while the "
-                    f"namespace's other {siblings} key(s) were mostly idle: the key may "
-                    "serialise unrelated work",
+                    f"{PATTERN_WAIT:g}s or more on this one key "
+                    f"({stats.who(stats.long_waiter_pids)}) while the namespace's other "
+                    f"{siblings} key(s) were mostly idle: the key may serialise unrelated work",
                 )
             )
         if len(stats.holder_pids) >= 3 and stats.acquisitions >= 3:
@@ -199,7 +213,8 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                     "duplicate-dispatch",
                     stats.label,
                     f"taken {stats.acquisitions} times by {len(stats.holder_pids)} different "
-                    "sessions: the same work may be dispatched again and again",
+                    f"sessions ({stats.who(stats.holder_pids)}): the same work may be "
+                    "dispatched again and again",
                 )
             )
     return found

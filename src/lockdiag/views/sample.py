@@ -87,7 +87,8 @@ def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
                 rows,
                 title="Per key (HELD, WAITED: share of samples; ACQ/REL: estimated acquisitions "
                 "and releases)",
-                wide={0},
+                essential={0},  # a key is never cut: 73 must not read as 7…
+                optional=[1, 8, 6, 7],
                 empty="no advisory lock seen",
             ),
         ]
@@ -115,6 +116,14 @@ def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
                     "samples_held": s.samples_held,
                     "samples_waited": s.samples_waited,
                     "holders": [{"application_name": a, "client": c} for a, c in sorted(s.holders)],
+                    "holder_pids": [
+                        {"pid": pid, "application_name": s.names.get(pid)}
+                        for pid in sorted(s.holder_pids)
+                    ],
+                    "waiter_pids": [
+                        {"pid": pid, "application_name": s.names.get(pid)}
+                        for pid in sorted(s.waiter_pids)
+                    ],
                     "distinct_holders": len(s.holder_pids),
                     "distinct_waiters": len(s.waiter_pids),
                     "longest_hold_seconds": s.longest_hold,

@@ -6,6 +6,7 @@ from typing import Any
 
 from lockdiag.core.model import Snapshot
 from lockdiag.core.termination import Preview
+from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
     entry_data,
@@ -23,10 +24,13 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
         who = f"pid {preview.pid}"
         if session.application_name:
             who += f" ({clean(session.application_name)})"
+        since = ""
+        if session.state_change is not None:
+            since = f" for {format_duration((server.now - session.state_change).total_seconds())}"
         details = [
             f"{who}: user {clean(session.user)}, database {clean(session.database)}, "
             f"client {clean(session.client) or 'local socket'}, "
-            f"state {clean(session.state) or 'hidden'}",
+            f"state {clean(session.state) or 'hidden'}{since}",
             f"query: {clean(session.query)}",
         ]
         if preview.waits is not None:
@@ -52,10 +56,13 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
             if cancel
             else "ending the session releases every lock below"
         )
-        return [
+        out: list[Block] = [
             Text(details),
             Table(["LOCK", "MODE", "LIFETIME", "BLOCKS"], rows, title=action, empty="no locks"),
         ]
+        if preview.waits is not None and not preview.blocked:
+            out.append(Text(waiter_warning(preview, snapshot), "warning"))
+        return out
 
     def data() -> dict[str, Any]:
         return {
@@ -72,3 +79,18 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
         }
 
     return Output(blocks, data)
+
+
+def waiter_warning(preview: Preview, snapshot: Snapshot) -> list[str]:
+    """Pointed at a session that waits and holds nobody up: the cause is elsewhere."""
+    assert preview.waits is not None
+    blockers = preview.waits.waits_for or preview.waits.queued_behind
+    lines = [f"pid {preview.pid} is a waiter, not a blocker: ending it frees nobody."]
+    for pid in blockers:
+        session = snapshot.session(pid)
+        name = (
+            f" ({clean(session.application_name)})" if session and session.application_name else ""
+        )
+        state = f", {clean(session.state)}" if session and session.state else ""
+        lines.append(f"  it waits for pid {pid}{name}{state}: lockdiag terminate {pid}")
+    return lines
