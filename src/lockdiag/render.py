@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-Format = Literal["table", "plain", "json"]
+Format = Literal["table", "plain", "json", "markdown", "csv"]
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
 VALUE_STYLES = {"WAITING": "bold red"}
 NARROW_LIMIT = 32  # a short column never shrinks below its content, up to this width
@@ -91,6 +91,10 @@ def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> N
         _json(output, stream)
     elif chosen == "plain":
         stream.write(plain(output.blocks()))
+    elif chosen == "markdown":
+        stream.write(markdown(output.blocks()))
+    elif chosen == "csv":
+        _csv(output.blocks(), stream)
     else:
         _rich((output.screen or output.blocks)(), stream)
 
@@ -128,6 +132,65 @@ def plain(blocks: list[Block]) -> str:
         if block.left_out:
             parts.append(f"{block.left_out} more row(s) not shown")
     return "\n".join(parts) + "\n" if parts else ""
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#!|~])")
+
+
+def md_escape(text: str) -> str:
+    """A server string made inert in Markdown: pipes cannot end a cell, backticks cannot open
+    code, brackets and stars cannot make links or emphasis."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def markdown(blocks: list[Block]) -> str:
+    """GitHub-flavoured Markdown for incident channels and tickets: verdicts as bold lines,
+    other text in a fenced block, tables as pipe tables (tabulate's "github" format), every
+    server string escaped. Every row is kept."""
+    from tabulate import tabulate
+
+    parts: list[str] = []
+    fenced: list[str] = []  # consecutive text lines share one fenced block
+
+    def close() -> None:
+        if fenced:
+            longest = max((len(run) for line in fenced for run in re.findall("`+", line)),
+                          default=0)  # fmt: skip
+            fence = "`" * max(3, longest + 1)
+            parts.extend([fence, *fenced, fence, ""])
+            fenced.clear()
+
+    for block in blocks:
+        if isinstance(block, Text):
+            if block.style == "verdict":
+                close()
+                parts += [*(f"**{md_escape(line)}**" for line in block.lines), ""]
+            else:
+                fenced.extend(block.lines)
+            continue
+        close()
+        if block.title:
+            parts += [f"**{md_escape(block.title)}**", ""]
+        if not block.rows:
+            parts += [f"_{md_escape(block.empty)}_", ""]
+            continue
+        cells = [[md_escape(cell) for cell in row] for row in block.rows]
+        headers = [md_escape(header) for header in block.headers]
+        parts += [tabulate(cells, headers, tablefmt="github", disable_numparse=True), ""]
+    close()
+    return "\n".join(parts).rstrip("\n") + "\n" if parts else ""
+
+
+def _csv(blocks: list[Block], stream: TextIO) -> None:
+    """The first table, every row, as CSV (the header first); text blocks are left out."""
+    import csv
+
+    table = next((b for b in blocks if isinstance(b, Table)), None)
+    if table is None:
+        return
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(table.headers)
+    writer.writerows(table.rows)
 
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:

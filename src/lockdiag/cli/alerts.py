@@ -10,6 +10,7 @@ import click
 
 from lockdiag.cli.common import (
     F,
+    formats,
     get_captures,
     get_registry,
     get_snapshot,
@@ -77,14 +78,7 @@ def threshold_option(name: str, default: str, text: str) -> Callable[[F], F]:
 @click.option("--no-unregistered", is_flag=True, help="Do not report unregistered namespaces.")
 @source_options
 @registry_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "table", "plain", "json", "nagios", "prometheus"]),
-    default="auto",
-    show_default=True,
-    help="nagios: one status line with perfdata; prometheus: text exposition format.",
-)
+@formats("markdown", "nagios", "prometheus")
 def check_command(
     session_age: Any,
     wait_age: Any,

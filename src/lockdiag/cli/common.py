@@ -179,14 +179,26 @@ def registry_option(command: F) -> F:
 
 
 def format_option(command: F) -> F:
+    return formats()(command)
+
+
+def formats(*extra: str) -> Callable[[F], F]:
+    """--format: auto, table, plain, json, and the command's own (markdown, csv...)."""
+    notes = {
+        "markdown": "markdown: GitHub tables for tickets and chat",
+        "csv": "csv: the table, every row",
+        "nagios": "nagios: one status line with perfdata",
+        "prometheus": "prometheus: text exposition format",
+    }
+    more = "; ".join(notes[name] for name in extra)
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["auto", "table", "plain", "json"]),
+        type=click.Choice(["auto", "table", "plain", "json", *extra]),
         default="auto",
         show_default=True,
-        help="auto: a table on a terminal, plain text when piped.",
-    )(command)
+        help="auto: a table on a terminal, plain text when piped" + (f"; {more}." if more else "."),
+    )
 
 
 def get_captures(scope: Scope, registry: Registry) -> list[Capture] | None:

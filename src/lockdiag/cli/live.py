@@ -10,6 +10,7 @@ import click
 from lockdiag.cli.common import (
     DURATION,
     connection_options,
+    formats,
     get_registry,
     registry_option,
     show,
@@ -82,14 +83,7 @@ def watch_command(
 )
 @connection_options
 @registry_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "table", "plain", "json", "prometheus"]),
-    default="auto",
-    show_default=True,
-    help="prometheus: per-namespace gauges in the text exposition format.",
-)
+@formats("markdown", "csv", "prometheus")
 def sample_command(duration: float, interval: float, registry: str | None, fmt: str) -> None:
     """Contention statistics over a period, per namespace and per key.
 

@@ -14,7 +14,7 @@ from lockdiag.cli.common import (
     complete_namespace,
     connection_options,
     fleet_exit,
-    format_option,
+    formats,
     get_captures,
     get_registry,
     get_snapshot,
@@ -59,7 +59,7 @@ from lockdiag.views.who_holds import who_holds_output
 )
 @source_options
 @registry_option
-@format_option
+@formats("markdown", "csv")
 def list_command(
     all_types: bool,
     namespace: str | None,
@@ -126,7 +126,7 @@ def list_command(
 )
 @source_options
 @registry_option
-@format_option
+@formats("markdown")
 def who_holds_command(
     namespace: str | None,
     resource: int | None,
@@ -175,7 +175,7 @@ def who_holds_command(
 @click.command("blockers")
 @source_options
 @registry_option
-@format_option
+@formats("markdown")
 def blockers_command(registry: str | None, fmt: str) -> None:
     """Wait-for chains of every lock type: a tree per root blocker, worst first.
 
