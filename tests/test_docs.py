@@ -53,3 +53,13 @@ def test_namespace_names_complete_from_the_registry(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.stdout.split() == ["plain,tenant_export", "plain,tenant_summary"]
+
+
+def test_readme_transcripts_are_what_the_commands_print() -> None:
+    """The README's transcripts of the bundled incident, rendered again and compared exactly
+    (python scripts/transcripts.py regenerates them)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "transcripts.py"), "--check"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

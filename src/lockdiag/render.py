@@ -220,7 +220,7 @@ def screen_budget(blocks: list[Block], width: int, height: int) -> int:
             lines += sum(max(1, -(-len(line) // max(1, width))) for line in block.lines)
         else:
             tables += 1
-            lines += (1 if block.title else 0) + 3 + len(block.legend)
+            lines += (1 if block.title else 0) + 3 + len(legend(block, block.rows, block.words))
     return max(3, (height - lines) // max(1, tables))
 
 
@@ -235,7 +235,9 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
     live = budget is None  # a screen that is redrawn: every text line takes one line of it
     if budget is None:
         text_lines = sum(len(b.lines) for b in blocks if isinstance(b, Text))
-        budget = max(3, console.height - text_lines - 5)
+        tables = [b for b in blocks if isinstance(b, Table)]
+        overhead = sum(4 + bool(b.title) + len(legend(b, b.rows, b.words)) for b in tables)
+        budget = max(3, console.height - text_lines - overhead)
     styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red",
               "critical": "bold red", "warning": "yellow"}  # fmt: skip
     out: list[Any] = []

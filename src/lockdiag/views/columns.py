@@ -212,12 +212,12 @@ class WatchRow(NamedTuple):
 
 
 def watch_line(r: WatchRow) -> str:
-    """A lock of the live view on one line, for a narrow screen."""
+    """A lock of the live view on one line, for a narrow screen: the essentials first."""
     entry = r.entry
     seen = f"seen {format_duration(r.seen)}" if r.seen else ""
-    parts = [f"{r.mark}{entry.lock.pid} {application(entry)[:16]}".rstrip(),
-             f"{status(entry)} {age(entry)}", lock_label(entry, r.server), relation(entry),
-             seen, f"[{flags(entry)}]" if entry.flags else ""]  # fmt: skip
+    parts = [f"{r.mark}{entry.lock.pid}", f"{status(entry)} {age(entry)}",
+             lock_label(entry, r.server), application(entry), relation(entry), seen,
+             f"[{flags(entry)}]" if entry.flags else ""]  # fmt: skip
     return "  ".join(part for part in parts if part.strip())
 
 

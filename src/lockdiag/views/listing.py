@@ -204,16 +204,12 @@ def fold(rows: list[ListRow]) -> dict[int, str]:
 
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
-    """One lock on one line, for a screen too narrow for the table: who, what, how long, the
-    lock's whole name, then the rest."""
+    """One lock on one line, for a screen too narrow for the table: the essentials first and
+    whole (pid, status, age, the lock's whole name), then who and how, cut at the edge."""
     entry = row.entry
-    app = application(entry)
-    who = f"{pid_text(entry.lock)} {app[:16] + ('…' if len(app) > 16 else '')}".rstrip()
-    details = " · ".join(
-        part for part in (state(entry), entry.lifetime or "", relation(entry)) if part
-    )
-    text = f"{who}  {status(entry)} {age(entry)}  {label}"
-    text += f"  {details}" if details else ""
+    essentials = f"{pid_text(entry.lock)}  {status(entry)} {age(entry)}  {label}"
+    parts = (application(entry), state(entry), entry.lifetime or "", relation(entry))
+    text = f"{essentials}  {' · '.join(part for part in parts if part)}"
     text += f"  [{flags(entry)}]" if entry.flags else ""
     return f"{clean(row.target)}: {text}" if fleet else text
 

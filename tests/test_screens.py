@@ -1,0 +1,125 @@
+"""What a person sees, in a real pseudo-terminal of 80x24, 120x40 and 200x50: for `list`,
+`who-holds` and `watch` on the bundled incident, every row on screen shows its PID, its status
+and the whole name of its lock, and nothing has scrolled off the top.
+
+The terminal is emulated by pyte from the bytes the program wrote, as a terminal would draw
+them (cursor moves, the alternate screen, cut lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pyte
+import pytest
+
+from conftest import ctrl_c_reaches_child
+
+ROOT = Path(__file__).resolve().parent.parent
+INCIDENT = ROOT / "examples" / "incident.json"
+REGISTRY = ROOT / "examples" / "lockdiag.toml"
+SIZES = [(24, 80), (40, 120), (50, 200)]
+# rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
+TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def screen_of(args: list[str], size: tuple[int, int], keys: str = "") -> list[str]:
+    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
+    rows, columns = size
+    child = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
+        env={**TERMINAL_ENV, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    screen = pyte.Screen(columns, rows)
+    stream = pyte.ByteStream(screen)
+    if keys:
+        child.expect("q quit")  # the whole frame is drawn
+        stream.feed(child.before + child.after)
+        child.send(keys)
+    child.expect(pexpect.EOF)
+    stream.feed(child.before)
+    child.close()
+    assert child.exitstatus in (0, 1), "\n".join(screen.display)
+    return [line.rstrip() for line in screen.display]
+
+
+def locks(command: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "lockdiag", command, "--from", str(INCIDENT), "--registry",
+         str(REGISTRY), "--format", "json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    found: list[dict[str, Any]] = json.loads(result.stdout)["locks"]
+    return found
+
+
+def label(lock: dict[str, Any]) -> str:
+    if lock["namespace"]:
+        return f"{lock['namespace']} {lock['resource']}"
+    if lock["known"]:
+        return f"{lock['known']['software']}: {lock['known']['meaning']}"
+    return f"unregistered {lock['form']} ({', '.join(map(str, lock['key']))})"
+
+
+def rows_are_whole(screen: list[str], expected: list[dict[str, Any]]) -> int:
+    """Every screen line that shows a lock's pid shows one of that pid's locks whole, with
+    its status. Returns how many lock rows were on screen."""
+    by_pid: dict[str, list[dict[str, Any]]] = {}
+    for lock in expected:
+        by_pid.setdefault(str(lock["pid"]), []).append(lock)
+    shown = 0
+    for line in screen:
+        words = line.replace("+", " ").split()
+        pids = [w for w in words if w in by_pid]
+        if not pids or line.lstrip().startswith(("├", "└", "pid ", "root", "WARNING", "CRITICAL")):
+            continue  # not a lock row (chains and findings name pids too)
+        mine = by_pid[pids[0]]
+        assert any(label(lock) in line for lock in mine), f"lock name cut: {line!r}"
+        assert "held" in line or "WAITING" in line, f"no status: {line!r}"
+        shown += 1
+    return shown
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_list_keeps_pid_status_and_name_on_screen(size: tuple[int, int]) -> None:
+    args = ["list", "--from", str(INCIDENT), "--registry", str(REGISTRY)]
+    screen = screen_of(args, size)
+    shown = rows_are_whole(screen, locks("list"))
+    assert shown >= min(11, size[0] // 3), "\n".join(screen)
+    # nothing scrolled off: the most urgent row (a root blocker) is at the top, and the
+    # summary is still on screen
+    first = next(line for line in screen if line.strip())
+    assert "4163" in first or first.startswith("LOCK"), "\n".join(screen)
+    assert any("11 lock(s), 3 waiting" in line for line in screen), "\n".join(screen)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_who_holds_keeps_its_verdict_and_pids_on_screen(size: tuple[int, int]) -> None:
+    args = ["who-holds", "tenant_summary", "73", "--from", str(INCIDENT), "--registry",
+            str(REGISTRY)]  # fmt: skip
+    screen = screen_of(args, size)
+    text = "\n".join(screen)
+    assert screen[0].startswith("tenant_summary 73 (4102, 73, 2) is held by pid 4163"), text
+    for pid in ("4163", "9933", "13302"):
+        assert any(line.split()[:2].count(pid) or line.startswith(pid) for line in screen), (
+            f"pid {pid} not on screen:\n{text}"
+        )
+    assert "Waiters" in text and "Holders" in text
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_watch_shows_whole_rows_and_its_footer(size: tuple[int, int], tmp_path: Path) -> None:
+    recording = tmp_path / "incident.jsonl"
+    recording.write_text(json.dumps(json.loads(INCIDENT.read_text())) + "\n")
+    args = ["watch", "--from", str(recording), "--registry", str(REGISTRY), "--interval", "60s"]
+    screen = screen_of(args, size, keys="q")
+    text = "\n".join(screen)
+    assert any(line.startswith("lockdiag watch") for line in screen[:2]), text
+    assert any("q quit" in line for line in screen), text  # the footer, whole
+    assert rows_are_whole(screen, locks("list")) >= 1, text
