@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pexpect
 import psycopg
+import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
@@ -73,11 +74,13 @@ def pause_and_quit(child: pexpect.spawn) -> None:
     assert child.exitstatus == 0
 
 
+@pytest.mark.parametrize("screen", [(40, 170), (24, 80)], ids=["170x40", "80x24"])
 def test_watch_renders_refreshes_reconnects_and_quits(
-    cluster: Cluster, sessions: Sessions, tmp_path: Path
+    cluster: Cluster, sessions: Sessions, tmp_path: Path, screen: tuple[int, int]
 ) -> None:
+    """The banner that says the connection is lost fits every width."""
     sessions.open("billing-worker").run("SELECT pg_advisory_lock(4102, 73)")
-    child = spawn_watch(cluster, tmp_path)
+    child = spawn_watch(cluster, tmp_path, screen=screen)
     try:
         child.expect_exact("tenant_summary 73")
         first = refresh_number(child)
