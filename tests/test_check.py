@@ -341,3 +341,29 @@ def test_terminate_a_waiter_names_its_blocker_and_cancel_spares_an_idle_session(
     assert "is idle: it runs no query to cancel" in idle.stderr
     assert "state idle for " in idle.stdout  # how long it has been in its state
     assert holder.run("SELECT 1") == [(1,)] and not waiter.done(0.1)
+
+
+LOWER_BOUND = {
+    "outlived-client": True, "session-lock": True, "stuck-owner": True, "expect-violated": True,
+    "max-hold": True, "long-wait": False, "max-wait": False, "blocked-many": False,
+    "unregistered": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(LOWER_BOUND))
+def test_lower_bound_for_each_kind(kind: str, tmp_path: Path) -> None:
+    """Each kind, raised from the bundled incident: lower_bound is true exactly for the kinds
+    whose value is a duration PostgreSQL only bounds from below."""
+    root = Path(__file__).resolve().parent.parent
+    registry = tmp_path / "lockdiag.toml"
+    text = (root / "examples" / "lockdiag.toml").read_text()
+    if kind == "max-wait":  # a namespace's own limit replaces --wait-age for its waits
+        text = text.replace('max_hold = "5m"', 'max_hold = "5m"\nmax_wait = "1s"')
+    registry.write_text(text)
+    result = CliRunner().invoke(
+        cli, ["check", "--from", str(root / "examples" / "incident.json"), "--registry",
+              str(registry), "--format", "json", "--wait-age", "0s", "--max-blocked", "0"],
+    )  # fmt: skip
+    findings = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == kind]
+    assert findings, f"the incident raised no {kind}"
+    assert {f["lower_bound"] for f in findings} == {LOWER_BOUND[kind]}

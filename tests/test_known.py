@@ -28,7 +28,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, parse_registry
 
-from conftest import OBSERVER, Sessions
+from conftest import OBSERVER, OTHER_DB, Sessions
 
 DB = "known_db"
 
@@ -42,7 +42,7 @@ def test_reference_values() -> None:
         LockTriple(1310747230, 1655128355, 1): "Ruby on Rails",
         LockTriple(655373614, 3751769762, 1): "sqlx",
         LockTriple(0, 1545581028, 1): "golang-migrate",
-        LockTriple(2915364753, 2332063824, 1): "pg-boss v10+",
+        LockTriple(2915364753, 2332063824, 1): "pg-boss v10",
     }
     for triple, software in expected.items():
         assert lockdiag[triple].software == software
@@ -130,7 +130,7 @@ def test_migration_tools_with_their_real_formulas(
     worker.run(f"SELECT pg_advisory_lock({flyway_key('public').bigint})")
     found = by_software(listed(cluster, known_db))
     assert set(found) == {
-        "Ruby on Rails", "sqlx", "golang-migrate", "pg-boss v10+", "pg-boss v7-v9", "Flyway"
+        "Ruby on Rails", "sqlx", "golang-migrate", "pg-boss v10", "pg-boss v7-v9", "Flyway"
     }  # fmt: skip
     assert found["Ruby on Rails"]["known"] == {
         "software": "Ruby on Rails",
@@ -194,7 +194,7 @@ def test_keys_from_rows_and_hashtext(
         ("GoodJob", "process 0a4c2e1d-2222-4c4c-8888-aaaaaaaaaaaa"),
         ("Que", "job 4242"),
         ("hashtext", "hashtext('nightly-report')"),
-        ("pg_partman", "pg_partman run_maintenance"),
+        ("pg_partman", "run_maintenance"),
         ("pgmq", "queue 'orders'"),
     ]
     (unknown,) = [lock for lock in document["locks"] if not lock["known"]]
@@ -231,3 +231,110 @@ def test_registry_wins_and_collisions_warn() -> None:
         cli, ["decode", "204970145", "1222811995", "1", "--database", "shop_test"]
     )
     assert rails.stdout.startswith("Ruby on Rails: migration lock of database shop_test")
+
+
+def test_deploy_tools_get_no_advice_to_time_out_or_terminate(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A Sqitch deploy: its connection holds the deploy lock and sits idle in transaction
+    while psql applies a change; a second deploy waits. That is normal, and ending it would
+    leave Sqitch's record of deployed changes out of step with the schema."""
+    deploy = sessions.open("sqitch", autocommit=False)
+    deploy.run("SELECT pg_try_advisory_lock(75474063)")
+    deploy.run("LOCK TABLE items IN SHARE MODE")  # Sqitch: LOCK TABLE changes
+    second = sessions.open("sqitch-2")
+    second.start("SELECT pg_advisory_lock(75474063)")
+    sessions.waiting(second)
+    result = CliRunner().invoke(
+        cli, ["check", "--dsn", cluster.dsn(), "--format", "json", "--idle-age", "0s",
+              "--session-age", "0s", "--wait-age", "0s"],
+    )  # fmt: skip
+    findings = [f for f in json.loads(result.stdout)["findings"] if f["pid"] == deploy.pid]
+    assert {f["kind"] for f in findings} >= {"stuck-owner"}
+    for finding in findings:
+        step = finding["next_step"]
+        assert "Sqitch deploy is running, or died" in step, step
+        assert "idle_in_transaction_session_timeout" not in step and "terminate" not in step
+    who = CliRunner().invoke(cli, ["who-holds", "--key", "75474063", "--dsn", cluster.dsn()])
+    assert "SELECT pg_try_advisory_lock(75474063) (as Sqitch takes it)" in who.stdout
+
+
+def test_unregistered_advice_fits_the_key(cluster: Cluster, sessions: Sessions) -> None:
+    """A namespace id is suggested only where the key looks like one; hashed keys get the
+    [known] lists instead; one finding per database, holder and advice, counted."""
+    worker = sessions.open("hashes")
+    worker.run(
+        "SELECT pg_advisory_lock(-55037190), pg_advisory_lock(42), "  # 32-bit: hashed or plain
+        "pg_advisory_lock(5993361290266201750), "  # 64-bit hash (pals)
+        "pg_advisory_lock(967887184, 0), "  # a hashed pair (with_advisory_lock)
+        "pg_advisory_lock((9::bigint << 32) | 1), pg_advisory_lock((9::bigint << 32) | 2)"
+    )
+    result = CliRunner().invoke(
+        cli, ["check", "--dsn", cluster.dsn(), "--format", "json", "--session-age", "1h"]
+    )
+    found = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "unregistered"]
+    steps = {f["next_step"]: f["locks"] for f in found if f["pid"] == worker.pid}
+    assert len(steps) == 4
+    named = [s for s in steps if s.startswith("name it")]
+    assert named == ['name it in the registry file: [namespaces.NAME] id = 9, form = "bigint"']
+    assert steps[named[0]] == 2
+    assert any(s.startswith("a 32-bit key") and n == 2 for s, n in steps.items())
+    assert any("64-bit hash" in s for s in steps) and any("hashing a name" in s for s in steps)
+    assert not any("id = 0" in s or "id = -1" in s for s in steps)
+
+
+def test_hashtext_names_hold_in_every_database(cluster: Cluster, sessions: Sessions) -> None:
+    """pg_partman's lock taken in another database than the one lockdiag connects to."""
+    partman = sessions.open("partman", dbname=OTHER_DB, autocommit=False)
+    partman.run("SELECT pg_try_advisory_xact_lock(hashtext('pg_partman run_maintenance'))")
+    listed = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(), "--format", "json"])
+    (lock,) = [lock for lock in json.loads(listed.stdout)["locks"] if lock["pid"] == partman.pid]
+    assert lock["database"] == OTHER_DB
+    assert lock["known"]["software"] == "pg_partman"
+    assert lock["known"]["meaning"] == "run_maintenance"  # not "pg_partman run_maintenance"
+    key = str(lock["key"][0])
+    offline = CliRunner().invoke(cli, ["decode", key])
+    assert offline.stdout.startswith("unregistered bigint")
+    assert "not tried without a server (give --dsn)" in offline.stdout
+    online = CliRunner().invoke(cli, ["decode", key, "--dsn", cluster.dsn()])
+    assert online.stdout.startswith("pg_partman: run_maintenance"), online.output
+
+
+def test_keys_of_todays_releases(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
+    """Keys computed by each software's own formula: in SQL as pg-boss and django-pglocks
+    2.x compute them, and in Python as advisory-lock (npm) and @medusajs/locking-postgres do."""
+    (tmp_path / "lockdiag.toml").write_text(
+        '[known]\ndjango_pglocks = ["report:daily"]\nadvisory_lock_npm = ["send-invoices"]\n'
+        'medusa = ["cart:42"]\n'
+    )
+    import hashlib
+    import struct
+
+    from lockdiag.core.catalogue import medusa_hash
+
+    a, b = struct.unpack("<ii", hashlib.sha256(b"send-invoices").digest()[:8])
+    worker = sessions.open("releases", autocommit=False)
+    worker.run(
+        "SELECT pg_advisory_xact_lock(('x' || encode(sha224((current_database() || "
+        "'.pgboss.pgboss' || 'jobfailJobsByTimeout')::bytea), 'hex'))::bit(64)::bigint), "
+        "pg_advisory_xact_lock(('x' || encode(sha224((current_database() || "
+        "'.pgboss.pgboss')::bytea), 'hex'))::bit(64)::bigint), "
+        "pg_advisory_lock(('x' || encode(sha256('report:daily'::bytea), 'hex'))::bit(64)"
+        f"::bigint), pg_advisory_lock({a}, {b}), pg_advisory_xact_lock({medusa_hash('cart:42')})"
+    )
+    result = CliRunner().invoke(
+        cli, ["list", "--dsn", cluster.dsn(), "--format", "json", "--registry",
+              str(tmp_path / "lockdiag.toml")],
+    )  # fmt: skip
+    labels = {
+        f"{lock['known']['software']}: {lock['known']['meaning']}"
+        for lock in json.loads(result.stdout)["locks"]
+        if lock["pid"] == worker.pid and lock["known"]
+    }
+    assert labels == {
+        "pg-boss v11+: failJobsByTimeout lock of table job",
+        "pg-boss v10: schema and maintenance lock (creates or migrates the schema too)",
+        "django-pglocks: lock 'report:daily'",
+        "advisory-lock (npm): lock 'send-invoices'",
+        "@medusajs/locking-postgres: lock 'cart:42'",
+    }

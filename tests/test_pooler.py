@@ -215,3 +215,38 @@ def test_pooltest_verdicts_without_a_pooler() -> None:
     assert verdict(clean).verdict == "ok"
     owned = Observation("session", "commit", True, None, 1, False, 0, True)
     assert verdict(owned).verdict == "ok"  # A still connected owns it; freed when A leaves
+
+
+def test_pooltest_refuses_to_destroy_a_leaked_lock(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    """A pool whose server connection carries a leaked session lock: pooltest names it and
+    refuses (exit 2), and the lock, the evidence, is still there afterwards."""
+    backend = leak(transaction_pool, 515151)
+    for console in ([], ["--pgbouncer", transaction_pool.console_dsn()]):
+        result = CliRunner().invoke(
+            cli, ["pooltest", "--pooled", transaction_pool.dsn(), "--direct", cluster.dsn(),
+                  *console],
+        )  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert "refusing to run" in result.stderr
+        assert f"pid {backend} holds unregistered bigint 515151" in result.stderr
+        assert "lockdiag who-holds --key 0,515151,1" in result.stderr
+        assert "--accept-losing-locks" in result.stderr
+    (lock,) = [lock for lock in list_json(cluster)["locks"] if lock["key"] == [515151]]
+    assert lock["pid"] == backend  # still held: nothing was touched
+
+
+def test_check_shows_every_note_in_every_format(cluster: Cluster) -> None:
+    """A console that cannot be read is a note of the snapshot: check says so in text, JSON
+    and the Nagios line, so an OK never hides that part of the picture was missing."""
+    from lockdiag.demo.cluster import free_port
+
+    console = f"host=127.0.0.1 port={free_port()} user=postgres"
+    base = ["check", "--dsn", cluster.dsn(), "--pgbouncer", console]
+    text = CliRunner().invoke(cli, base)
+    assert "note: cannot read PgBouncer console" in text.stdout
+    document = json.loads(CliRunner().invoke(cli, [*base, "--format", "json"]).stdout)
+    assert any(n.startswith("cannot read PgBouncer console") for n in document["notes"])
+    nagios = CliRunner().invoke(cli, [*base, "--format", "nagios"]).stdout
+    assert "1 note(s): cannot read PgBouncer console" in nagios

@@ -34,6 +34,7 @@ TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
     "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
+    "advisory_lock_npm", "medusa",
 )  # fmt: skip
 KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
@@ -115,6 +116,8 @@ class Candidates:
     hashtext: tuple[str, ...] = ()  # any string passed to hashtext(), e.g. pg_partman's
     pgmq_queues: tuple[str, ...] = ()
     flyway_schemas: tuple[str, ...] = ("public",)
+    advisory_lock_npm: tuple[str, ...] = ()  # names given to the npm package advisory-lock
+    medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
 
 
 @dataclass(frozen=True)

@@ -113,20 +113,47 @@ def terminate_command(
     help="The reserved int4 pair to test with (B+1 is used too); never any other key.",
 )
 @click.option("--timeout", **DURATION, default="5s", show_default=True, help="Connect timeout.")
+@click.option(
+    "--pgbouncer",
+    "consoles",
+    multiple=True,
+    metavar="DSN",
+    help="PgBouncer admin console: tells exactly which backends are the pool's server "
+    "connections (else: the backends of the database connected from the pooler's address).",
+)
+@click.option(
+    "--accept-losing-locks",
+    is_flag=True,
+    help="Run even when the pool's server connections hold advisory locks (evidence of a "
+    "leak) that a scenario may release.",
+)
+@registry_option
 @format_option
-def pooltest_command(pooled: str, direct: str, raw_key: str, timeout: float, fmt: str) -> None:
+def pooltest_command(
+    pooled: str,
+    direct: str,
+    raw_key: str,
+    timeout: float,
+    consoles: tuple[str, ...],
+    accept_losing_locks: bool,
+    registry: str | None,
+    fmt: str,
+) -> None:
     """Run the two-worker lock test through a real pool and report what survives.
 
     Worker A takes a reserved test key through --pooled and ends in each way a worker can
     (commit, rollback, exception, cancel, disconnect), with session and transaction locks;
     worker B and a new client C try the key; --direct watches pg_locks. Exit 0 when every
-    scenario behaved safely, 1 when an unsafe behaviour was observed.
+    scenario behaved safely, 1 when an unsafe or inconclusive one was observed, 2 when it
+    refused: advisory locks held by the pool's server connections (a leak's evidence) would
+    be at risk.
 
     \b
     Examples:
       lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" --direct "host=db dbname=app"
     """
     key = parse_numbers([raw_key])
-    results, left = run(pooled, direct, key, timeout)
+    names = get_registry(registry)
+    results, left = run(pooled, direct, key, timeout, names, consoles, accept_losing_locks)
     show(pooltest_output(results, left), fmt)
     sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)

@@ -16,9 +16,10 @@ from lockdiag.cli.common import (
 )
 from lockdiag.cli.group import LockdiagGroup
 from lockdiag.core.analysis import decode
-from lockdiag.core.catalogue import build_catalogue, collisions
+from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
 from lockdiag.keys import parse_numbers
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import check_file, find_registry
 from lockdiag.views.keys import check_output, decode_output, key_output, registry_output
 
@@ -110,10 +111,20 @@ def key_command(
     metavar="NAME",
     help="Also try keys that software derives from this database name (Rails, sqlx, ...).",
 )
+@click.option(
+    "--dsn",
+    metavar="DSN",
+    help="Also ask this server for names computed by its hashtext() (pg_partman, pgmq, "
+    "[known] hashtext); read-only, one query.",
+)
 @registry_option
 @format_option
 def decode_command(
-    numbers: tuple[str, ...], database: str | None, registry: str | None, fmt: str
+    numbers: tuple[str, ...],
+    database: str | None,
+    dsn: str | None,
+    registry: str | None,
+    fmt: str,
 ) -> None:
     """Turn numbers back into a name.
 
@@ -126,7 +137,15 @@ def decode_command(
       lockdiag decode 4102 73
       lockdiag decode -55037190
       lockdiag decode 204970145 1222811995 1 --database shop_test
+      lockdiag decode -1738207498 --dsn postgresql://monitor@db1/app
     """
     names = get_registry(registry)
-    catalogue = build_catalogue(names.candidates, [database] if database else [])
-    show(decode_output(decode(names, catalogue, parse_numbers(numbers), database)), fmt)
+    strings = hashed_names(names.candidates)
+    derived = []
+    if dsn is not None:
+        with DiagnosticSession(dsn) as session:
+            derived = session.hashtext_keys(strings)
+    catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
+    untried = [] if dsn is not None else strings
+    decoded = decode(names, catalogue, parse_numbers(numbers), database)
+    show(decode_output(decoded, untried), fmt)

@@ -25,6 +25,75 @@ from lockdiag.registry import Candidates, Namespace, Registry
 Confidence = Literal["exact", "derived", "guess"]
 
 
+SoftwareKind = Literal["migration", "deploy", "scheduler", "queue", "extension", "library"]
+
+
+@dataclass(frozen=True)
+class Software:
+    """How a piece of software takes its advisory locks, and what is normal for it."""
+
+    kind: SoftwareKind
+    function: str  # the lock function it calls, as lockdiag key --function spells it
+    normal: str  # one sentence: what holding the lock means for it
+
+    @property
+    def runs(self) -> bool:
+        """A migration or a deploy: ending its session mid-run can leave its record of applied
+        changes out of step with the schema."""
+        return self.kind in ("migration", "deploy")
+
+
+# from each project's source (see known-locks.md); the key is Known.software
+SOFTWARE: dict[str, Software] = {
+    "Prisma Migrate": Software("migration", "pg_advisory_lock", "held for the whole migrate run"),
+    "Sqitch": Software(
+        "deploy", "pg_try_advisory_lock",
+        "held for the whole deploy, while Sqitch's own connection stays idle in transaction "
+        "(LOCK TABLE changes) and psql applies each change in another backend",
+    ),
+    "goose": Software("migration", "pg_try_advisory_lock", "held for the whole migration run"),
+    "node-pg-migrate": Software("migration", "pg_advisory_lock", "held for the whole run"),
+    "Kysely": Software("migration", "pg_advisory_lock", "held for the whole migration run"),
+    "Marten": Software("scheduler", "pg_try_advisory_lock",
+                       "held by the node that applies schema changes or leads the daemon"),
+    "liquibase-sessionlock": Software("migration", "pg_try_advisory_lock",
+                                      "held for the whole update"),
+    "Apache Airflow": Software("scheduler", "pg_advisory_lock",
+                               "held by a migration, or by the scheduler's critical section"),
+    "Ruby on Rails": Software("migration", "pg_try_advisory_lock",
+                              "held for the whole db:migrate"),
+    "sqlx": Software("migration", "pg_advisory_lock", "held for the whole migrate run"),
+    "golang-migrate": Software("migration", "pg_advisory_lock", "held for the whole run"),
+    "Flyway": Software("migration", "pg_try_advisory_xact_lock",
+                       "held by each migration's transaction"),
+    "pg-boss v7-v9": Software("queue", "pg_advisory_xact_lock",
+                              "held by one maintenance transaction"),
+    "pg-boss v10": Software("queue", "pg_advisory_xact_lock",
+                            "held while pg-boss creates or migrates its schema, and by "
+                            "maintenance transactions"),
+    "pg-boss v10+": Software("queue", "pg_advisory_xact_lock",
+                             "held by one maintenance or queue transaction"),
+    "pg-boss v11+": Software("queue", "pg_advisory_xact_lock",
+                             "held by one maintenance transaction (lock_timeout 30s)"),
+    "GoodJob": Software("queue", "pg_try_advisory_lock",
+                        "held while a job or a process runs (concurrency keys: per transaction)"),
+    "Que": Software("queue", "pg_try_advisory_lock", "held while the job runs"),
+    "pgmq": Software("queue", "pg_advisory_xact_lock", "held by one queue transaction"),
+    "pg_partman": Software("extension", "pg_try_advisory_xact_lock",
+                           "held by one maintenance call (some calls take session locks)"),
+    "with_advisory_lock": Software("library", "pg_advisory_lock",
+                                   "held around a block of the application's code"),
+    "django-pglocks": Software("library", "pg_advisory_lock",
+                               "held around a block of the application's code"),
+    "pals": Software("library", "pg_advisory_lock",
+                     "held around a block of the application's code"),
+    "advisory-lock (npm)": Software("library", "pg_advisory_lock",
+                                    "held around a block of the application's code"),
+    "@medusajs/locking-postgres": Software("library", "pg_advisory_xact_lock",
+                                           "held by one transaction of the application"),
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Known:
     software: str
@@ -35,6 +104,10 @@ class Known:
     def label(self) -> str:
         mark = {"exact": "", "derived": "", "guess": "?"}[self.confidence]
         return f"{self.software}{mark}: {self.meaning}"
+
+    @property
+    def behaviour(self) -> Software | None:
+        return SOFTWARE.get(self.software)
 
 
 def java_hash(text: str) -> int:
@@ -72,7 +145,10 @@ FIXED: dict[LockTriple, Known] = {
 
 FLYWAY_BASE = 77431708279161  # "Flyway" in ASCII: 0x466C79776179
 FLYWAY_CLASSIDS = range(18027, 18030)  # FLYWAY_BASE + any int4, in the high 32 bits
-PG_BOSS_KEYS = ("", "create-queue", "delete-queue", "queue-stats", "queue-stats-insert")
+PG_BOSS_KEYS = ("create-queue", "delete-queue", "queue-stats", "queue-stats-insert")
+# pg-boss v11+ locks per table (<table> is "job", or a queue's own table); v12 adds the rest
+PG_BOSS_TABLE_KEYS = ("failJobsByTimeout", "deletion", "failJobsByHeartbeat",
+                      "cleanupDependencies")  # fmt: skip
 
 
 def database_keys(database: str) -> dict[LockTriple, Known]:
@@ -90,12 +166,36 @@ def database_keys(database: str) -> dict[LockTriple, Known]:
         found[from_bigint(key)] = Known(
             "golang-migrate", f"migration lock of database {database}", "derived"
         )
-    for key_name in PG_BOSS_KEYS:
-        digest = hashlib.sha224(f"{database}.pgboss.pgboss{key_name}".encode()).digest()
-        what = f"'{key_name}' lock" if key_name else "maintenance lock"
-        found[from_bigint(_signed64(digest))] = Known("pg-boss v10+", what, "derived")
+    found.update(pg_boss_keys(database))
     digest = hashlib.md5(f"{database}.pgboss.pgboss".encode(), usedforsecurity=False).digest()
     found[from_bigint(_signed64(digest))] = Known("pg-boss v7-v9", "maintenance lock", "derived")
+    return found
+
+
+def pg_boss_keys(
+    database: str, schema: str = "pgboss", tables: Iterable[str] = ("job",)
+) -> dict[LockTriple, Known]:
+    """pg-boss: the first 8 bytes of sha224(database + ".pgboss." + schema + key), signed."""
+
+    def key(name: str) -> LockTriple:
+        digest = hashlib.sha224(f"{database}.pgboss.{schema}{name}".encode()).digest()
+        return from_bigint(_signed64(digest))
+
+    found = {
+        key(""): Known(
+            "pg-boss v10",
+            "schema and maintenance lock (creates or migrates the schema too)",
+            "derived",
+        ),
+        key("bamClaim"): Known("pg-boss v11+", "bamClaim lock (v12)", "derived"),
+    }
+    for name in PG_BOSS_KEYS:
+        found[key(name)] = Known("pg-boss v10+", f"'{name}' lock", "derived")
+    for table in tables:
+        for name in PG_BOSS_TABLE_KEYS:
+            found[key(f"{table}{name}")] = Known(
+                "pg-boss v11+", f"{name} lock of table {table}", "derived"
+            )
     return found
 
 
@@ -126,22 +226,43 @@ def flyway_keys(schemas: Iterable[str]) -> dict[LockTriple, Known]:
     }
 
 
+def medusa_hash(name: str) -> int:
+    """@medusajs/locking-postgres: h = 5381; from the last character to the first,
+    h = (h * 33) ^ code, as an unsigned 32-bit number (JavaScript's ``h >>> 0``)."""
+    value = 5381
+    for character in reversed(name.encode("utf-16-be").decode("utf-16-be")):
+        value = ((value * 33) ^ ord(character)) & 0xFFFFFFFF
+    return value
+
+
 def name_keys(
     with_advisory_lock: Iterable[str] = (),
     with_advisory_lock_prefix: int = 0,
     django_pglocks: Iterable[str] = (),
     pals: Iterable[str] = (),
+    advisory_lock_npm: Iterable[str] = (),
+    medusa: Iterable[str] = (),
 ) -> dict[LockTriple, Known]:
-    """Keys of names the team lists as candidates, for libraries that hash names in Python
-    or Ruby the same way Python does (CRC-32, SHA-1)."""
+    """Keys of names the team lists as candidates, for libraries that hash names in Python,
+    Ruby or JavaScript in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2)."""
     found: dict[LockTriple, Known] = {}
+    for name in advisory_lock_npm:
+        digest = hashlib.sha256(name.encode()).digest()
+        a, b = struct.unpack("<ii", digest[:8])  # readInt32LE(0), readInt32LE(4)
+        found[from_pair(a, b)] = Known("advisory-lock (npm)", f"lock {name!r}", "derived")
+    for name in medusa:
+        found[from_bigint(medusa_hash(name))] = Known(
+            "@medusajs/locking-postgres", f"lock {name!r}", "derived"
+        )
     for name in with_advisory_lock:
         key = from_pair(crc32(name) & 0x7FFFFFFF, with_advisory_lock_prefix & 0x7FFFFFFF)
         found[key] = Known("with_advisory_lock", f"lock {name!r}", "derived")
     for name in django_pglocks:
         found[from_bigint(to_int4(crc32(name)))] = Known(
-            "django-pglocks", f"lock {name!r}", "derived"
+            "django-pglocks", f"lock {name!r} (1.0.x)", "derived"
         )
+        digest = hashlib.sha256(name.encode()).digest()  # 2.x and django-pgware
+        found[from_bigint(_signed64(digest))] = Known("django-pglocks", f"lock {name!r}", "derived")
     for name in pals:
         digest = hashlib.sha1(name.encode(), usedforsecurity=False).digest()
         found[from_bigint(_signed64(digest, "<"))] = Known("pals", f"lock {name!r}", "derived")
@@ -154,8 +275,13 @@ def goodjob_key(text: str) -> LockTriple:
     return from_bigint(_signed64(digest))
 
 
-# pg_partman's constant lock names, hashed on the server with hashtext (pg_partman sources)
-PARTMAN_NAMES = ("pg_partman run_maintenance",)
+# pg_partman's constant lock names (4.x, 5.x), hashed on the server with hashtext; the two
+# procedures lock a pair (hashtext(name), hashtext(parent_table)) (pg_partman sources)
+PARTMAN_NAMES = (
+    "pg_partman run_maintenance", "pg_partman drop_partition_time", "pg_partman drop_partition_id",
+    "pg_partman run_analyze", "pg_partman reapply_constraints", "pg_partman undo_partition_native",
+    "pg_partman partition_data_proc", "pg_partman undo_partition_proc",
+)  # fmt: skip
 
 
 @dataclass
@@ -195,6 +321,8 @@ def build_catalogue(
                 candidates.with_advisory_lock_prefix,
                 candidates.django_pglocks,
                 candidates.pals,
+                candidates.advisory_lock_npm,
+                candidates.medusa,
             ),
             **exact,
         },
@@ -228,10 +356,14 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
 
 
 def names_to_hash(snapshot: Snapshot, registry: Registry) -> list[str]:
-    candidates = registry.candidates
-    strings = list(candidates.hashtext)
-    if "pg_partman" in snapshot.server.extensions:
-        strings += PARTMAN_NAMES
+    return hashed_names(registry.candidates)
+
+
+def hashed_names(candidates: Candidates) -> list[str]:
+    """Names whose keys only a server's hashtext() can compute. pg_partman's are always
+    tried: the extension may live in another database of the cluster, and hashtext() gives
+    the same number in every database."""
+    strings = [*candidates.hashtext, *PARTMAN_NAMES]
     return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
 
 
@@ -270,7 +402,7 @@ def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[De
         if source == "hashtext":
             software, meaning = "hashtext", f"hashtext({name!r})"
             if name in PARTMAN_NAMES:
-                software, meaning = "pg_partman", name
+                software, meaning = "pg_partman", name.removeprefix("pg_partman ")
             elif name.startswith("pgmq.queue_"):
                 software, meaning = "pgmq", f"queue {name.removeprefix('pgmq.queue_')!r}"
             found.append(DerivedKey(None, key, "bigint", software, meaning))

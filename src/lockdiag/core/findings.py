@@ -12,9 +12,12 @@ from enum import Enum
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy
+from lockdiag.core.catalogue import Known, collisions
 from lockdiag.core.graph import Blockers, tree_pids
 from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
 from lockdiag.durations import format_duration
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Namespace
 
 Severity = Literal["warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
@@ -118,11 +121,12 @@ def check(
 ) -> CheckReport:
     """Findings of one analysed snapshot (a Diagnosis's; use Diagnosis.findings). Its entries
     are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
+    software = software_of(entries)
     findings = [
-        *_outlived_clients(entries),
-        *_session_locks(entries, policy),
+        *_outlived_clients(entries, software),
+        *_session_locks(entries, policy, software),
         *_waits(entries, policy, snapshot.server),
-        *_stuck_owners(entries, policy, snapshot.server),
+        *_stuck_owners(entries, policy, snapshot.server, software),
         *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(entries) if policy.unregistered else ()),
         *_namespace_rules(entries),
@@ -207,7 +211,41 @@ def _listed(group: list[LockEntry], shown: int = 3) -> str:
     return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
 
 
-def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
+def software_of(entries: list[LockEntry]) -> dict[int, Known]:
+    """The well-known software whose lock each backend holds (the first one found)."""
+    found: dict[int, Known] = {}
+    for entry in entries:
+        pid = entry.lock.pid
+        known = entry.decoded.known if entry.decoded is not None else None
+        if entry.lock.granted and pid is not None and pid not in found and known is not None:
+            found.update({pid: known} if known.behaviour is not None else {})
+    return found
+
+
+def software_step(known: Known, pid: int | None) -> str:
+    """A next step in that software's terms: never a timeout to set nor a session to end as a
+    routine step, since that would abort a deploy or a job in the middle of its work."""
+    behaviour = known.behaviour
+    assert behaviour is not None
+    if behaviour.runs:
+        return (
+            f"a {known.software} {behaviour.kind} is running, or died holding its lock "
+            f"({behaviour.normal}): check that {behaviour.kind} (its process, its log) before "
+            f"acting; ending its session mid-{behaviour.kind} can leave {known.software}'s "
+            "record of applied changes out of step with the schema"
+        )
+    if behaviour.kind == "library":
+        return (
+            f"{known.software} {known.meaning}: {behaviour.normal}; look for the code path that "
+            "takes it and never lets go"
+        )
+    return (
+        f"{known.software} {known.meaning} is {behaviour.normal}: check the {known.software} "
+        f"process that owns pid {pid} before acting"
+    )
+
+
+def _outlived_clients(entries: list[LockEntry], software: dict[int, Known]) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
     PgBouncer, on a server connection that no client is using any more."""
     leaked = (e for e in entries if Flag.OUTLIVED_CLIENT in e.flags)
@@ -227,16 +265,20 @@ def _outlived_clients(entries: list[LockEntry]) -> Iterator[Finding]:
             f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
             f"pid {entry.lock.pid} with no client attached{_listed(group)}"
             + (f"; {waiting} session(s) wait for it" if waiting else ""),
-            "use transaction-level locks (pg_advisory_xact_lock) behind a transaction pooler, "
-            "or session pooling, or server_reset_query_always = 1; last resort: lockdiag "
-            f"terminate {entry.lock.pid} (ends that pooled server connection)",
+            software_step(software[entry.lock.pid], entry.lock.pid)
+            if entry.lock.pid in software
+            else "use transaction-level locks (pg_advisory_xact_lock) behind a transaction "
+            "pooler, or session pooling, or server_reset_query_always = 1; last resort: "
+            f"lockdiag terminate {entry.lock.pid} (ends that pooled server connection)",
             entry,
             held,
             count,
         )
 
 
-def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Finding]:
+def _session_locks(
+    entries: list[LockEntry], policy: CheckPolicy, software: dict[int, Known]
+) -> Iterator[Finding]:
     # the flag: a certain session lock held past --session-age's warning level, in a namespace
     # not declared long-lived (a leader lock never raises an alert)
     old = (e for e in entries if Flag.LONG_SESSION_LOCK in e.flags)
@@ -256,7 +298,9 @@ def _session_locks(entries: list[LockEntry], policy: CheckPolicy) -> Iterator[Fi
             _labels(group),
             f"{what} held by {_who(entry)}, idle, for at least {format_duration(held)}"
             + _listed(group),
-            "its work is over but the lock was never released: look for a missing "
+            software_step(software[entry.lock.pid], entry.lock.pid)
+            if entry.lock.pid in software
+            else "its work is over but the lock was never released: look for a missing "
             "pg_advisory_unlock in that application, or a lock taken through a pooled "
             f"connection; last resort: lockdiag terminate {entry.lock.pid}",
             entry,
@@ -298,7 +342,7 @@ def _wait_finding(
 
 
 def _stuck_owners(
-    entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo
+    entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo, software: dict[int, Known]
 ) -> Iterator[Finding]:
     reported: set[int | None] = set()
     for entry in entries:
@@ -317,9 +361,11 @@ def _stuck_owners(
             _label(entry, server),
             f"{_who(entry)} is {session.state} for {format_duration(idle)} while "
             f"{len(entry.blocks)} session(s) wait for its lock",
-            "the application keeps a transaction open without working: fix that code path, "
-            f"or set idle_in_transaction_session_timeout; last resort: lockdiag terminate "
-            f"{entry.lock.pid}",
+            software_step(software[entry.lock.pid], entry.lock.pid)
+            if entry.lock.pid in software
+            else "the application keeps a transaction open without working: fix that code "
+            "path, or set idle_in_transaction_session_timeout; last resort: lockdiag "
+            f"terminate {entry.lock.pid}",
             entry,
             idle,
         )
@@ -357,27 +403,63 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> 
 
 
 def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
-    namespaces: dict[tuple[str, int], list[LockEntry]] = {}
+    """One finding per database, holder and kind of advice, counting the keys it is about."""
+    groups: dict[tuple[str | None, int | None, str], list[LockEntry]] = {}
     for entry in entries:
         decoded = entry.decoded
         if decoded is None or decoded.namespace or decoded.known or not entry.lock.granted:
             continue
-        triple = decoded.triple
-        namespace_id = triple.pair[0]
-        namespaces.setdefault((triple.form, namespace_id), []).append(entry)
-    for (form, namespace_id), found in namespaces.items():
+        step = unregistered_step(decoded.triple)
+        groups.setdefault((entry.database, entry.lock.pid, step), []).append(entry)
+    for (database, _, step), found in groups.items():
         first = found[0]
         keys = len({e.decoded.triple for e in found if e.decoded})
+        where = f" in database {database}" if database else ""
         yield Finding(
             Kind.UNREGISTERED,
             "warning",
             first.lock.pid,
-            _label(first),
-            f"{keys} key(s) of unregistered {form} namespace {namespace_id}, held by {_who(first)}",
-            f'name it in the registry file: [namespaces.NAME] id = {namespace_id}, form = "{form}"',
+            _labels(found),
+            f"{keys} unregistered key(s) held by {_who(first)}{where}{_listed(found)}",
+            step,
             first,
             float(keys),
+            len(found),
         )
+
+
+PLAUSIBLE_ID = 1 << 20  # team namespaces are small numbers; a hash's high word rarely is
+HASHED_32 = (
+    "a 32-bit key, most likely a hashed name (hashtext(), crc32 as django-pglocks 1.0 does, "
+    "djb2 as @medusajs/locking-postgres does) or a plain number: list candidate names under "
+    "[known] (hashtext, django_pglocks, medusa); no namespace id fits it (id 0 would take in "
+    "the keys of Sqitch, Prisma, goose, Marten and Airflow)"
+)
+HASHED_64 = (
+    "looks like a 64-bit hash of a name (pals, django-pglocks 2.x, GoodJob, pg-boss...): list "
+    "candidate names under [known] (pals, django_pglocks) to see it named"
+)
+HASHED_PAIR = (
+    "looks like a pair made by hashing a name (with_advisory_lock, advisory-lock on npm): "
+    "list candidate names under [known] (with_advisory_lock, advisory_lock_npm)"
+)
+
+
+def unregistered_step(triple: LockTriple) -> str:
+    """The advice that fits a key nobody named: a namespace id only where the key looks like
+    one (and no well-known software's key falls in it), else how to name a hashed key."""
+    namespace_id = triple.pair[0]  # the first int4 (pair) or the high word (bigint)
+    if triple.form == "bigint" and namespace_id in (0, -1):
+        return HASHED_32  # a sign-extended int4
+    if not 0 < abs(namespace_id) < PLAUSIBLE_ID:
+        return HASHED_PAIR if triple.form == "pair" else HASHED_64
+    probe = Namespace(name="NAME", id=namespace_id, form=triple.form)
+    if collisions(probe):
+        return HASHED_PAIR if triple.form == "pair" else HASHED_64
+    return (
+        f"name it in the registry file: [namespaces.NAME] id = {namespace_id}, "
+        f'form = "{triple.form}"'
+    )
 
 
 def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:

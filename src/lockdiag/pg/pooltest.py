@@ -22,6 +22,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from lockdiag.core.analysis import Decoded
+from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.pooltest import (
     ENDINGS,
     LockKind,
@@ -35,7 +37,17 @@ from lockdiag.errors import InputError
 from lockdiag.keys import LockTriple, from_pair
 from lockdiag.pg import queries
 from lockdiag.pg.connection import connect_timeout, one_line
+from lockdiag.pg.pgbouncer import read_console
 from lockdiag.pg.session import DiagnosticSession, server_error
+from lockdiag.registry import Registry
+
+
+def _who_holds_args(decoded: Decoded) -> str:
+    if decoded.namespace is not None:
+        return f"{decoded.namespace.name} {decoded.resource}"
+    triple = decoded.triple
+    return f"--key {triple.classid},{triple.objid},{triple.objsubid}"
+
 
 # "lkdg" in ASCII: a namespace nobody else is likely to use; resources 1 and 2
 DEFAULT_KEY = from_pair(0x6C6B6467, 1)
@@ -115,6 +127,45 @@ class PoolTest:
         params = {"classid": key.classid, "objid": key.objid, "objsubid": key.objsubid}
         (count,) = self.direct.fetch("pooltest_holders", params) or (0,)
         return int(count)
+
+    def evidence(self, registry: Registry, consoles: tuple[str, ...]) -> list[str]:
+        """Advisory locks a scenario could destroy: those held by the pool's server
+        connections (the console's servers of this database and role when a console is
+        given, else every backend of the database connected from the pooler's address), and
+        any lock in the test keys' namespace. Each as "pid N holds LABEL (lockdiag who-holds
+        ...)"."""
+        probe = self.connect()
+        try:
+            row = probe.execute(queries.query("pooltest_probe").encode()).fetchone()
+        finally:
+            self.close(probe)
+        address, database, role = row if row else (None, None, None)
+        snapshot = self.direct.snapshot("advisory")
+        servers: set[int] = set()
+        for console_dsn in consoles:
+            console = read_console(console_dsn, self.timeout)
+            servers |= {int(s["remote_pid"]) for s in console.servers
+                        if s.get("database") == database and s.get("user") == role}  # fmt: skip
+        if not consoles:
+            servers = {
+                pid for pid, s in snapshot.sessions.items()
+                if s.database == database and address and s.client_addr == address.split("/")[0]
+            }  # fmt: skip
+        found = []
+        for entry in Diagnosis(snapshot, registry).advisory:
+            triple = entry.decoded.triple if entry.decoded else None
+            neighbour = (
+                triple is not None
+                and triple.form == "pair"
+                and (triple.pair[0] == self.key.pair[0])
+            )
+            if entry.lock.granted and (entry.lock.pid in servers or neighbour):
+                assert entry.decoded is not None
+                found.append(
+                    f"pid {entry.lock.pid} holds {entry.decoded.label} "
+                    f"(lockdiag who-holds {_who_holds_args(entry.decoded)})"
+                )
+        return found
 
     def holders_once_settled(self, within: float = 1.0) -> int:
         """Holders of the key after a client left: a pooler resets the server connection
@@ -233,27 +284,53 @@ class PoolTest:
 
 
 def run(
-    pooled: str, direct: str, key: LockTriple = DEFAULT_KEY, timeout: float = 5.0
+    pooled: str,
+    direct: str,
+    key: LockTriple = DEFAULT_KEY,
+    timeout: float = 5.0,
+    registry: Registry | None = None,
+    consoles: tuple[str, ...] = (),
+    accept_losing_locks: bool = False,
 ) -> tuple[list[Result], int]:
     """Every scenario; returns the results and how many test-key holders could not be
-    released (0 when nothing is left behind). A pool that cannot be used at all is a
-    ServerError, with the same messages as any other server."""
+    released (0 when nothing is left behind). It refuses (InputError) when the pool's server
+    connections hold advisory locks a scenario could destroy, unless ``accept_losing_locks``.
+    A pool that cannot be used at all is a ServerError, with the same messages as any other
+    server."""
     try:
-        return _run(pooled, direct, key, timeout)
+        return _run(pooled, direct, key, timeout, registry or Registry(), consoles,
+                    accept_losing_locks)  # fmt: skip
     except psycopg.Error as error:
         raise server_error(error, pooled, timeout) from None
 
 
-def _run(pooled: str, direct: str, key: LockTriple, timeout: float) -> tuple[list[Result], int]:
+def _run(
+    pooled: str,
+    direct: str,
+    key: LockTriple,
+    timeout: float,
+    registry: Registry,
+    consoles: tuple[str, ...],
+    accept_losing_locks: bool,
+) -> tuple[list[Result], int]:
     results: list[Result] = []
-    with DiagnosticSession(direct, timeout) as watcher:
+    with DiagnosticSession(direct, timeout, registry) as watcher:
         test = PoolTest(pooled, watcher, key, timeout)
+        if test.holders() or test.holders(test.other):
+            raise InputError(
+                f"the test key {key.describe()} is already held on the server: pick another "
+                "with --key"
+            )
+        evidence = test.evidence(registry, consoles)
+        if evidence and not accept_losing_locks:
+            raise InputError(
+                "refusing to run: advisory locks are held that a scenario could release "
+                "(PgBouncer closes a server connection whose client leaves in the middle of a "
+                "transaction, and its session locks go with it):\n"
+                + "\n".join(f"  {line}" for line in evidence),
+                hint="look at them first; --accept-losing-locks runs anyway and may destroy them",
+            )
         try:
-            if test.holders() or test.holders(test.other):
-                raise InputError(
-                    f"the test key {key.describe()} is already held on the server: pick another "
-                    "with --key"
-                )
             for scenario in test.scenarios():
                 results.append(scenario())
         finally:

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from lockdiag.core.catalogue import derived_keys
 from lockdiag.errors import ServerError
 from lockdiag.pg import queries
 from lockdiag.pg.capture import capture, complete
 from lockdiag.pg.connection import conninfo, one_line, scrub
 
 if TYPE_CHECKING:
-    from lockdiag.core.model import Scope, Snapshot
+    from lockdiag.core.model import DerivedKey, Scope, Snapshot
     from lockdiag.registry import Poolers, Registry
 
 DEFAULT_TIMEOUT = 5.0
@@ -95,6 +96,13 @@ class DiagnosticSession:
             sql = queries.query(name, self.connection.info.server_version)
             row = self.connection.execute(sql.encode(), params).fetchone()
         return row if row is not None else ()
+
+    def hashtext_keys(self, strings: list[str]) -> list[DerivedKey]:
+        """hashtext() of ``strings`` on this server (for `decode --dsn`): one query."""
+        with self.errors():
+            sql = queries.query("enrich_hashtext", self.connection.info.server_version)
+            rows = self.connection.execute(sql.encode(), {"strings": strings}).fetchall()
+        return derived_keys(rows, "")
 
     def close(self) -> None:
         if self._connection is not None:

@@ -120,6 +120,9 @@ def nagios_line(report: CheckReport, policy: CheckPolicy) -> str:
     if report.findings:
         first = report.findings[0]
         summary += f"; {first.kind}: {clean(first.evidence)}"
+    if report.notes:  # what could not be read changes what the status means
+        note = clean(report.notes[0])
+        summary += f"; {len(report.notes)} note(s): {note[:100]}{'…' if len(note) > 100 else ''}"
 
     def limits(threshold: Any) -> str:
         critical = "" if threshold.critical is None else f"{threshold.critical:g}"

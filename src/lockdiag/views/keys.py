@@ -11,19 +11,37 @@ from lockdiag.registry import Problem, Registry
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
     known_data,
+    notes_block,
 )
 
 # -- registry, key, decode ---------------------------------------------------------------------
 
 
-def key_data(key: LockTriple) -> dict[str, Any]:
+def lock_sql(decoded: Decoded) -> str:
+    """The SQL that takes this key as its owner does: a namespace's expected lifetime (both
+    calls when it expects either), well-known software's own function, else a transaction
+    lock (the safe default)."""
+    key = decoded.triple
+    namespace, known = decoded.namespace, decoded.known
+    if namespace is not None:
+        if namespace.expect == "session":
+            return key.sql("pg_try_advisory_lock")
+        if namespace.expect == "any":
+            return f"{key.sql()} or {key.sql('pg_try_advisory_lock')}"
+        return key.sql()
+    if known is not None and known.behaviour is not None:
+        return f"{key.sql(known.behaviour.function)} (as {known.software} takes it)"
+    return key.sql()
+
+
+def key_data(key: LockTriple, decoded: Decoded | None = None) -> dict[str, Any]:
     return {
         "form": key.form,
         "args": list(key.args),
         "classid": key.classid,
         "objid": key.objid,
         "objsubid": key.objsubid,
-        "sql": key.sql(),
+        "sql": lock_sql(decoded) if decoded is not None else key.sql(),
     }
 
 
@@ -47,29 +65,38 @@ def key_output(namespace: str, resource: int, key: LockTriple, function: str) ->
     return Output(blocks, data)
 
 
-def decode_output(decoded: Decoded) -> Output:
+def decode_output(decoded: Decoded, untried: list[str] | None = None) -> Output:
+    """``untried``: names only a server's hashtext() could have tried (no --dsn)."""
     key = decoded.triple
     a, b = key.pair
+    unnamed = decoded.namespace is None and decoded.known is None
+    note = (
+        f"not tried without a server (give --dsn): hashtext() of {len(untried)} name(s), "
+        "pg_partman's lock names among them"
+        if untried and unnamed
+        else None
+    )
 
     def blocks() -> list[Block]:
         lines = [
             clean(decoded.label),
             f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
             f"  form:      {key.form}  (bigint {key.bigint}; pair ({a}, {b}))",
-            f"  SQL:       {key.sql()}",
+            f"  SQL:       {lock_sql(decoded)}",
         ]
         if decoded.namespace and decoded.namespace.description:
             lines.insert(1, f"  {clean(decoded.namespace.description)}")
         if decoded.known:
             lines.insert(1, f"  confidence: {decoded.known.confidence}")
-        return [Text(lines)]
+        return [Text(lines), *notes_block([note] if note else [])]
 
     def data() -> dict[str, Any]:
         return {
             "namespace": decoded.namespace.name if decoded.namespace else None,
             "resource": decoded.resource,
             "known": known_data(decoded.known) if decoded.known else None,
-            **key_data(key),
+            **key_data(key, decoded),
+            "notes": [note] if note else [],
         }
 
     return Output(blocks, data)

@@ -11,13 +11,26 @@ from lockdiag.render import Block, Output, Table, Text
 
 
 def pooltest_output(results: list[Result], left: int) -> Output:
-    unsafe = [r for r in results if not r.ok]
+    unsafe = [r for r in results if r.verdict == "unsafe"]
+    inconclusive = [r for r in results if r.verdict == "inconclusive"]
 
     def blocks() -> list[Block]:
-        rows = [[r.scenario, r.safe, r.observed, "ok" if r.ok else "UNSAFE"] for r in results]
+        rows = [[r.scenario, r.safe, r.observed, "ok" if r.ok else r.verdict.upper()]
+                for r in results]  # fmt: skip
         out: list[Block] = [
-            Table(["SCENARIO", "A SAFE SETUP GIVES", "OBSERVED", "VERDICT"], rows, wide={1, 2}),
+            Table(
+                ["SCENARIO", "A SAFE SETUP GIVES", "OBSERVED", "VERDICT"],
+                rows,
+                wide={1, 2},
+                essential={0, 3},
+            ),
         ]
+        if inconclusive:
+            note = (
+                f"{len(inconclusive)} scenario(s) inconclusive: worker A never got the lock, so "
+                "they say nothing about the pool"
+            )
+            out.append(Text([note], "warning"))
         if unsafe:
             summary = (
                 f"{len(unsafe)} unsafe behaviour(s): advisory locks through this pool do not "
@@ -25,7 +38,7 @@ def pooltest_output(results: list[Result], left: int) -> Output:
             )
             out.append(Text([summary], "error"))
             out.append(Text([f"- {line}" for line in ADVICE]))
-        else:
+        elif not inconclusive:
             out.append(Text(["every scenario behaved safely"], "verdict"))
         if left:
             out.append(Text([f"{left} holder(s) of the test key could not be released"], "error"))
@@ -33,9 +46,15 @@ def pooltest_output(results: list[Result], left: int) -> Output:
 
     def data() -> dict[str, Any]:
         return {
-            "safe": not unsafe and not left,
+            "safe": not unsafe and not inconclusive and not left,
             "results": [
-                {"scenario": r.scenario, "safe": r.safe, "observed": r.observed, "ok": r.ok}
+                {
+                    "scenario": r.scenario,
+                    "safe": r.safe,
+                    "observed": r.observed,
+                    "ok": r.ok,
+                    "verdict": r.verdict,
+                }
                 for r in results
             ],
             "left_behind": left,

@@ -20,7 +20,7 @@ from lockdiag.views.columns import (
     waiter_line,
 )
 from lockdiag.views.common import JSON_VERSION, entry_data, known_data, notes_block, server_data
-from lockdiag.views.keys import key_data
+from lockdiag.views.keys import key_data, lock_sql
 
 
 def verdict(report: WhoHolds) -> str:
@@ -73,7 +73,12 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         waiters = [cells_of(WAITER_COLUMNS, row) for row in queue]
         return [
             Text([clean(verdict(report))], "verdict"),
-            Text([f"key: pg_locks {key}, {key.form} {key.describe()}; SQL: {key.sql()}"]),
+            Text(
+                [
+                    f"key: pg_locks {key}, {key.form} {key.describe()}; "
+                    f"SQL: {lock_sql(report.decoded)}"
+                ]
+            ),
             table(
                 HOLDER_COLUMNS,
                 holders,
@@ -99,7 +104,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "namespace": decoded.namespace.name if decoded.namespace else None,
             "resource": decoded.resource,
             "known": known_data(decoded.known) if decoded.known else None,
-            "key": key_data(key),
+            "key": key_data(key, report.decoded),
             "held": report.held,
             "verdict": verdict(report),
             "holders": [entry_data(e) for e in report.holders],

@@ -18,7 +18,7 @@ _SAME_FOR_ALL = (
     "enrich_hashtext", "enrich_pgmq", "enrich_que", "enrich_good_jobs",
     "enrich_good_job_concurrency", "enrich_good_job_processes",
     "signal_backend", "backend_alive",
-    "pooltest_holders", "pooltest_lock",
+    "pooltest_holders", "pooltest_lock", "pooltest_probe",
 )  # fmt: skip
 
 VERSIONS: dict[str, list[tuple[int, str]]] = {
