@@ -38,6 +38,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "demo:demo_command",
         "Start a throwaway PostgreSQL with realistic workers, then diagnose it.",
     ),
+    "exporter": (
+        "exporter:exporter_command",
+        "Serve advisory-lock contention to Prometheus, for one server or a fleet.",
+    ),
     "key": (
         "keys:key_command",
         "The pg_locks numbers and the SQL that takes NAMESPACE RESOURCE.",

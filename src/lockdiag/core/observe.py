@@ -233,3 +233,64 @@ def collect_now_and_then(iteration: int) -> None:
     """
     if iteration % COLLECT_EVERY == COLLECT_EVERY - 1:
         gc.collect()
+
+
+# -- episodes, for the exporter's histograms -------------------------------------------------
+
+EpisodeKey = tuple[object, ...]
+
+
+def namespace_of(entry: LockEntry) -> str:
+    """A bounded label: the registry namespace, the software of a known key, else
+    "unregistered"; never a resource number."""
+    decoded = entry.decoded
+    if decoded is None:
+        return "unregistered"
+    if decoded.namespace is not None:
+        return decoded.namespace.name
+    return decoded.known.software if decoded.known is not None else "unregistered"
+
+
+@dataclass
+class Tick:
+    """What one sample ended or began, per namespace."""
+
+    holds: list[tuple[str, float]] = field(default_factory=list)  # ended: (namespace, seconds)
+    waits: list[tuple[str, float]] = field(default_factory=list)  # ended: (namespace, seconds)
+    acquired: dict[str, int] = field(default_factory=dict)  # holds that began
+    contended: set[str] = field(default_factory=set)  # namespaces someone waited on
+
+
+@dataclass
+class Episodes:
+    """Hold and wait episodes followed from sample to sample. A hold's length is what was
+    observed (first to last sight), or the idle lower bound when that is longer; a wait's is
+    its time since waitstart at the last sight. Episodes shorter than the interval can be
+    missed; none is invented."""
+
+    holds: dict[EpisodeKey, tuple[str, datetime, float]] = field(default_factory=dict)
+    waits: dict[EpisodeKey, tuple[str, float]] = field(default_factory=dict)
+    started: bool = False
+
+    def add(self, entries: list[LockEntry], now: datetime) -> Tick:
+        tick = Tick()
+        holds: dict[EpisodeKey, tuple[str, datetime, float]] = {}
+        waits: dict[EpisodeKey, tuple[str, float]] = {}
+        for entry in entries:
+            if entry.decoded is None or entry.lock.pid is None:
+                continue
+            key = (entry.lock.pid, entry.database, entry.decoded.triple, entry.lock.mode)
+            name = namespace_of(entry)
+            if entry.lock.granted:
+                first = self.holds[key][1] if key in self.holds else now
+                longest = max(entry.held_at_least or 0.0, (now - first).total_seconds())
+                holds[key] = (name, first, longest)
+                if key not in self.holds and self.started:
+                    tick.acquired[name] = tick.acquired.get(name, 0) + 1
+            else:
+                waits[key] = (name, entry.waited or 0.0)
+                tick.contended.add(name)
+        tick.holds = [(n, length) for k, (n, _, length) in self.holds.items() if k not in holds]
+        tick.waits = [(n, waited) for k, (n, waited) in self.waits.items() if k not in waits]
+        self.holds, self.waits, self.started = holds, waits, True
+        return tick

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lockdiag.core.findings import SEVERITIES, CheckPolicy, CheckReport, Finding, Kind
+from lockdiag.core.observe import namespace_of
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.common import (
@@ -148,16 +149,20 @@ def check_metrics(report: CheckReport) -> list[Metric]:
         for severity in SEVERITIES:
             count = sum(1 for f in report.findings if f.kind == kind and f.severity == severity)
             findings.add(count, kind=kind.value, severity=severity)
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str, str], int] = {}
     for entry in report.entries:
         if entry.decoded is None:
             continue
-        name = entry.decoded.namespace.name if entry.decoded.namespace else "unregistered"
         state = "held" if entry.lock.granted else "waiting"
-        counts[(name, state)] = counts.get((name, state), 0) + 1
-    locks = Metric("lockdiag_advisory_locks", "Advisory locks by registry namespace and state.")
-    for (name, state), count in sorted(counts.items()):
-        locks.add(count, namespace=name, state=state)
+        key = (entry.database or "", namespace_of(entry), state)
+        counts[key] = counts.get(key, 0) + 1
+    locks = Metric(
+        "lockdiag_advisory_locks",
+        "Advisory locks by database, namespace (the registry's, a known software's, or "
+        "unregistered) and state.",
+    )
+    for (database, name, state), count in sorted(counts.items()):
+        locks.add(count, database=database, namespace=name, state=state)
     return [
         findings,
         gauge("lockdiag_waiting_sessions", "Sessions waiting for a lock.", values["waiting"]),

@@ -1,15 +1,18 @@
-"""Metrics as data: Nagios perfdata and Prometheus series are built as :class:`Metric` values,
-labelled and merged as data, and written out in one place.
+"""Metrics as data: Prometheus series are built as :class:`Metric` values, labelled and merged
+as data, and written out by prometheus_client (the exposition of `check --format prometheus`,
+`sample --format prometheus` and the exporter alike).
 
-A fleet's series carry a ``target`` label added to the data, never by editing text lines. The
-Prometheus text format groups every sample of a metric under its one HELP and TYPE.
+A fleet's series carry a ``target`` label added to the data, never by editing text lines.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -49,25 +52,34 @@ def merged(groups: Iterable[Iterable[Metric]]) -> list[Metric]:
     return list(found.values())
 
 
-_LABEL_UNSAFE = re.compile(r'["\\\n]')
+class Collected:
+    """A prometheus_client collector of metric families made beforehand."""
+
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> Iterator[PrometheusMetric]:
+        yield from families(self.metrics)
 
 
-def label_value(value: str) -> str:
-    return _LABEL_UNSAFE.sub(lambda m: {"\n": "\\n"}.get(m.group(), "\\" + m.group()), value)
-
-
-def number(value: float) -> str:
-    """Exact: integers as integers, other values as Python's shortest round-trip float."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def families(metrics: Iterable[Metric]) -> Iterator[PrometheusMetric]:
+    """The metrics as prometheus_client families (each sample's label names are its
+    family's)."""
+    for metric in metrics:
+        names = [name for name, _ in metric.samples[0][0]] if metric.samples else []
+        family: GaugeMetricFamily | CounterMetricFamily
+        if metric.type == "counter":
+            family = CounterMetricFamily(metric.name.removesuffix("_total"), metric.help,
+                                         labels=names)  # fmt: skip
+        else:
+            family = GaugeMetricFamily(metric.name, metric.help, labels=names)
+        for labels, value in metric.samples:
+            family.add_metric([value_ for _, value_ in labels], value)
+        yield family
 
 
 def exposition(metrics: Iterable[Metric]) -> list[str]:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    lines: list[str] = []
-    for metric in metrics:
-        lines += [f"# HELP {metric.name} {metric.help}", f"# TYPE {metric.name} {metric.type}"]
-        for labels, value in metric.samples:
-            text = ",".join(f'{key}="{label_value(val)}"' for key, val in labels)
-            lines.append(f"{metric.name}{{{text}}} {number(value)}" if text else
-                         f"{metric.name} {number(value)}")  # fmt: skip
-    return lines
+    """The Prometheus text exposition format, by prometheus_client."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collected(metrics))
+    return generate_latest(registry).decode().splitlines()

@@ -1,0 +1,103 @@
+"""`lockdiag exporter`: a Prometheus exporter of advisory-lock contention, for a fleet."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import click
+
+from lockdiag.cli.alerts import threshold_option
+from lockdiag.cli.common import DURATION, fleet_options, get_registry, registry_option, source
+from lockdiag.core.findings import CheckPolicy
+from lockdiag.errors import EXIT_INTERRUPTED, InputError
+from lockdiag.exporter import DEFAULT_PORT, Exporter, Target
+from lockdiag.pg.fleet import label
+
+
+@click.command("exporter")
+@click.option(
+    "--listen",
+    default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to serve /metrics, /probe, / and /-/healthy. Loopback unless you name another "
+    "address (every series and the page show session details).",
+)
+@click.option(
+    "--interval", **DURATION, default="1s", show_default=True,
+    help="Time between two samples of each target (hold and wait histograms).",
+)  # fmt: skip
+@threshold_option("--session-age", "5m,1h", "A certain session-level advisory lock held this long.")
+@threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
+@threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
+@threshold_option("--max-blocked", "5,20", "More than N sessions behind one root blocker.")
+@fleet_options
+@registry_option
+def exporter_command(
+    listen: str,
+    interval: float,
+    session_age: Any,
+    wait_age: Any,
+    idle_age: Any,
+    max_blocked: Any,
+    registry: str | None,
+) -> None:
+    """Serve advisory-lock contention to Prometheus, for one server or a fleet.
+
+    Each scrape takes at most one snapshot per target (concurrent scrapes share it); a
+    sampler per target takes one more per --interval for the hold and wait histograms. A dead
+    target shows lockdiag_up 0 and leaves the others untouched. Targets are named by host,
+    port and database, never with a password; /probe?target=NAME serves one of them.
+
+    \b
+    Examples:
+      lockdiag exporter --dsn postgresql://monitor@db1/app --dsn postgresql://monitor@db2/app
+      lockdiag exporter --targets fleet.txt --listen 0.0.0.0:9714
+    """
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise InputError(f"--listen {listen!r}: give HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
+    if interval <= 0:
+        raise InputError("--interval must be more than zero")
+    where = source()
+    dsns: list[str | None] = [*where.dsns] or [None]
+    names: list[str] = []
+    for dsn in dsns:
+        name = label(dsn) if dsn else "default (libpq environment)"
+        names.append(name if name not in names else f"{name}#{len(names) + 1}")
+    policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked)
+    exporter = Exporter(
+        [Target(name, dsn) for name, dsn in zip(names, dsns, strict=True)],
+        get_registry(registry), policy, where.timeout, interval,
+    )  # fmt: skip
+    try:
+        server = exporter.serve(host.strip("[]"), int(port_text))
+    except OSError as error:
+        raise InputError(f"cannot listen on {listen}: {error.strerror or error}") from None
+    if not _loopback(host):
+        click.echo(
+            f"lockdiag exporter: warning: serving on {listen}, beyond this machine: the series "
+            "and the page show application names and queries' lock keys",
+            err=True,
+        )
+    click.echo(
+        f"lockdiag exporter: http://{listen}/metrics for {len(names)} target(s): "
+        + ", ".join(names),
+        err=True,
+    )
+    exporter.start_samplers()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    finally:
+        server.server_close()
+        exporter.close()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,244 @@
+"""`lockdiag exporter` against real servers, scraped by a real Prometheus: series arrive, a dead
+target leaves the others intact, no password is shown, the shipped rules pass promtool and one
+of them fires for a stuck owner, and the dashboard asks only for series that exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from lockdiag.core.findings import CheckPolicy, Threshold
+from lockdiag.demo.cluster import Cluster, free_port
+from lockdiag.exporter import Exporter, Target
+from lockdiag.registry import parse_registry
+
+from conftest import Sessions
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRIB = ROOT / "contrib"
+REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
+SECRET = "s3cret-in-a-dsn"
+
+
+@dataclass
+class Running:
+    url: str
+    live: str  # the live target's name
+    dead: str
+    owner: int  # pid of the stuck owner
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - http to loopback
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def until(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def exporter(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[Running]:
+    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    owner = sessions.open("stuck-<owner>", autocommit=False)  # markup: escaped on the page
+    owner.run("SELECT pg_advisory_xact_lock(4102, 600)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 600)")
+    sessions.waiting(waiter)
+    stop = threading.Event()
+
+    def churn() -> None:  # short holds, so the sampler sees episodes begin and end
+        with psycopg.connect(cluster.dsn(application_name="churn"), autocommit=True) as c:
+            while not stop.is_set():
+                c.execute("SELECT pg_advisory_lock(4102, 601)")
+                time.sleep(0.3)
+                c.execute("SELECT pg_advisory_unlock(4102, 601)")
+                time.sleep(0.2)
+
+    def queue() -> None:  # waits of a moment behind churn: wait episodes that end
+        with psycopg.connect(cluster.dsn(application_name="queue"), autocommit=True) as c:
+            while not stop.is_set():
+                c.execute("SELECT pg_advisory_lock(4102, 601)")
+                c.execute("SELECT pg_advisory_unlock(4102, 601)")
+                time.sleep(0.4)
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    queued = threading.Thread(target=queue, daemon=True)
+    queued.start()
+    port = free_port()
+    dead = f"host=127.0.0.1 port={free_port()} user=x password={SECRET}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lockdiag", "exporter", "--dsn", cluster.dsn(), "--dsn", dead,
+         "--listen", f"127.0.0.1:{port}", "--interval", "200ms", "--idle-age", "1s,1h",
+         "--timeout", "2s", "--registry", str(tmp_path / "lockdiag.toml")],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        until(lambda: _healthy(url), 20, "the exporter to listen")
+        yield Running(url, f"127.0.0.1:{cluster.port}/postgres", "127.0.0.1:" + dead.split()[1][5:],
+                      owner.pid)  # fmt: skip
+    finally:
+        stop.set()
+        process.terminate()
+        process.wait(10)
+        worker.join(5)
+        queued.join(5)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return get(f"{url}/-/healthy")[0] == 200
+    except OSError:
+        return False
+
+
+def test_metrics_probe_and_page(exporter: Running) -> None:
+    status, body = get(f"{exporter.url}/metrics")
+    assert status == 200
+    assert f'lockdiag_up{{target="{exporter.live}"}} 1.0' in body
+    assert f'lockdiag_up{{target="{exporter.dead}"}} 0.0' in body  # dead: the others intact
+    assert re.search(
+        r'lockdiag_advisory_locks\{database="postgres",namespace="tenant_summary",'
+        r'state="held",target="' + re.escape(exporter.live) + r'"\} [1-9]',
+        body,
+    ), body
+    until(lambda: "lockdiag_hold_seconds_bucket" in get(f"{exporter.url}/metrics")[1], 20,
+          "a hold episode to end")  # fmt: skip
+    body = get(f"{exporter.url}/metrics")[1]
+    assert 'namespace="tenant_summary"' in body.split("lockdiag_hold_seconds_bucket", 1)[1]
+    assert "lockdiag_acquisitions_total" in body and "lockdiag_sampler_seconds" in body
+    assert SECRET not in body
+    probe = get(f"{exporter.url}/probe?target={exporter.live}")[1]
+    assert exporter.live in probe and exporter.dead not in probe
+    assert get(f"{exporter.url}/probe?target=evil.example:5432")[0] == 404  # never dialled
+    until(lambda: "stuck-owner" in get(f"{exporter.url}/")[1], 20, "the stuck owner's finding")
+    page = get(f"{exporter.url}/")[1]
+    assert "stuck-&lt;owner&gt;" in page and "stuck-<owner>" not in page
+    assert SECRET not in page and "down" in page and "cannot connect" in page
+
+
+def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
+    registry, _ = parse_registry(REGISTRY)
+    assert registry is not None
+    policy = CheckPolicy(idle_age=Threshold(1.0))
+    exporter = Exporter([Target("one", cluster.dsn())], registry, policy, 5.0, 1.0)
+    taken = []
+    original = exporter.sessions["one"].snapshot
+
+    def counting(scope: str) -> object:
+        taken.append(scope)
+        time.sleep(0.3)  # a slow server: the other scrapes arrive meanwhile
+        return original(scope)  # type: ignore[arg-type]
+
+    exporter.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
+    try:
+        scrapes = [threading.Thread(target=exporter.exposition, args=(["one"],)) for _ in range(6)]
+        for scrape in scrapes:
+            scrape.start()
+            time.sleep(0.02)
+        for scrape in scrapes:
+            scrape.join()
+    finally:
+        exporter.close()
+    assert len(taken) <= 2, taken  # the first, and at most one more for the late arrivals
+
+
+def test_shipped_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: apt-get install prometheus (.ci/run does)"
+    rules = CONTRIB / "prometheus"
+    for args in (["check", "rules", "lockdiag-rules.yml"],
+                 ["test", "rules", "lockdiag-rules.test.yml"]):  # fmt: skip
+        result = subprocess.run(
+            [promtool, *args], cwd=rules, capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_asks_only_for_series_that_exist(exporter: Running) -> None:
+    dashboard = (CONTRIB / "grafana" / "lockdiag-dashboard.json").read_text()
+    json.loads(dashboard)
+    asked = set(re.findall(r"lockdiag_[a-z_]+", dashboard))
+
+    def missing() -> set[str]:
+        body = get(f"{exporter.url}/metrics")[1]
+        return asked - set(re.findall(r"^(lockdiag_[a-z_]+)", body, re.MULTILINE))
+
+    deadline = time.monotonic() + 30  # histograms appear once an episode has ended
+    while missing() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not missing(), f"the dashboard asks for series the exporter never serves: {missing()}"
+
+
+def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(
+    exporter: Running, tmp_path: Path
+) -> None:
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
+    rules = (CONTRIB / "prometheus" / "lockdiag-rules.yml").read_text()
+    (tmp_path / "rules.yml").write_text(re.sub(r"for: \d+m", "for: 0s", rules))
+    host = exporter.url.removeprefix("http://")
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "rule_files: [rules.yml]\n"
+        f"scrape_configs:\n  - job_name: lockdiag\n    static_configs: [{{targets: ['{host}']}}]\n"
+    )
+    port = free_port()
+    prometheus = subprocess.Popen(
+        [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{port}/api/v1"
+
+    def series(query: str) -> list[dict[str, object]]:
+        try:
+            status, body = get(f"{api}/query?query={urllib.parse.quote(query)}")
+        except OSError:
+            return []
+        result: list[dict[str, object]] = (
+            json.loads(body)["data"]["result"] if status == 200 else []
+        )
+        return result
+
+    def firing() -> set[str]:
+        try:
+            alerts = json.loads(get(f"{api}/alerts")[1])["data"]["alerts"]
+        except (OSError, ValueError, KeyError):
+            return set()
+        return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+    try:
+        until(lambda: len(series("lockdiag_up")) == 2, 60, "Prometheus to scrape both targets")
+        until(lambda: series('lockdiag_advisory_locks{namespace="tenant_summary"}'), 30,
+              "lock counts per namespace")  # fmt: skip
+        until(lambda: series("lockdiag_hold_seconds_bucket"), 30, "hold-time histograms")
+        until(lambda: {"LockdiagStuckOwner", "LockdiagTargetDown"} <= firing(), 60,
+              "the stuck-owner and target-down alerts to fire")  # fmt: skip
+    finally:
+        prometheus.terminate()
+        prometheus.wait(10)
