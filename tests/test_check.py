@@ -151,9 +151,10 @@ def test_prometheus_output(cluster: Cluster, sessions: Sessions) -> None:
     result = check(cluster, "--format", "prometheus", "--session-age", "0s,1h")
     lines = result.stdout.splitlines()
     # one finding for the backend, which holds both locks
-    assert 'lockdiag_findings{kind="session-lock",severity="warning"} 1' in lines
-    assert 'lockdiag_advisory_locks{namespace="tenant_summary",state="held"} 1' in lines
-    assert 'lockdiag_advisory_locks{namespace="unregistered",state="held"} 1' in lines
+    assert 'lockdiag_findings{kind="session-lock",severity="warning"} 1.0' in lines
+    held = 'lockdiag_advisory_locks{database="postgres",namespace="%s",state="held"} 1.0'
+    assert held % "tenant_summary" in lines
+    assert held % "unregistered" in lines
     assert "# TYPE lockdiag_longest_wait_seconds gauge" in lines
     assert result.exit_code == 1
 
