@@ -24,13 +24,12 @@ from lockdiag.views.columns import (
 )
 from lockdiag.views.common import (
     JSON_VERSION,
+    EntryEncoder,
     age,
-    entry_data,
     notes_block,
     pid_text,
     relation,
     server_data,
-    session_data,
 )
 
 
@@ -70,16 +69,10 @@ def fleet_list_output(
             ],
         }  # fmt: skip
 
-    def items() -> Iterable[dict[str, Any]]:
-        sessions: dict[int, dict[str, Any]] = {}  # a session's fields, made once per session
+    def items() -> Iterable[bytes]:
+        encoder = EntryEncoder()
         for target, _, entry in entries:
-            session = sessions.get(id(entry.session))
-            if session is None:
-                session = sessions[id(entry.session)] = session_data(entry)
-            item = entry_data(entry, session)
-            if fleet:
-                item["target"] = target
-            yield item
+            yield encoder.encode(entry, {"target": target} if fleet else None)
 
     return Output(blocks, data, ("locks", items), screen=lambda: blocks(terminal=True))
 
