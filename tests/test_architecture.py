@@ -36,8 +36,12 @@ def files_importing(prefix: str) -> set[str]:
     }
 
 
-def test_psycopg_only_in_the_server_layer_and_the_demo() -> None:
-    assert files_importing("psycopg") <= {"pg", "demo"}
+def test_psycopg_only_in_the_server_layer_the_demo_and_the_worker_helpers() -> None:
+    assert files_importing("psycopg") <= {"pg", "demo", "."}
+    top = {
+        p.name for p in PACKAGE.glob("*.py") if any(n.startswith("psycopg") for n in imported(p))
+    }
+    assert top <= {"worker.py"}  # the helpers workers call with their own connections
 
 
 def test_click_only_in_the_cli() -> None:

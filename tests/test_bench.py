@@ -22,5 +22,6 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     (server,) = results["server"]
     assert server["locks"] == 1000 and server["snapshot_ms"] > 0
     assert results["client"]["list_plain_s"] > 0 and results["client"]["python_floor_s"] > 0
+    assert results["client"]["exporter_scrape_s"] > 0
     assert [c["value"] > 0 for c in results["context"]] == [True, True]
-    assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5.", "fl"}
+    assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5.", "6.", "fl"}

@@ -161,7 +161,7 @@ def test_load_refuses_a_broken_file_with_every_error(tmp_path: Path) -> None:
         load_registry(str(path))
     assert str(raised.value).splitlines() == [
         f"{path}:3: namespace 'a': unknown key 'colour' (allowed: description, expect, "
-        "form, id, max_hold, max_wait, owner)",
+        "expected_resources, form, id, max_hold, max_wait, owner, resource, values)",
     ]
     assert isinstance(raised.value, InputError)
 

@@ -12,6 +12,7 @@ Workers import this module to take locks by name, so it stays light (no psycopg,
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import sys
@@ -22,14 +23,26 @@ from typing import Any, Literal
 
 from lockdiag.durations import parse_duration
 from lockdiag.errors import InputError
-from lockdiag.keys import INT4_MAX, INT4_MIN, Form, LockTriple, namespace_key, split_namespace
+from lockdiag.keys import (
+    INT4_MAX,
+    INT4_MIN,
+    Form,
+    InvalidKey,
+    LockTriple,
+    PartType,
+    derive_resource,
+    namespace_key,
+    split_namespace,
+)
 
 Expect = Literal["xact", "session", "any"]
 
 FILE_NAME = "lockdiag.toml"
 ENV_VAR = "LOCKDIAG_REGISTRY"
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
-NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait"}
+NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait",
+                  "resource", "values", "expected_resources"}  # fmt: skip
+PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,62}):(int|text)$")
 TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
@@ -51,7 +64,7 @@ class UnknownNamespace(InputError):
 class Problem:
     """One finding of registry validation, located in the file where possible."""
 
-    severity: Literal["error", "warning"]
+    severity: Literal["error", "warning", "note"]
     message: str
     path: str
     line: int | None = None
@@ -78,10 +91,38 @@ class Namespace:
     owner: str = ""
     expect: Expect = "any"
     max_hold: float | None = None  # seconds; a holder held longer is a critical finding
+    parts: tuple[tuple[str, PartType], ...] = ()  # a resource of several parts (sha256-v1)
+    values: tuple[tuple[object, ...], ...] = ()  # listed resources, so decoding can name them
+    expected_resources: int | None = None  # how many live at once, for the collision odds
     max_wait: float | None = None  # seconds; a waiter waiting longer is a critical finding
 
-    def key(self, resource: int) -> LockTriple:
-        return namespace_key(self.form, self.id, resource)
+    def key(self, *resource: object) -> LockTriple:
+        """The key of a resource: one integer, or the namespace's parts (see keys.py)."""
+        return namespace_key(self.form, self.id, self.number(*resource))
+
+    def number(self, *resource: object) -> int:
+        """The resource number: the integer itself, or derived from the parts."""
+        if self.parts:
+            return derive_resource(self.form, self.parts, resource)
+        if len(resource) != 1:
+            raise InvalidKey(f"namespace {self.name!r} takes one integer resource")
+        (value,) = resource
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise InvalidKey(f"resource {value!r} is not an integer")
+        try:
+            return int(value)
+        except ValueError:
+            raise InvalidKey(f"resource {value!r} is not an integer") from None
+
+    def resource_text(self, number: int) -> str:
+        """A resource as people read it: the number; for parts, the listed values that give
+        it, else ``#3fa2c1d0`` (the number, in hex)."""
+        if not self.parts:
+            return str(number)
+        for values in self.values:
+            if derive_resource(self.form, self.parts, values) == number:
+                return " ".join(str(value) for value in values)
+        return f"#{number & 0xFFFFFFFF:08x}"
 
 
 @dataclass(frozen=True)
@@ -166,9 +207,12 @@ class Registry:
         except KeyError:
             raise UnknownNamespace(self._unknown_message(name)) from None
 
-    def key(self, name: str, resource: int) -> AdvisoryKey:
+    def key(self, name: str, *resource: object) -> AdvisoryKey:
+        """The key of NAME's resource: one integer, or the namespace's parts in order
+        (``registry.key("tenant_summary", 73, "2026-11")``)."""
         namespace = self.namespace(name)
-        return AdvisoryKey(namespace, resource, namespace.key(resource))
+        number = namespace.number(*resource)
+        return AdvisoryKey(namespace, number, namespace_key(namespace.form, namespace.id, number))
 
     def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
         """The namespace and resource of a pg_locks key, or None when no namespace matches."""
@@ -269,7 +313,9 @@ def parse_registry(
     lines = _LineIndex(text)
     problems: list[Problem] = []
 
-    def problem(severity: Literal["error", "warning"], message: str, line: int | None) -> None:
+    def problem(
+        severity: Literal["error", "warning", "note"], message: str, line: int | None
+    ) -> None:
         problems.append(Problem(severity, message, path, line))
 
     for key in document:
@@ -314,6 +360,9 @@ def parse_registry(
                 "(bigint): these are different lock spaces and never conflict",
                 lines.key(f"namespaces.{other.name}", "id"),
             )
+    for namespace in namespaces:
+        for severity, message in resource_collisions(namespace):
+            problem(severity, message, lines.key(f"namespaces.{namespace.name}", "resource"))
     candidates = _parse_known(document.get("known", {}), lines, problem)
     poolers = _parse_poolers(document.get("poolers", {}), lines, problem)
     for namespace in namespaces:
@@ -391,12 +440,11 @@ def _parse_namespace(
     if not isinstance(raw, dict):
         error(f"namespace {name!r} must be a table with at least an id", None)
         return None
-    for key in raw:
-        if key not in NAMESPACE_KEYS:
-            allowed = ", ".join(sorted(NAMESPACE_KEYS))
-            error(f"namespace {name!r}: unknown key {key!r} (allowed: {allowed})", key)
-            ok = False
-
+    unknown = [key for key in raw if key not in NAMESPACE_KEYS]
+    for key in unknown:
+        allowed = ", ".join(sorted(NAMESPACE_KEYS))
+        error(f"namespace {name!r}: unknown key {key!r} (allowed: {allowed})", key)
+    ok = ok and not unknown
     form = raw.get("form", "pair")
     if form not in ("pair", "bigint"):
         error(f'namespace {name!r}: form must be "pair" or "bigint", not {form!r}', "form")
@@ -430,7 +478,57 @@ def _parse_namespace(
             error(f"namespace {name!r}: {key} must be a string", key)
             ok = False
         texts[key] = value if isinstance(value, str) else ""
+    limits = _parse_limits(name, raw, error)
+    if not ok or limits is None:
+        return None
+    resources = _parse_resources(name, raw, form, error)
+    if resources is None:
+        return None
+    parts, values, expected = resources
+    return Namespace(
+        name=name,
+        id=namespace_id,  # type: ignore[arg-type]
+        form=form,
+        description=texts["description"],
+        owner=texts["owner"],
+        expect=expect,
+        max_hold=limits["max_hold"],
+        max_wait=limits["max_wait"],
+        parts=parts,
+        values=values,
+        expected_resources=expected,
+    )
+
+
+def resource_collisions(namespace: Namespace) -> list[tuple[Literal["warning", "note"], str]]:
+    """For a resource of several parts: the odds that two live resources share a key (the
+    birthday bound over 2^32 numbers), and the listed values that do share one."""
+    if not namespace.parts:
+        return []
+    found: list[tuple[Literal["warning", "note"], str]] = []
+    alive = namespace.expected_resources
+    if alive:
+        odds = -math.expm1(-alive * (alive - 1) / (2 * 2**32))
+        level: Literal["warning", "note"] = "warning" if odds > 0.01 else "note"
+        found.append((level, f"namespace {namespace.name!r}: with {alive} resources alive at once, "
+                      f"two share a key with probability {odds:.2g} (a shared key only makes "
+                      "them wait for each other)"))  # fmt: skip
+    seen: dict[int, tuple[object, ...]] = {}
+    for values in namespace.values:
+        number = derive_resource(namespace.form, namespace.parts, values)
+        if number in seen:
+            found.append(("warning", f"namespace {namespace.name!r}: {list(seen[number])} and "
+                          f"{list(values)} share the key #{number & 0xFFFFFFFF:08x}"))  # fmt: skip
+        seen.setdefault(number, values)
+    return found
+
+
+def _parse_limits(
+    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
+) -> dict[str, float | None] | None:
+    """max_hold and max_wait, in seconds (None when not given)."""
     limits: dict[str, float | None] = {}
+    ok = True
     for key in ("max_hold", "max_wait"):
         limits[key] = None
         if key not in raw:
@@ -443,18 +541,51 @@ def _parse_namespace(
         except ValueError as problem:
             error(f"namespace {name!r}: {key}: {problem}", key)
             ok = False
-    if not ok:
+    return limits if ok else None
+
+
+def _parse_resources(
+    name: str, raw: dict[str, Any], form: Form, error: Callable[[str, str | None], None]
+) -> tuple[tuple[tuple[str, PartType], ...], tuple[tuple[object, ...], ...], int | None] | None:
+    """A resource of several parts, the listed values and the expected number alive."""
+    parts = _parse_parts(name, raw, error)
+    if parts is None:
         return None
-    return Namespace(
-        name=name,
-        id=namespace_id,  # type: ignore[arg-type]
-        form=form,
-        description=texts["description"],
-        owner=texts["owner"],
-        expect=expect,
-        max_hold=limits["max_hold"],
-        max_wait=limits["max_wait"],
-    )
+    values = raw.get("values", [])
+    if not isinstance(values, list) or not all(isinstance(v, list) for v in values):
+        error(f"namespace {name!r}: values must be a list of resources, each a list", "values")
+        return None
+    try:
+        for value in values:
+            derive_resource(form, parts, tuple(value))
+    except InvalidKey as problem:
+        error(f"namespace {name!r}: values: {problem}", "values")
+        return None
+    expected = raw.get("expected_resources")
+    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
+                                 or expected < 1):  # fmt: skip
+        error(f"namespace {name!r}: expected_resources must be a positive integer", None)
+        return None
+    return parts, tuple(tuple(v) for v in values), expected
+
+
+def _parse_parts(
+    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
+) -> tuple[tuple[str, PartType], ...] | None:
+    """``resource = ["tenant:int", "period:text"]``: the parts of a resource, in order."""
+    given = raw.get("resource")
+    if given is None:
+        return ()
+    matches = [PART.match(p) if isinstance(p, str) else None for p in given] if isinstance(
+        given, list) else [None]  # fmt: skip
+    if not given or not all(matches):
+        error(
+            f'namespace {name!r}: resource must list its parts as "name:int" or "name:text", '
+            f'e.g. ["tenant:int", "period:text"]',
+            "resource",
+        )
+        return None
+    return tuple((m.group(1), m.group(2)) for m in matches if m)  # type: ignore[misc]
 
 
 def _line_from_message(message: str) -> int | None:

@@ -72,7 +72,7 @@ def registry_show(registry: str | None, fmt: str) -> None:
 
 @click.command("key", context_settings=NUMBERS_SETTINGS)
 @click.argument("namespace", shell_complete=complete_namespace)
-@click.argument("resource", type=int)
+@click.argument("resource", nargs=-1, required=True)
 @click.option(
     "--function",
     default="pg_try_advisory_xact_lock",
@@ -91,7 +91,7 @@ def registry_show(registry: str | None, fmt: str) -> None:
 @registry_option
 @format_option
 def key_command(
-    namespace: str, resource: int, function: str, registry: str | None, fmt: str
+    namespace: str, resource: tuple[str, ...], function: str, registry: str | None, fmt: str
 ) -> None:
     """The pg_locks numbers and the SQL that takes NAMESPACE RESOURCE.
 
@@ -99,9 +99,10 @@ def key_command(
     Examples:
       lockdiag key tenant_summary 73
       lockdiag key tenant_summary 73 --function pg_advisory_lock
+      lockdiag key tenant_period 73 2026-11      # a resource of two parts
     """
-    key = get_registry(registry, strict=True).key(namespace, resource)
-    show(key_output(namespace, resource, key.triple, function), fmt)
+    key = get_registry(registry, strict=True).key(namespace, *resource)
+    show(key_output(key, resource, function), fmt)
 
 
 @click.command("decode", context_settings=NUMBERS_SETTINGS)

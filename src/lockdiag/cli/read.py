@@ -116,7 +116,7 @@ def list_command(
 
 @click.command("who-holds", context_settings=NUMBERS_SETTINGS)
 @click.argument("namespace", required=False, shell_complete=complete_namespace)
-@click.argument("resource", type=int, required=False)
+@click.argument("resource", nargs=-1)
 @click.option(
     "--key",
     "raw_key",
@@ -129,7 +129,7 @@ def list_command(
 @formats("markdown")
 def who_holds_command(
     namespace: str | None,
-    resource: int | None,
+    resource: tuple[str, ...],
     raw_key: str | None,
     registry: str | None,
     fmt: str,
@@ -149,10 +149,10 @@ def who_holds_command(
         if namespace is not None:
             raise InputError("give either NAMESPACE RESOURCE or --key, not both")
         key = parse_numbers([raw_key])
-    elif namespace is None or resource is None:
+    elif namespace is None or not resource:
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
-        key = names.key(namespace, resource).triple
+        key = names.key(namespace, *resource).triple
     captures = get_captures("advisory", names)
     if captures is not None:
         reports = [

@@ -73,7 +73,8 @@ class Decoded(NamedTuple):
     @property
     def label(self) -> str:
         if self.namespace is not None:
-            return f"{self.namespace.name} {self.resource}"
+            resource = self.resource if self.resource is not None else 0
+            return f"{self.namespace.name} {self.namespace.resource_text(resource)}"
         if self.known is not None:
             return self.known.label
         return f"unregistered {self.triple.form} {self.triple.describe()}"

@@ -6,8 +6,8 @@ from typing import Any
 
 from lockdiag.core.analysis import Decoded
 from lockdiag.durations import format_duration
-from lockdiag.keys import LockTriple
-from lockdiag.registry import Problem, Registry
+from lockdiag.keys import DERIVATION, LockTriple
+from lockdiag.registry import AdvisoryKey, Problem, Registry
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
     known_data,
@@ -45,22 +45,27 @@ def key_data(key: LockTriple, decoded: Decoded | None = None) -> dict[str, Any]:
     }
 
 
-def key_output(namespace: str, resource: int, key: LockTriple, function: str) -> Output:
-    sql = key.sql(function)
+def key_output(key: AdvisoryKey, given: tuple[str, ...], function: str) -> Output:
+    """``given``: the resource as typed (one number, or the namespace's parts)."""
+    triple, namespace = key.triple, key.namespace
+    sql = triple.sql(function)
 
     def blocks() -> list[Block]:
-        return [
-            Text(
-                [
-                    f"{namespace} {resource}",
-                    f"  pg_locks:  classid={key.classid} objid={key.objid} objsubid={key.objsubid}",
-                    f"  SQL:       {sql}",
-                ]
-            )
+        lines = [
+            clean(f"{namespace.name} {' '.join(given)}"),
+            f"  pg_locks:  classid={triple.classid} objid={triple.objid} "
+            f"objsubid={triple.objsubid}",
+            f"  SQL:       {sql}",
         ]
+        if namespace.parts:
+            lines.insert(1, f"  resource:  {key.resource} (#{key.resource & 0xFFFFFFFF:08x}, "
+                         f"{DERIVATION} of the parts)")  # fmt: skip
+        return [Text(lines)]
 
     def data() -> dict[str, Any]:
-        return {"namespace": namespace, "resource": resource, **key_data(key), "sql": sql}
+        parts = dict(zip((name for name, _ in namespace.parts), given, strict=False))
+        return {"namespace": namespace.name, "resource": key.resource,
+                "parts": parts or None, **key_data(triple), "sql": sql}  # fmt: skip
 
     return Output(blocks, data)
 
@@ -154,10 +159,11 @@ def check_output(path: str, problems: list[Problem], namespaces: int) -> Output:
 
     def blocks() -> list[Block]:
         lines = [clean(str(p)) for p in problems]
+        warnings = sum(1 for p in problems if p.severity == "warning")
         if errors:
-            verdict = f"{path}: {len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+            verdict = f"{path}: {len(errors)} error(s), {warnings} warning(s)"
             return [Text(lines, "error"), Text([verdict], "verdict")]
-        verdict = f"{path}: OK, {namespaces} namespace(s), {len(problems)} warning(s)"
+        verdict = f"{path}: OK, {namespaces} namespace(s), {warnings} warning(s)"
         return [Text(lines, "note"), Text([verdict], "verdict")]
 
     def data() -> dict[str, Any]:

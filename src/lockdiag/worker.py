@@ -1,0 +1,346 @@
+"""Advisory locks for job workers, taken the way the guidance says, named by the registry.
+
+    from lockdiag.worker import xact_lock, session_lock
+
+    with conn.transaction():
+        if not xact_lock(conn, "tenant_summary", 73):
+            return "busy"                      # a failed try is not permission to go on
+        rebuild_summary(conn, 73)              # same connection, same transaction
+
+    with session_lock(conn, "nightly_export", 1, wait=True, timeout=30) as taken:
+        ...                                    # unlocked exactly once on the way out
+
+What each helper guarantees: the key comes from the registry (the CLI decodes what workers
+take); a transaction lock is only taken inside a transaction; the boolean of a try is
+returned, never hidden; a waiting lock gives up after ``timeout`` (LockTimeout) without
+aborting the caller's transaction; a session lock is unlocked exactly once whatever ends the
+block (return, exception, cancellation), and an unlock that finds no lock is logged and
+counted. What they cannot guarantee: that an external effect happens once. Durable job state
+and constraints still do that; a lock only keeps two workers from doing the same work at the
+same time.
+
+Every attempt, wait, hold and outcome is reported to ``events`` (a callable), or to the default
+set with :func:`report_to` (for instance :class:`PrometheusEvents`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+
+from lockdiag.errors import InputError, LockdiagError
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Registry, load_registry
+
+log = logging.getLogger("lockdiag.worker")
+
+Kind = Literal["xact", "session"]
+Result = Literal["acquired", "busy", "timeout", "error"]
+
+
+class LockTimeout(LockdiagError):
+    """A waiting lock was not granted within its timeout; nothing is held."""
+
+
+class NotInTransaction(InputError):
+    """A transaction-level lock asked for outside a transaction: it would end at once."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a helper did: an attempt (with its result and wait), a release (with the hold),
+    or the outcome of the protected work."""
+
+    namespace: str
+    kind: Kind | None  # None for a work outcome
+    what: Literal["attempt", "release", "outcome"]
+    result: str  # attempt: acquired/busy/timeout/error; release: ok/not-held/error; outcome
+    seconds: float = 0.0  # attempt: time waited; release: time held
+
+
+Events = Callable[[Event], None]
+_default: Events | None = None
+
+
+def report_to(events: Events | None) -> None:
+    """Where every helper reports its events when not given ``events=``."""
+    global _default  # noqa: PLW0603 - one process-wide choice, like logging's
+    _default = events
+
+
+def _emit(events: Events | None, event: Event) -> None:
+    target = events or _default
+    if target is not None:
+        target(event)
+
+
+class PrometheusEvents:
+    """Events as prometheus_client metrics: attempts by result, wait and hold histograms, and
+    work outcomes, per namespace (bounded labels)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Histogram
+
+        where = REGISTRY if registry is None else registry
+        self.attempts = Counter(
+            "lockdiag_worker_lock_attempts", "Lock attempts, by namespace, kind and result.",
+            ["namespace", "kind", "result"], registry=where,
+        )  # fmt: skip
+        self.waits = Histogram(
+            "lockdiag_worker_lock_wait_seconds", "Time spent taking a lock.",
+            ["namespace", "kind"], registry=where,
+        )  # fmt: skip
+        self.holds = Histogram(
+            "lockdiag_worker_lock_hold_seconds", "Time a lock was held (session locks).",
+            ["namespace", "kind"], registry=where,
+        )  # fmt: skip
+        self.unlocks = Counter(
+            "lockdiag_worker_lock_releases", "Unlocks, by namespace and result.",
+            ["namespace", "result"], registry=where,
+        )  # fmt: skip
+        self.work = Counter(
+            "lockdiag_worker_work", "Outcomes of the protected work.", ["namespace", "outcome"],
+            registry=where,
+        )  # fmt: skip
+
+    def __call__(self, event: Event) -> None:
+        if event.what == "attempt":
+            self.attempts.labels(event.namespace, event.kind, event.result).inc()
+            self.waits.labels(event.namespace, event.kind).observe(event.seconds)
+        elif event.what == "release":
+            self.unlocks.labels(event.namespace, event.result).inc()
+            if event.result == "ok":
+                self.holds.labels(event.namespace, event.kind).observe(event.seconds)
+        else:
+            self.work.labels(event.namespace, event.result).inc()
+
+
+def _key(namespace: str, resource: tuple[object, ...], registry: Registry | None) -> LockTriple:
+    """The registry's key: one integer, or the namespace's parts in order."""
+    return (registry or load_registry()).key(namespace, *resource).triple
+
+
+def _statement(function: str, key: LockTriple) -> sql.Composed:
+    arguments = sql.SQL(", ").join(sql.Literal(arg) for arg in key.args)
+    return sql.SQL("SELECT pg_catalog.{}({})").format(sql.Identifier(function), arguments)
+
+
+def _timeout_statement(timeout: float) -> sql.Composed:
+    milliseconds = max(1, int(timeout * 1000))
+    return sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{milliseconds}ms"))
+
+
+def _functions(kind: Kind, wait: bool) -> str:
+    xact = "xact_" if kind == "xact" else ""
+    return f"pg_advisory_{xact}lock" if wait else f"pg_try_advisory_{xact}lock"
+
+
+# -- sync ------------------------------------------------------------------------------------
+
+
+def xact_lock(
+    conn: psycopg.Connection[Any],
+    namespace: str,
+    *resource: object,
+    wait: bool = False,
+    timeout: float | None = None,
+    registry: Registry | None = None,
+    events: Events | None = None,
+) -> bool:
+    """Take NAMESPACE RESOURCE's transaction-level lock; True when taken, False when busy.
+
+    It must run inside a transaction (``with conn.transaction():``, or a connection that is
+    not in autocommit mode): outside one it raises NotInTransaction rather than take a lock
+    that would vanish at once. With ``wait=True`` it waits, at most ``timeout`` seconds when
+    given (LockTimeout, and the caller's transaction goes on). The lock ends with the
+    transaction; run the protected statements on this connection, in this transaction.
+    """
+    key = _key(namespace, resource, registry)
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        raise NotInTransaction(
+            "xact_lock needs a transaction: a transaction-level lock taken in autocommit mode "
+            "ends at once; use `with conn.transaction():`"
+        )
+    return _take(conn, "xact", namespace, key, wait, timeout, events)
+
+
+def _take(
+    conn: psycopg.Connection[Any],
+    kind: Kind,
+    namespace: str,
+    key: LockTriple,
+    wait: bool,
+    timeout: float | None,
+    events: Events | None,
+) -> bool:
+    started = time.monotonic()
+    result: Result = "error"
+    try:
+        with conn.transaction():  # a savepoint: a timeout leaves the caller's transaction be
+            if wait and timeout is not None:
+                conn.execute(_timeout_statement(timeout))
+            row = conn.execute(_statement(_functions(kind, wait), key)).fetchone()
+            taken = bool(row and row[0] is not False)
+        result = "acquired" if taken else "busy"
+        return taken
+    except psycopg.errors.LockNotAvailable:
+        result = "timeout"
+        raise LockTimeout(f"{namespace} {key.args}: not granted within {timeout:g}s") from None
+    finally:
+        _emit(events, Event(namespace, kind, "attempt", result, time.monotonic() - started))
+
+
+@contextmanager
+def session_lock(
+    conn: psycopg.Connection[Any],
+    namespace: str,
+    *resource: object,
+    wait: bool = False,
+    timeout: float | None = None,
+    registry: Registry | None = None,
+    events: Events | None = None,
+) -> Iterator[bool]:
+    """A session-level lock for the block: yields whether it was taken.
+
+    On the way out (normally, by an exception, by a cancellation) it is unlocked exactly once
+    if it was taken, and an unlock that finds no lock held is logged and counted, not
+    ignored. Taken inside a transaction, it stays held after a rollback (PostgreSQL's rule:
+    session locks ignore transactions), and it is still released on the way out: inside a
+    transaction the block runs in a savepoint, so a failed statement in it cannot leave the
+    unlock unable to run.
+    """
+    key = _key(namespace, resource, registry)
+    taken = _take(conn, "session", namespace, key, wait, timeout, events)
+    held_since = time.monotonic()
+    try:
+        if taken and conn.info.transaction_status == TransactionStatus.INTRANS:
+            with conn.transaction():
+                yield taken
+        else:
+            yield taken
+    finally:
+        if taken:
+            _unlock(conn, namespace, key, held_since, events)
+
+
+def _unlock(
+    conn: psycopg.Connection[Any],
+    namespace: str,
+    key: LockTriple,
+    held_since: float,
+    events: Events | None,
+) -> None:
+    result = "error"
+    try:
+        row = conn.execute(_statement("pg_advisory_unlock", key)).fetchone()
+        result = "ok" if row and row[0] else "not-held"
+    except psycopg.Error as error:  # a broken connection: its session, and the lock, are gone
+        log.warning("lockdiag: %s %s: unlock failed: %s", namespace, key.args, error)
+    finally:
+        if result == "not-held":
+            log.warning("lockdiag: %s %s was not held when unlocked", namespace, key.args)
+        _emit(events, Event(namespace, "session", "release", result,
+                            time.monotonic() - held_since))  # fmt: skip
+
+
+@contextmanager
+def work(namespace: str, *, events: Events | None = None) -> Iterator[None]:
+    """Record the outcome of the protected work (ok, or error when it raises)."""
+    try:
+        yield
+    except BaseException:
+        _emit(events, Event(namespace, None, "outcome", "error"))
+        raise
+    _emit(events, Event(namespace, None, "outcome", "ok"))
+
+
+# -- async: the same helpers for psycopg.AsyncConnection ------------------------------------
+
+
+async def axact_lock(
+    conn: psycopg.AsyncConnection[Any],
+    namespace: str,
+    *resource: object,
+    wait: bool = False,
+    timeout: float | None = None,
+    registry: Registry | None = None,
+    events: Events | None = None,
+) -> bool:
+    """:func:`xact_lock` for an AsyncConnection."""
+    key = _key(namespace, resource, registry)
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        raise NotInTransaction(
+            "axact_lock needs a transaction: a transaction-level lock taken in autocommit "
+            "mode ends at once; use `async with conn.transaction():`"
+        )
+    return await _atake(conn, "xact", namespace, key, wait, timeout, events)
+
+
+async def _atake(
+    conn: psycopg.AsyncConnection[Any],
+    kind: Kind,
+    namespace: str,
+    key: LockTriple,
+    wait: bool,
+    timeout: float | None,
+    events: Events | None,
+) -> bool:
+    started = time.monotonic()
+    result: Result = "error"
+    try:
+        async with conn.transaction():
+            if wait and timeout is not None:
+                await conn.execute(_timeout_statement(timeout))
+            cursor = await conn.execute(_statement(_functions(kind, wait), key))
+            row = await cursor.fetchone()
+            taken = bool(row and row[0] is not False)
+        result = "acquired" if taken else "busy"
+        return taken
+    except psycopg.errors.LockNotAvailable:
+        result = "timeout"
+        raise LockTimeout(f"{namespace} {key.args}: not granted within {timeout:g}s") from None
+    finally:
+        _emit(events, Event(namespace, kind, "attempt", result, time.monotonic() - started))
+
+
+@asynccontextmanager
+async def asession_lock(
+    conn: psycopg.AsyncConnection[Any],
+    namespace: str,
+    *resource: object,
+    wait: bool = False,
+    timeout: float | None = None,
+    registry: Registry | None = None,
+    events: Events | None = None,
+) -> AsyncIterator[bool]:
+    """:func:`session_lock` for an AsyncConnection (a cancelled task unlocks too)."""
+    key = _key(namespace, resource, registry)
+    taken = await _atake(conn, "session", namespace, key, wait, timeout, events)
+    held_since = time.monotonic()
+    try:
+        if taken and conn.info.transaction_status == TransactionStatus.INTRANS:
+            async with conn.transaction():
+                yield taken
+        else:
+            yield taken
+    finally:
+        if taken:
+            result = "error"
+            try:
+                cursor = await conn.execute(_statement("pg_advisory_unlock", key))
+                row = await cursor.fetchone()
+                result = "ok" if row and row[0] else "not-held"
+            except psycopg.Error as error:
+                log.warning("lockdiag: %s %s: unlock failed: %s", namespace, key.args, error)
+            if result == "not-held":
+                log.warning("lockdiag: %s %s was not held when unlocked", namespace, key.args)
+            _emit(events, Event(namespace, "session", "release", result,
+                                time.monotonic() - held_since))  # fmt: skip
