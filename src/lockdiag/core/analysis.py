@@ -72,9 +72,11 @@ class Decoded(NamedTuple):
 
     @property
     def label(self) -> str:
-        if self.namespace is not None:
-            resource = self.resource if self.resource is not None else 0
-            return f"{self.namespace.name} {self.namespace.resource_text(resource)}"
+        namespace = self.namespace
+        if namespace is not None:
+            if not namespace.parts:  # the common case, a hundred thousand times over
+                return f"{namespace.name} {self.resource}"
+            return f"{namespace.name} {namespace.resource_text(self.resource or 0)}"
         if self.known is not None:
             return self.known.label
         return f"unregistered {self.triple.form} {self.triple.describe()}"

@@ -355,22 +355,12 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
 # -- keys named on the inspected server (the query itself is lockdiag.pg.capture's) ---------
 
 
-def names_to_hash(snapshot: Snapshot, registry: Registry) -> list[str]:
-    return hashed_names(registry.candidates)
-
-
 def hashed_names(candidates: Candidates) -> list[str]:
     """Names whose keys only a server's hashtext() can compute. pg_partman's are always
     tried: the extension may live in another database of the cluster, and hashtext() gives
     the same number in every database."""
     strings = [*candidates.hashtext, *PARTMAN_NAMES]
     return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
-
-
-def server_can_name(snapshot: Snapshot, registry: Registry) -> bool:
-    """Whether the server could name a key: names to hash, or readable tables to read."""
-    readable = [t for t in snapshot.server.tables if not t.startswith("!")]
-    return bool(readable or names_to_hash(snapshot, registry))
 
 
 def unmatched_keys(snapshot: Snapshot, registry: Registry) -> set[int]:

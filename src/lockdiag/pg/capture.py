@@ -34,13 +34,17 @@ KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 
 
 def capture(
-    connection: psycopg.Connection[Any], source: str, scope: Scope = "advisory"
+    connection: psycopg.Connection[Any],
+    source: str,
+    scope: Scope = "advisory",
+    names: list[str] | None = None,
 ) -> Snapshot:
-    """One query, one round trip: every lock (or every advisory lock) with its sessions."""
+    """One query, one round trip: every lock (or every advisory lock) with its sessions, and
+    the keys of ``names`` as the server's hashtext() computes them."""
     sql = queries.query("snapshot", connection.info.server_version)
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute(sql.encode(), {"all_types": scope == "all"})
+        cursor.execute(sql.encode(), {"all_types": scope == "all", "names": names or []})
         rows = cursor.fetchall()
     elapsed = time.perf_counter() - started
     locks: list[LockRow] = []
@@ -62,8 +66,12 @@ def capture(
             sessions[session.pid] = session
         else:
             server = row[18]
+    hashed = server.pop("hashed", None) or {}
     info = server_info(dict(server, relations=relations), connection.info.server_version)
-    return Snapshot(info, source, scope, sessions, locks, elapsed)
+    derived = catalogue.derived_keys(
+        [("hashtext", name, key) for name, key in hashed.items()], info.database
+    )
+    return Snapshot(info, source, scope, sessions, locks, elapsed, derived)
 
 
 def complete(
@@ -90,10 +98,11 @@ def complete(
 
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
-    """At most one extra query, only when some advisory key has no name yet: hashtext() of
-    listed names, and keys from well-known software's rows. Skipped cleanly when refused."""
+    """At most one extra query, only when a table of well-known software (GoodJob, Que, pgmq)
+    is present and some advisory key has no name yet. Skipped cleanly when refused."""
     unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
-    if not (catalogue.server_can_name(snapshot, registry) or unreadable):
+    readable = [t for t in snapshot.server.tables if not t.startswith("!")]
+    if not (readable or unreadable):
         return snapshot  # nothing to ask and nothing to say: no work at all
     unmatched = catalogue.unmatched_keys(snapshot, registry)
     if not unmatched:
@@ -104,34 +113,26 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
             "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
         )
-    if not catalogue.server_can_name(snapshot, registry):
+    if not readable:
         return dataclasses.replace(snapshot, notes=notes)
-    sql, params = enrichment_query(snapshot, registry, unmatched)
+    sql, params = enrichment_query(snapshot, unmatched)
     try:
         rows = connection.execute(sql.encode(), params).fetchall()
     except psycopg.Error as error:
         reason = error.diag.message_primary or one_line(str(error))
-        notes.append(f"well-known keys from rows or hashtext() not read: {reason}")
+        notes.append(f"well-known keys from their rows not read: {reason}")
         return dataclasses.replace(snapshot, notes=notes)
     derived = catalogue.derived_keys(rows, snapshot.server.database)
     return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
 
 
-def enrichment_query(
-    snapshot: Snapshot, registry: Registry, unmatched: set[int]
-) -> tuple[str, dict[str, Any]]:
-    """The one extra query: the hashtext part always, each table's part when it is readable."""
+def enrichment_query(snapshot: Snapshot, unmatched: set[int]) -> tuple[str, dict[str, Any]]:
+    """The one extra query: a part for each table of well-known software that can be read."""
     version = snapshot.server.version_num
     readable = set(snapshot.server.tables)  # readable ones; "!name" when present but not
-    names = ["enrich_hashtext"]
-    names += [name for name, table in _ENRICHMENT_TABLES.items() if table in readable]
+    names = [name for name, table in _ENRICHMENT_TABLES.items() if table in readable]
     sql = "\nUNION ALL\n".join(_without_comments(queries.query(n, version)) for n in names)
-    params = {
-        "strings": catalogue.names_to_hash(snapshot, registry),
-        "keys": sorted(unmatched)[:KEY_LIMIT],
-        "row_limit": ROW_LIMIT,
-    }
-    return sql, params
+    return sql, {"keys": sorted(unmatched)[:KEY_LIMIT], "row_limit": ROW_LIMIT}
 
 
 def _without_comments(sql: str) -> str:

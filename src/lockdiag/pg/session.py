@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from lockdiag.core.catalogue import derived_keys
+from lockdiag.core.catalogue import derived_keys, hashed_names
 from lockdiag.errors import ServerError
 from lockdiag.pg import queries
 from lockdiag.pg.capture import capture, complete
@@ -84,8 +84,9 @@ class DiagnosticSession:
 
     def snapshot(self, scope: Scope) -> Snapshot:
         """One snapshot (one round trip), completed with what the server can name."""
+        names = hashed_names(self.registry.candidates) if self.registry is not None else []
         with self.errors():
-            taken = capture(self.connection, self.describe(), scope)
+            taken = capture(self.connection, self.describe(), scope, names)
             if self.registry is None:
                 return taken
             return complete(self.connection, taken, self.registry, self.poolers, self.timeout)

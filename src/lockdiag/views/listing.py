@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from lockdiag.core.analysis import Flag
+from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.diagnosis import ListReport
+from lockdiag.core.model import ServerInfo
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.columns import (
     LIST_COLUMNS,
@@ -26,6 +27,7 @@ from lockdiag.views.common import (
     JSON_VERSION,
     EntryEncoder,
     age,
+    lock_label,
     notes_block,
     pid_text,
     relation,
@@ -84,56 +86,57 @@ def _blocks(
     terminal: bool,
 ) -> list[Block]:
     """The lock table and its summary; on a terminal, most urgent first and folded."""
-    rows = [
-        ListRow(target, e, report.snapshot.server)
-        for target, report in parts
-        for e in report.entries
-    ]
-    if terminal:
-        rows = by_urgency(rows)
+    rows: list[ListRow] = []
+    if terminal:  # a screenful: ordered by urgency, folded
+        rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)])
+    # every row, in a stable order, otherwise: most locks need no ListRow at all
+    triples = ((r.target, r.server, r.entry) for r in rows) if terminal else _triples(parts)
     columns = list(LIST_COLUMNS)
+    entries = [e for _, report in parts for e in report.entries]
     # columns only some tables have: POOL, DATABASE, TARGET
-    if any(row.entry.pool is not None for row in rows):
+    if any(e.pool is not None for e in entries):
         columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
-    if len({(row.target, row.entry.lock.database) for row in rows}) > 1:
+    databases = {(target, e.lock.database) for target, report in parts for e in report.entries}
+    if len(databases) > 1:
         columns.insert(1, LIST_DATABASE)
     if fleet:
         columns.insert(0, LIST_TARGET)
     label = columns.index(LIST_LOCK)
     folded = fold(rows) if terminal else {}
     cells: list[list[str]] = []
-    lines: list[ListRow] = []  # the row behind each line of cells
+    lines: list[ListRow] = []  # the row behind each line of cells (for one-line rows)
     important: list[bool] = []  # rows a capped terminal view keeps first
     waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
     # most locks are held by few backends and wait for nothing: every cell but the lock's
     # label is then the backend's, made once per backend, database, mode and flags
     by_backend: dict[tuple[object, ...], list[str]] = {}
-    for index, row in enumerate(rows):
-        e = row.entry
+    for index, (target, server, e) in enumerate(triples):
         lock = e.lock
         if lock.granted and not e.blocks:
             fold_label = folded.get(index)
             if fold_label == "":
                 continue  # folded into the first row of its group
-            shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, row.target)
+            shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
             cached = by_backend.get(shared)
             if cached is None:
-                cached = by_backend[shared] = cells_of(columns, row)
+                cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
             line = list(cached)
-            line[label] = fold_label or LIST_LOCK.cell(row)
+            line[label] = fold_label or lock_label(e, server)
             cells.append(line)
-            lines.append(row)
+            if terminal:
+                lines.append(ListRow(target, e, server))
             important.append(bool(e.flags))
             continue
+        row = ListRow(target, e, server)
         cells.append(cells_of(columns, row))
         lines.append(row)
         important.append(True)
-        waiting[row.target] += not lock.granted
+        waiting[target] += not lock.granted
 
     def compact(index: int) -> str:
         return compact_line(lines[index], cells[index][label], fleet)
 
-    shown_flags = sorted({f for row in rows for f in row.entry.flags})
+    shown_flags = sorted({f for e in entries for f in e.flags})
     total = sum(report.total for _, report in parts)
     scope = "advisory lock" if parts and parts[0][1].snapshot.scope == "advisory" else "lock"
     empty = f"no {scope}s" if not total else f"none of the {total} {scope}(s) matches the filters"
@@ -152,6 +155,16 @@ def _blocks(
         Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
         *notes_block([n for _, report in parts for n in report.notes]),
     ]
+
+
+def _triples(
+    parts: Sequence[tuple[str | None, ListReport]],
+) -> Iterator[tuple[str | None, ServerInfo, LockEntry]]:
+    """Every lock of every part, with its target and server."""
+    for target, report in parts:
+        server = report.snapshot.server
+        for entry in report.entries:
+            yield target, server, entry
 
 
 FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal

@@ -5,6 +5,8 @@
 -- Three kinds of rows: 'lock' (typed lock columns), then 'session' and 'server' (a JSON
 -- detail column), so session text is sent once per session, not once per lock.
 -- %(all_types)s: false keeps advisory locks only; lockdiag's own backend is left out.
+-- %(names)s: names whose keys only hashtext() computes (pg_partman's, the registry's [known]
+-- hashtext and pgmq queues): hashed here, once, for the locks of every database.
 -- The session runs with search_path = pg_catalog: regclass prints other schemas qualified.
 SELECT 'lock' AS kind, l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
        l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid,
@@ -42,6 +44,8 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
            'database', pg_catalog.current_database(),
+           'hashed', (SELECT pg_catalog.json_object_agg(s, pg_catalog.hashtext(s))
+                      FROM pg_catalog.unnest(%(names)s::text[]) AS s),
            'extensions', (SELECT pg_catalog.json_agg(e.extname) FROM pg_catalog.pg_extension AS e
                           WHERE e.extname IN ('pg_partman', 'pgmq')),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
