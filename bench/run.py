@@ -227,7 +227,9 @@ def measure_server(
     """Target 1: the snapshot query against a bare read of pg_locks (and the wiki's join)."""
     with Population(cluster, size, waiters):
         floor = median_of(repeats, lambda: server_ms(cluster, "SELECT * FROM pg_locks"))
-        ours = median_of(repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True}))
+        ours = median_of(
+            repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True, "names": []})
+        )
         wiki = median_of(repeats, lambda: server_ms(cluster, WIKI_SELF_JOIN))
     return {
         "locks": size, "waiters": waiters, "pg_locks_ms": floor, "snapshot_ms": ours,
@@ -303,7 +305,8 @@ def measure_small_server(
     query; and a fleet of twenty targets against one."""
     minimal = (
         "import psycopg,sys;c=psycopg.connect(sys.argv[1]);"
-        "c.execute(open(sys.argv[2]).read().replace('%(all_types)s','false')).fetchall()"
+        "c.execute(open(sys.argv[2]).read().replace('%(all_types)s','false')"
+        ".replace('%(names)s',\"'{}'\")).fetchall()"
     )
     with (
         Population(cluster, 100, 2),
