@@ -116,3 +116,18 @@ def test_every_query_file_is_listed_and_every_listed_file_exists() -> None:
     used = "".join(path.read_text() for path in (PACKAGE / "pg").rglob("*.py"))
     for name in queries.VERSIONS:
         assert f'"{name}"' in used, f"query {name} is never used"
+
+
+def test_every_data_file_is_packaged() -> None:
+    """A non-editable install (pip install .) carries only what package-data names: every
+    query file must match one of its patterns."""
+    import fnmatch
+
+    import tomllib
+
+    patterns = tomllib.loads((PACKAGE.parent.parent / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-data"]["lockdiag"]
+    for path in PACKAGE.rglob("*.sql"):
+        relative = str(path.relative_to(PACKAGE))
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
