@@ -238,17 +238,32 @@ def _unlock(
     held_since: float,
     events: Events | None,
 ) -> None:
-    result = "error"
     try:
         row = conn.execute(_statement("pg_advisory_unlock", key)).fetchone()
-        result = "ok" if row and row[0] else "not-held"
     except psycopg.Error as error:  # a broken connection: its session, and the lock, are gone
+        _released(namespace, key, None, error, held_since, events)
+    else:
+        _released(namespace, key, row, None, held_since, events)
+
+
+def _released(
+    namespace: str,
+    key: LockTriple,
+    row: Any,
+    error: psycopg.Error | None,
+    held_since: float,
+    events: Events | None,
+) -> None:
+    """Log and report what an unlock found: released, not held, or failed."""
+    if error is not None:
+        result = "error"
         log.warning("lockdiag: %s %s: unlock failed: %s", namespace, key.args, error)
-    finally:
-        if result == "not-held":
-            log.warning("lockdiag: %s %s was not held when unlocked", namespace, key.args)
-        _emit(events, Event(namespace, "session", "release", result,
-                            time.monotonic() - held_since))  # fmt: skip
+    elif row and row[0]:
+        result = "ok"
+    else:
+        result = "not-held"
+        log.warning("lockdiag: %s %s was not held when unlocked", namespace, key.args)
+    _emit(events, Event(namespace, "session", "release", result, time.monotonic() - held_since))
 
 
 @contextmanager
@@ -333,14 +348,10 @@ async def asession_lock(
             yield taken
     finally:
         if taken:
-            result = "error"
             try:
                 cursor = await conn.execute(_statement("pg_advisory_unlock", key))
                 row = await cursor.fetchone()
-                result = "ok" if row and row[0] else "not-held"
             except psycopg.Error as error:
-                log.warning("lockdiag: %s %s: unlock failed: %s", namespace, key.args, error)
-            if result == "not-held":
-                log.warning("lockdiag: %s %s was not held when unlocked", namespace, key.args)
-            _emit(events, Event(namespace, "session", "release", result,
-                                time.monotonic() - held_since))  # fmt: skip
+                _released(namespace, key, None, error, held_since, events)
+            else:
+                _released(namespace, key, row, None, held_since, events)
