@@ -1,6 +1,7 @@
 """What a person sees, in a real pseudo-terminal of 80x24, 120x40 and 200x50: for `list`,
 `who-holds` and `watch` on the bundled incident, every row on screen shows its PID, its status
-and the whole name of its lock, and nothing has scrolled off the top.
+and the whole name of its lock, and nothing has scrolled off the top; `check` shows every
+finding's heading between its verdict at the top and again at the bottom.
 
 The terminal is emulated by pyte from the bytes the program wrote, as a terminal would draw
 them (cursor moves, the alternate screen, cut lines).
@@ -29,7 +30,9 @@ SIZES = [(24, 80), (40, 120), (50, 200)]
 TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
 
-def screen_of(args: list[str], size: tuple[int, int], keys: str = "") -> list[str]:
+def screen_of(
+    args: list[str], size: tuple[int, int], keys: str = "", codes: tuple[int, ...] = (0, 1)
+) -> list[str]:
     """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
     rows, columns = size
     child = pexpect.spawn(
@@ -45,7 +48,7 @@ def screen_of(args: list[str], size: tuple[int, int], keys: str = "") -> list[st
     child.expect(pexpect.EOF)
     stream.feed(child.before)
     child.close()
-    assert child.exitstatus in (0, 1), "\n".join(screen.display)
+    assert child.exitstatus in codes, "\n".join(screen.display)
     return [line.rstrip() for line in screen.display]
 
 
@@ -123,3 +126,23 @@ def test_watch_shows_whole_rows_and_its_footer(size: tuple[int, int], tmp_path: 
     assert any(line.startswith("lockdiag watch") for line in screen[:2]), text
     assert any("q quit" in line for line in screen), text  # the footer, whole
     assert rows_are_whole(screen, locks("list")) >= 1, text
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_check_keeps_every_finding_and_its_verdict_on_screen(size: tuple[int, int]) -> None:
+    args = ["check", "--from", str(INCIDENT), "--registry", str(REGISTRY)]
+    plain = subprocess.run(
+        [sys.executable, "-m", "lockdiag", *args, "--format", "plain"],
+        check=False, capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    verdict, headings = plain[0], [line for line in plain[1:] if line[:1].isupper()]
+    assert verdict.startswith("CRITICAL") and len(headings) >= 9, plain
+    screen = screen_of(args, size, codes=(2,))
+    text = "\n".join(screen)
+    lines = [line for line in screen if line.strip()]
+    assert lines[0] == verdict and lines[-1] == verdict, text  # nothing scrolled off
+    for heading in headings:
+        shown = heading if len(heading) <= size[1] else heading[: size[1]]
+        assert any(line.startswith(shown) for line in screen), f"{heading!r} not on screen:\n{text}"
+    if size[0] >= 50:
+        assert "shown by heading only" not in text, text  # a tall screen shows them in full

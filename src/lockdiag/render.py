@@ -61,7 +61,8 @@ class Output:
     blocks: Callable[[], list[Block]]
     data: Callable[[], Any]
     items: tuple[str, Callable[[], Iterable[Any]]] | None = None
-    screen: Callable[[], list[Block]] | None = None  # for a terminal, when it differs
+    # for a terminal, when it differs: given the screen's (columns, lines), 0 when not a tty
+    screen: Callable[[int, int], list[Block]] | None = None
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -95,7 +96,7 @@ def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> N
     elif chosen == "csv":
         _csv(output.blocks(), stream)
     else:
-        _rich((output.screen or output.blocks)(), stream)
+        _rich(output, stream)
 
 
 def _json(output: Output, stream: TextIO) -> None:
@@ -225,10 +226,12 @@ def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [template.format(*cells).rstrip() for cells in [headers, *rows]]
 
 
-def _rich(blocks: list[Block], stream: TextIO) -> None:
+def _rich(output: Output, stream: TextIO) -> None:
     from rich.console import Console
 
     console = Console(file=stream, highlight=False, soft_wrap=False)
+    lines = console.height if stream.isatty() else 0
+    blocks = output.screen(console.width, lines) if output.screen else output.blocks()
     budget = screen_budget(blocks, console.width, console.height) if stream.isatty() else 0
     for renderable in rich_renderables(blocks, console, budget):
         console.print(renderable)

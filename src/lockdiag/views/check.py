@@ -30,24 +30,38 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
     if fmt == "prometheus":
         return Output(lambda: [Text(exposition(check_metrics(report)))], dict)
 
-    def blocks(terminal: bool = False) -> list[Block]:
+    def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
+        """Every finding in full; on a terminal of ``lines`` lines, in full where they fit
+        (the most urgent first), then their headings only, the summary again at the end."""
         findings = report.findings
         summary = Text([f"{report.status}: {_counts(findings)}"], "verdict")
         folded = {id(wait) for finding in findings for wait in finding.caused}
+        shown = [f for f in findings if id(f) not in folded]  # waits: under their cause
+        notes = notes_block(report.notes)
+        room = lines - 4 - _height(notes, columns) if lines else 0  # summaries, a note, a prompt
         out: list[Block] = [summary]
-        for finding in findings:
-            if id(finding) in folded:
-                continue  # shown under the finding that causes it
+        headings_only = 0
+        for index, finding in enumerate(shown):
             pid = f"  pid {finding.pid}" if finding.pid is not None else ""
             style: Literal["critical", "warning"] = finding.severity
             heading = f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}"
-            out.append(Text([heading], style))
-            out.append(Text([f"  {clean(finding.evidence)}"]))
+            detail = [f"  {clean(finding.evidence)}"]
             if finding.caused:
-                out.append(Text([f"  {_caused(finding)}"], _worst(finding.caused)))
-            out.append(Text([f"  next: {clean(finding.next_step)}"]))
-        out += notes_block(report.notes)
-        if terminal and findings:
+                detail.append(f"  {_caused(finding)}")
+            detail.append(f"  next: {clean(finding.next_step)}")
+            rest = len(shown) - index - 1  # each later one takes a heading line at least
+            if lines and _height([Text(detail)], columns) + 1 + rest > room:
+                out.append(Text([heading], style))
+                room -= 1
+                headings_only += 1
+                continue
+            out += [Text([heading], style), Text(detail)]
+            room -= 1 + _height([Text(detail)], columns)
+        if headings_only:
+            out.append(Text([f"({headings_only} shown by heading only: lockdiag check "
+                             "--format plain | less shows them all)"], "note"))  # fmt: skip
+        out += notes
+        if lines and findings:
             out.append(summary)  # the verdict again where the eye ends
         return out
 
@@ -60,7 +74,15 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
             "notes": report.notes,
         }
 
-    return Output(blocks, data, screen=lambda: blocks(terminal=True))
+    return Output(blocks, data, screen=blocks)
+
+
+def _height(blocks: list[Block], columns: int) -> int:
+    """Screen lines these text blocks take, wrapped at ``columns``."""
+    width = max(1, columns)
+    return sum(
+        max(1, -(-len(line) // width)) for b in blocks if isinstance(b, Text) for line in b.lines
+    )
 
 
 def _worst(findings: tuple[Finding, ...]) -> Literal["critical", "warning"]:

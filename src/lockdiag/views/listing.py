@@ -76,7 +76,9 @@ def fleet_list_output(
         for target, _, entry in entries:
             yield encoder.encode(entry, {"target": target} if fleet else None)
 
-    return Output(blocks, data, ("locks", items), screen=lambda: blocks(terminal=True))
+    return Output(
+        blocks, data, ("locks", items), screen=lambda _columns, _lines: blocks(terminal=True)
+    )
 
 
 def _blocks(
