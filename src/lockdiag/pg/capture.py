@@ -43,29 +43,28 @@ def capture(
     the keys of ``names`` as the server's hashtext() computes them."""
     sql = queries.query("snapshot", connection.info.server_version)
     started = time.perf_counter()
-    with connection.cursor() as cursor:
-        cursor.execute(sql.encode(), {"all_types": scope == "all", "names": names or []})
-        rows = cursor.fetchall()
-    elapsed = time.perf_counter() - started
     locks: list[LockRow] = []
     sessions: dict[int, Session] = {}
     server: dict[str, Any] = {}
     relations: dict[int, str] = {}
     make = LockRow._make
-    for row in rows:
-        kind = row[0]
-        if kind == "lock":
-            lock = make(row[1:17])  # the LockRow fields, in order; blocked_by last
-            if lock.blocked_by is not None:  # an array arrives as a list
-                lock = lock._replace(blocked_by=tuple(lock.blocked_by))
-            locks.append(lock)
-            if row[17] is not None:
-                relations[row[3]] = row[17]
-        elif kind == "session":
-            session = build_record(Session, row[18], "session")
-            sessions[session.pid] = session
-        else:
-            server = row[18]
+    with connection.cursor() as cursor:
+        cursor.execute(sql.encode(), {"all_types": scope == "all", "names": names or []})
+        elapsed = time.perf_counter() - started
+        for row in cursor:  # one row at a time: the rows are never all in a list at once
+            kind = row[0]
+            if kind == "lock":
+                lock = make(row[1:17])  # the LockRow fields, in order; blocked_by last
+                if lock.blocked_by is not None:  # an array arrives as a list
+                    lock = lock._replace(blocked_by=tuple(lock.blocked_by))
+                locks.append(lock)
+                if row[17] is not None:
+                    relations[row[3]] = row[17]
+            elif kind == "session":
+                session = build_record(Session, row[18], "session")
+                sessions[session.pid] = session
+            else:
+                server = row[18]
     hashed = server.pop("hashed", None) or {}
     info = server_info(dict(server, relations=relations), connection.info.server_version)
     derived = catalogue.derived_keys(
