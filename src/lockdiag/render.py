@@ -232,7 +232,7 @@ def _rich(output: Output, stream: TextIO) -> None:
     console = Console(file=stream, highlight=False, soft_wrap=False)
     lines = console.height if stream.isatty() else 0
     blocks = output.screen(console.width, lines) if output.screen else output.blocks()
-    budget = screen_budget(blocks, console.width, console.height) if stream.isatty() else 0
+    budget = screen_budget(blocks, console.width, lines) if lines else 0
     for renderable in rich_renderables(blocks, console, budget):
         console.print(renderable)
 
@@ -245,11 +245,16 @@ def screen_budget(blocks: list[Block], width: int, height: int) -> int:
     tables = 0
     for block in blocks:
         if isinstance(block, Text):
-            lines += sum(max(1, -(-len(line) // max(1, width))) for line in block.lines)
+            lines += text_height(block.lines, width)
         else:
             tables += 1
             lines += (1 if block.title else 0) + 3 + len(legend(block, block.rows, block.words))
     return max(3, (height - lines) // max(1, tables))
+
+
+def text_height(lines: Iterable[str], width: int) -> int:
+    """Screen lines these text lines take on a screen ``width`` columns wide, as they wrap."""
+    return sum(max(1, -(-len(line) // max(1, width))) for line in lines)
 
 
 def rich_renderables(blocks: list[Block], console: Console, budget: int | None = None) -> list[Any]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from lockdiag.core.findings import SEVERITIES, CheckPolicy, CheckReport, Finding, Kind
 from lockdiag.core.observe import namespace_of
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Text, clean
+from lockdiag.render import Block, Output, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
     entry_data,
@@ -38,7 +38,8 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
         folded = {id(wait) for finding in findings for wait in finding.caused}
         shown = [f for f in findings if id(f) not in folded]  # waits: under their cause
         notes = notes_block(report.notes)
-        room = lines - 4 - _height(notes, columns) if lines else 0  # summaries, a note, a prompt
+        noted = [line for block in notes if isinstance(block, Text) for line in block.lines]
+        room = lines - 4 - text_height(noted, columns)  # two summaries, a note, a prompt
         out: list[Block] = [summary]
         headings_only = 0
         for index, finding in enumerate(shown):
@@ -49,14 +50,15 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
             if finding.caused:
                 detail.append(f"  {_caused(finding)}")
             detail.append(f"  next: {clean(finding.next_step)}")
+            height = 1 + text_height(detail, columns)
             rest = len(shown) - index - 1  # each later one takes a heading line at least
-            if lines and _height([Text(detail)], columns) + 1 + rest > room:
+            if lines and height + rest > room:
                 out.append(Text([heading], style))
                 room -= 1
                 headings_only += 1
                 continue
             out += [Text([heading], style), Text(detail)]
-            room -= 1 + _height([Text(detail)], columns)
+            room -= height
         if headings_only:
             out.append(Text([f"({headings_only} shown by heading only: lockdiag check "
                              "--format plain | less shows them all)"], "note"))  # fmt: skip
@@ -75,14 +77,6 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
         }
 
     return Output(blocks, data, screen=blocks)
-
-
-def _height(blocks: list[Block], columns: int) -> int:
-    """Screen lines these text blocks take, wrapped at ``columns``."""
-    width = max(1, columns)
-    return sum(
-        max(1, -(-len(line) // width)) for b in blocks if isinstance(b, Text) for line in b.lines
-    )
 
 
 def _worst(findings: tuple[Finding, ...]) -> Literal["critical", "warning"]:
