@@ -130,6 +130,7 @@ def run(churn: Churn, *args: str) -> str:
         env=churn.env, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert result.returncode in (0, 1, 2), result.stderr
+    assert result.stdout, result.stderr
     return result.stdout
 
 

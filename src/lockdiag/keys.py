@@ -100,10 +100,11 @@ class LockTriple(_Numbers):
 
     def describe(self) -> str:
         """The numbers as a person would write them in SQL: ``(4102, 73)`` or ``-55037190``."""
-        if self.form == "bigint":
-            return str(self.bigint)
-        a, b = self.pair
-        return f"({a}, {b})"
+        classid, objid, objsubid = self
+        if objsubid == BIGINT_SUBID:
+            unsigned = classid << 32 | objid
+            return str(unsigned - 2**64 if unsigned > INT8_MAX else unsigned)
+        return f"({to_int4(classid)}, {to_int4(objid)})"
 
     def __str__(self) -> str:
         return f"({self.classid}, {self.objid}, {self.objsubid})"

@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,10 +120,16 @@ class Namespace:
         it, else ``#3fa2c1d0`` (the number, in hex)."""
         if not self.parts:
             return str(number)
-        for values in self.values:
-            if derive_resource(self.form, self.parts, values) == number:
-                return " ".join(str(value) for value in values)
-        return f"#{number & 0xFFFFFFFF:08x}"
+        text = self._value_texts.get(number)
+        return text if text is not None else f"#{number & 0xFFFFFFFF:08x}"
+
+    @cached_property
+    def _value_texts(self) -> dict[int, str]:
+        """The listed values by their number, derived once (the first listed wins)."""
+        return {
+            derive_resource(self.form, self.parts, values): " ".join(str(v) for v in values)
+            for values in reversed(self.values)
+        }
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from functools import partial
 from typing import Literal, NamedTuple
 
 from lockdiag.core.catalogue import Catalogue, Known, snapshot_catalogue
 from lockdiag.core.model import IN_TRANSACTION_IDLE, LockRow, PoolLink, Session, Snapshot
-from lockdiag.keys import LockTriple
+from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
 
 Lifetime = Literal["session", "unknown"]
@@ -152,13 +152,83 @@ def analyse(
     entry to make, which matters at a hundred thousand locks.
     """
     now = snapshot.server.now
-    databases = snapshot.server.databases
     rows = (
         [r for r in snapshot.locks if r.locktype == "advisory"] if advisory_only else snapshot.locks
     )
 
-    # pg_blocking_pids() names hard blockers (they hold a conflicting lock) and soft ones
-    # (queued ahead with a conflicting request); holders of the same object are the hard ones.
+    waiters, holders, contested = _queues(rows)
+    decoder = _Decoder(registry, snapshot)
+    backends: dict[tuple[int | None, int | None], _Backend] = {}
+    flags_of: dict[tuple[object, ...], tuple[Flag, ...]] = {}
+    # the common lock: granted, uncontested, in a key space where one namespace (or none)
+    # names every key but a few listed ones. All but its resource is its backend's and its
+    # key space's, found with one lookup per lock.
+    common: dict[tuple[object, ...], _Common] = {}
+    entries: list[LockEntry] = []
+    # the sort key, packed so that most comparisons are of one int: database, lock type (by
+    # name), then the lock (an advisory key by form, then numbers; else the relation)
+    rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
+    advisory = rank.get("advisory", 0) << 66
+    order: list[tuple[int, bool, float, int]] = []
+    for row in rows:
+        (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted, *_) = row
+        uncontested = granted and id(row) not in contested
+        shared = common.get((pid, database, objsubid, classid, locktype)) if uncontested else None
+        if shared is not None:
+            triple = _new_triple((classid, objid, objsubid))
+            if triple not in shared.listed:  # the fast path: most locks of a large lock table
+                namespace, same = shared.namespace, shared.backend
+                resource = (None if namespace is None else objid if objsubid == BIGINT_SUBID
+                            else to_int4(objid))  # type: ignore[arg-type]  # fmt: skip
+                place = (database or 0) << 80 | advisory | objsubid << 64 | classid << 32 | objid  # type: ignore[operator]
+                order.append((place, False, 0.0, pid or 0))
+                entries.append(_new_entry((row, same.session, same.database,
+                                           _new_decoded((triple, namespace, resource, None)),
+                                           same.lifetime, same.held, None, (), (), (),
+                                           shared.flags, same.pool)))  # fmt: skip
+                continue
+        backend = backends.get((pid, database))
+        if backend is None:
+            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
+        decoded: Decoded | None = None
+        if locktype == "advisory" and classid is not None and objid is not None:
+            decoded = decoder.decode(row)
+            place = (objsubid or 0) << 64 | classid << 32 | objid
+        else:
+            place = row.relation or 0
+        place |= (database or 0) << 80 | rank[locktype] << 66
+        if granted:  # holders first; waiters by wait start
+            order.append((place, False, 0.0, pid or 0))
+        else:
+            order.append((place, True, *_queue_order(row)))
+        if not uncontested:
+            entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
+            continue
+        # flags depend on the backend and on the namespace (or on being unregistered)
+        context = (pid, database, None if decoded is None else id(decoded.namespace)
+                   if decoded.namespace else decoded.known is None)  # fmt: skip
+        flags = flags_of.get(context)
+        if flags is None:
+            flags = flags_of[context] = _flags(backend, decoded, True, (), policy)
+        entries.append(LockEntry(row, backend.session, backend.database, decoded,
+                                 backend.lifetime, backend.held, None, (), (), (), flags,
+                                 backend.pool))  # fmt: skip
+        listed = decoder.listed(objsubid, classid) if decoded is not None else None
+        if listed is not None and decoded is not None and decoded.known is None:
+            space = (pid, database, objsubid, classid, locktype)
+            common[space] = _Common(backend, decoded.namespace, flags, listed)
+    return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
+
+
+def _queues(
+    rows: list[LockRow],
+) -> tuple[dict[tuple[object, ...], list[LockRow]], dict[tuple[object, ...], set[int]], set[int]]:
+    """Waiters by lock object in queue order, the pids holding each object waited for, and
+    the id() of every granted row a waiter may wait for.
+
+    pg_blocking_pids() names hard blockers (they hold a conflicting lock) and soft ones
+    (queued ahead with a conflicting request); holders of the same object are the hard ones.
+    """
     waiters: dict[tuple[object, ...], list[LockRow]] = defaultdict(list)
     blocker_pids: set[int] = set()
     for row in rows:
@@ -166,51 +236,14 @@ def analyse(
             waiters[row.lock_object].append(row)
             blocker_pids.update(row.blocked_by or ())
     holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
-    contested: set[int] = set()  # id() of the granted rows a waiter may wait for
+    contested: set[int] = set()
     for row in rows if waiters else ():
         if row.granted and row.pid in blocker_pids and row.lock_object in waiters:
             holders[row.lock_object].add(row.pid)
             contested.add(id(row))
     for queue in waiters.values():
         queue.sort(key=_queue_order)
-
-    decode_key = _decoder(registry, snapshot_catalogue(snapshot, registry.candidates), databases)
-    backends: dict[tuple[int | None, int | None], _Backend] = {}
-    flags_of: dict[tuple[object, ...], tuple[Flag, ...]] = {}
-    entries: list[LockEntry] = []
-    # the sort key, packed so that most comparisons are of one int: database, lock type (by
-    # name), then the lock (an advisory key by form, then numbers; else the relation)
-    rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
-    order: list[tuple[int, bool, float, int]] = []
-    for row in rows:
-        pid, database, granted = row.pid, row.database, row.granted
-        backend = backends.get((pid, database))
-        if backend is None:
-            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
-        decoded = None
-        if row.locktype == "advisory" and row.classid is not None and row.objid is not None:
-            decoded = decode_key(row)
-            place = (row.objsubid or 0) << 64 | row.classid << 32 | row.objid
-        else:
-            place = row.relation or 0
-        place |= (database or 0) << 80 | rank[row.locktype] << 66
-        if granted:  # holders first; waiters by wait start
-            order.append((place, False, 0.0, pid or 0))
-        else:
-            order.append((place, True, *_queue_order(row)))
-        if granted and id(row) not in contested:  # most locks: nobody waits for them
-            # flags depend on the backend and on the namespace (or on being unregistered)
-            context = (pid, database, None if decoded is None else id(decoded.namespace)
-                       if decoded.namespace else decoded.known is None)  # fmt: skip
-            flags = flags_of.get(context)
-            if flags is None:
-                flags = flags_of[context] = _flags(backend, decoded, True, (), policy)
-            entries.append(LockEntry(row, backend.session, backend.database, decoded,
-                                     backend.lifetime, backend.held, None, (), (), (), flags,
-                                     backend.pool))  # fmt: skip
-        else:
-            entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
-    return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
+    return waiters, holders, contested
 
 
 def _contested(
@@ -270,23 +303,50 @@ def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: dat
     )
 
 
-def _decoder(
-    registry: Registry, catalogue: Catalogue, databases: dict[int, str]
-) -> Callable[[LockRow], Decoded | None]:
-    """decode() for pg_locks rows, remembering each key's answer (looked up by the row's
-    numbers, so a key seen before costs no LockTriple)."""
-    found: dict[tuple[int | None, ...], Decoded | None] = {}
+# the fast path's constructors: a named tuple made from a tuple, without the keyword
+# handling of its __new__ (a third of the per-lock cost at a hundred thousand locks)
+_new_triple = partial(tuple.__new__, LockTriple)
+_new_decoded = partial(tuple.__new__, Decoded)
+_new_entry = partial(tuple.__new__, LockEntry)
 
-    def decode_row(row: LockRow) -> Decoded | None:
+
+class _Common(NamedTuple):
+    """What the granted, uncontested locks of one backend in one key space share."""
+
+    backend: _Backend
+    namespace: Namespace | None  # the space's namespace, or None: unregistered
+    flags: tuple[Flag, ...]
+    listed: frozenset[LockTriple]  # the space's keys of well-known software: decoded alone
+
+
+class _Decoder:
+    """decode() for pg_locks rows, each key's answer remembered, and what a key space says of
+    all its keys: a space (form and high word) that a namespace names, or that no namespace
+    names, is decoded alike for every key but the well-known keys listed in it."""
+
+    def __init__(self, registry: Registry, snapshot: Snapshot) -> None:
+        self.registry, self.databases = registry, snapshot.server.databases
+        self.catalogue = snapshot_catalogue(snapshot, registry.candidates)
+        self.found: dict[tuple[int | None, ...], Decoded | None] = {}
+
+    def decode(self, row: LockRow) -> Decoded | None:
         numbers = (row.classid, row.objid, row.objsubid, row.database)
-        if numbers in found:
-            return found[numbers]
+        if numbers in self.found:
+            return self.found[numbers]
         key = row.advisory_key
-        database = databases.get(row.database) if row.database is not None else None
-        decoded = found[numbers] = decode(registry, catalogue, key, database) if key else None
+        database = self.databases.get(row.database) if row.database is not None else None
+        decoded = decode(self.registry, self.catalogue, key, database) if key else None
+        self.found[numbers] = decoded
         return decoded
 
-    return decode_row
+    def listed(self, objsubid: int | None, classid: int | None) -> frozenset[LockTriple] | None:
+        """The keys of a space that must be decoded one by one; None when every key must
+        (a pair prefix of well-known software, or a key no server gives)."""
+        if objsubid not in (BIGINT_SUBID, PAIR_SUBID) or classid is None:
+            return None
+        if self.registry.decode(LockTriple.of_row(classid, 0, objsubid)) is not None:
+            return frozenset()  # the registry comes first: every key is the namespace's
+        return self.catalogue.listed(objsubid, classid)
 
 
 def _idle_since(session: Session | None, now: datetime) -> float | None:

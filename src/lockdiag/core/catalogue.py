@@ -16,10 +16,19 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from lockdiag.core.model import DerivedKey, Snapshot
-from lockdiag.keys import LockTriple, from_bigint, from_pair, split_namespace, to_int4, to_uint4
+from lockdiag.keys import (
+    PAIR_SUBID,
+    LockTriple,
+    from_bigint,
+    from_pair,
+    split_namespace,
+    to_int4,
+    to_uint4,
+)
 from lockdiag.registry import Candidates, Namespace, Registry
 
 Confidence = Literal["exact", "derived", "guess"]
@@ -291,6 +300,22 @@ class Catalogue:
     anywhere: dict[LockTriple, Known] = field(default_factory=dict)
     per_database: dict[str, dict[LockTriple, Known]] = field(default_factory=dict)
     prefixes: dict[tuple[str | None, int], Known] = field(default_factory=dict)
+
+    @cached_property
+    def _spaces(self) -> dict[tuple[int, int], frozenset[LockTriple]]:
+        found: dict[tuple[int, int], set[LockTriple]] = {}
+        for keys in [self.anywhere, *self.per_database.values()]:
+            for triple in keys:
+                found.setdefault((triple.objsubid, triple.classid), set()).add(triple)
+        return {space: frozenset(triples) for space, triples in found.items()}
+
+    def listed(self, objsubid: int, classid: int) -> frozenset[LockTriple] | None:
+        """The keys listed in one key space (form and high word), in any database: a key of
+        the space not among them is named by none. None when a pair prefix covers the space
+        (its every key is named)."""
+        if objsubid == PAIR_SUBID and any(c == classid for _, c in self.prefixes):
+            return None
+        return self._spaces.get((objsubid, classid), frozenset())
 
     def lookup(self, triple: LockTriple, database: str | None) -> Known | None:
         if database is not None:

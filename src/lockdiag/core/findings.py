@@ -405,11 +405,15 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> 
 def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
     """One finding per database, holder and kind of advice, counting the keys it is about."""
     groups: dict[tuple[str | None, int | None, str], list[LockEntry]] = {}
+    steps: dict[tuple[int, int], str] = {}  # the advice depends on the form and high word only
     for entry in entries:
         decoded = entry.decoded
         if decoded is None or decoded.namespace or decoded.known or not entry.lock.granted:
             continue
-        step = unregistered_step(decoded.triple)
+        triple = decoded.triple
+        step = steps.get((triple.objsubid, triple.classid))
+        if step is None:
+            step = steps[(triple.objsubid, triple.classid)] = unregistered_step(triple)
         groups.setdefault((entry.database, entry.lock.pid, step), []).append(entry)
     for (database, _, step), found in groups.items():
         first = found[0]
