@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from functools import partial
+from itertools import chain
 from typing import Any
 
 import psycopg
@@ -31,6 +33,7 @@ _ENRICHMENT_TABLES = {
 }
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
+BATCH = 2000  # rows of the snapshot turned into records at a time
 
 
 def capture(
@@ -51,7 +54,8 @@ def capture(
     with connection.cursor() as cursor:
         cursor.execute(sql.encode(), {"all_types": scope == "all", "names": names or []})
         elapsed = time.perf_counter() - started
-        for row in cursor:  # one row at a time: the rows are never all in a list at once
+        # a batch of rows at a time (loaded in C): never all the rows in a list at once
+        for row in chain.from_iterable(iter(partial(cursor.fetchmany, BATCH), [])):
             kind = row[0]
             if kind == "lock":
                 lock = make(row[1:17])  # the LockRow fields, in order; blocked_by last
