@@ -76,7 +76,7 @@ class LockTriple(_Numbers):
 
     @property
     def form(self) -> Form:
-        return "bigint" if self.objsubid == BIGINT_SUBID else "pair"
+        return "bigint" if self[2] == BIGINT_SUBID else "pair"
 
     @property
     def bigint(self) -> int:
@@ -92,7 +92,9 @@ class LockTriple(_Numbers):
     @property
     def args(self) -> tuple[int, ...]:
         """The arguments to pass to ``pg_advisory_lock`` and friends to take this lock."""
-        return (self.bigint,) if self.form == "bigint" else self.pair
+        if self[2] == BIGINT_SUBID:
+            return (self.bigint,)
+        return (to_int4(self[0]), to_int4(self[1]))
 
     def sql(self, function: str = "pg_try_advisory_xact_lock") -> str:
         """A literal SQL call that takes this lock, for display and copy-paste."""
@@ -100,11 +102,8 @@ class LockTriple(_Numbers):
 
     def describe(self) -> str:
         """The numbers as a person would write them in SQL: ``(4102, 73)`` or ``-55037190``."""
-        classid, objid, objsubid = self
-        if objsubid == BIGINT_SUBID:
-            unsigned = classid << 32 | objid
-            return str(unsigned - 2**64 if unsigned > INT8_MAX else unsigned)
-        return f"({to_int4(classid)}, {to_int4(objid)})"
+        args = self.args
+        return str(args[0]) if len(args) == 1 else f"({args[0]}, {args[1]})"
 
     def __str__(self) -> str:
         return f"({self.classid}, {self.objid}, {self.objsubid})"

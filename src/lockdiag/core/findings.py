@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from operator import attrgetter
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy
@@ -121,15 +122,15 @@ def check(
 ) -> CheckReport:
     """Findings of one analysed snapshot (a Diagnosis's; use Diagnosis.findings). Its entries
     are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
-    software = software_of(entries)
+    flagged, software = index(entries)
     findings = [
-        *_outlived_clients(entries, software),
-        *_session_locks(entries, policy, software),
+        *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software),
+        *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software),
         *_waits(entries, policy, snapshot.server),
-        *_stuck_owners(entries, policy, snapshot.server, software),
+        *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot.server, software),
         *_crowded_roots(graph, policy, snapshot.server),
-        *(_unregistered(entries) if policy.unregistered else ()),
-        *_namespace_rules(entries),
+        *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
+        *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
     ]
     return CheckReport(snapshot, by_cause(findings, graph), entries, graph, notes)
 
@@ -211,15 +212,20 @@ def _listed(group: list[LockEntry], shown: int = 3) -> str:
     return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
 
 
-def software_of(entries: list[LockEntry]) -> dict[int, Known]:
-    """The well-known software whose lock each backend holds (the first one found)."""
-    found: dict[int, Known] = {}
+def index(entries: list[LockEntry]) -> tuple[dict[Flag, list[LockEntry]], dict[int, Known]]:
+    """One pass for every detector: the entries carrying each flag, in order, and the
+    well-known software whose lock each backend holds (the first one found)."""
+    flagged: dict[Flag, list[LockEntry]] = {flag: [] for flag in Flag}
+    software: dict[int, Known] = {}
     for entry in entries:
-        pid = entry.lock.pid
-        known = entry.decoded.known if entry.decoded is not None else None
-        if entry.lock.granted and pid is not None and pid not in found and known is not None:
-            found.update({pid: known} if known.behaviour is not None else {})
-    return found
+        for flag in entry.flags:
+            flagged[flag].append(entry)
+        decoded = entry.decoded
+        if decoded is not None and decoded.known is not None and entry.lock.granted:
+            pid, known = entry.lock.pid, decoded.known
+            if pid is not None and pid not in software and known.behaviour is not None:
+                software[pid] = known
+    return flagged, software
 
 
 def software_step(known: Known, pid: int | None) -> str:
@@ -245,10 +251,9 @@ def software_step(known: Known, pid: int | None) -> str:
     )
 
 
-def _outlived_clients(entries: list[LockEntry], software: dict[int, Known]) -> Iterator[Finding]:
+def _outlived_clients(leaked: list[LockEntry], software: dict[int, Known]) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
-    PgBouncer, on a server connection that no client is using any more."""
-    leaked = (e for e in entries if Flag.OUTLIVED_CLIENT in e.flags)
+    PgBouncer, on a server connection that no client is using any more (flagged so)."""
     for group in _by_backend(leaked):
         entry, pool, count = group[0], group[0].pool, len(group)
         assert pool is not None
@@ -277,11 +282,10 @@ def _outlived_clients(entries: list[LockEntry], software: dict[int, Known]) -> I
 
 
 def _session_locks(
-    entries: list[LockEntry], policy: CheckPolicy, software: dict[int, Known]
+    old: list[LockEntry], policy: CheckPolicy, software: dict[int, Known]
 ) -> Iterator[Finding]:
     # the flag: a certain session lock held past --session-age's warning level, in a namespace
     # not declared long-lived (a leader lock never raises an alert)
-    old = (e for e in entries if Flag.LONG_SESSION_LOCK in e.flags)
     for group in _by_backend(old):
         entry, count = group[0], len(group)
         held = entry.held_at_least  # the backend's: the same for each of its locks
@@ -342,12 +346,12 @@ def _wait_finding(
 
 
 def _stuck_owners(
-    entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo, software: dict[int, Known]
+    stuck: list[LockEntry], policy: CheckPolicy, server: ServerInfo, software: dict[int, Known]
 ) -> Iterator[Finding]:
     reported: set[int | None] = set()
-    for entry in entries:
+    for entry in stuck:
         session = entry.session
-        if Flag.STUCK_OWNER not in entry.flags or session is None or entry.lock.pid in reported:
+        if session is None or entry.lock.pid in reported:
             continue
         idle = entry.held_at_least  # for an idle backend: time since it went idle
         severity = policy.idle_age.severity(idle)
@@ -402,22 +406,22 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> 
         )
 
 
-def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
+def _unregistered(unregistered: list[LockEntry]) -> Iterator[Finding]:
     """One finding per database, holder and kind of advice, counting the keys it is about."""
+    # the advice depends on the key space (form and high word) only: grouped by space first
+    spaces: dict[tuple[str | None, int | None, int, int], list[LockEntry]] = {}
+    for entry in unregistered:
+        if entry.lock.granted:
+            triple = entry.decoded.triple  # type: ignore[union-attr]
+            key = (entry.database, entry.lock.pid, triple.objsubid, triple.classid)
+            spaces.setdefault(key, []).append(entry)
     groups: dict[tuple[str | None, int | None, str], list[LockEntry]] = {}
-    steps: dict[tuple[int, int], str] = {}  # the advice depends on the form and high word only
-    for entry in entries:
-        decoded = entry.decoded
-        if decoded is None or decoded.namespace or decoded.known or not entry.lock.granted:
-            continue
-        triple = decoded.triple
-        step = steps.get((triple.objsubid, triple.classid))
-        if step is None:
-            step = steps[(triple.objsubid, triple.classid)] = unregistered_step(triple)
-        groups.setdefault((entry.database, entry.lock.pid, step), []).append(entry)
+    for (database, pid, *_), found in spaces.items():
+        step = unregistered_step(found[0].decoded.triple)  # type: ignore[union-attr]
+        groups.setdefault((database, pid, step), []).extend(found)
     for (database, _, step), found in groups.items():
         first = found[0]
-        keys = len({e.decoded.triple for e in found if e.decoded})
+        keys = len(set(map(_TRIPLE, found)))
         where = f" in database {database}" if database else ""
         yield Finding(
             Kind.UNREGISTERED,
@@ -432,6 +436,7 @@ def _unregistered(entries: list[LockEntry]) -> Iterator[Finding]:
         )
 
 
+_TRIPLE = attrgetter("decoded.triple")
 PLAUSIBLE_ID = 1 << 20  # team namespaces are small numbers; a hash's high word rarely is
 HASHED_32 = (
     "a 32-bit key, most likely a hashed name (hashtext(), crc32 as django-pglocks 1.0 does, "
@@ -466,9 +471,8 @@ def unregistered_step(triple: LockTriple) -> str:
     )
 
 
-def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
+def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> Iterator[Finding]:
     # the analysis flags each lock that breaks its namespace's rules
-    expecting_xact = (e for e in entries if Flag.EXPECT_XACT in e.flags)
     for group in _by_backend(expecting_xact, by_namespace=True):
         entry, count = group[0], len(group)
         assert entry.decoded is not None and entry.decoded.namespace is not None
@@ -487,7 +491,6 @@ def _namespace_rules(entries: list[LockEntry]) -> Iterator[Finding]:
             entry.held_at_least,
             count,
         )
-    over = (e for e in entries if Flag.MAX_HOLD in e.flags)
     for group in _by_backend(over, by_namespace=True):
         entry, count = group[0], len(group)
         namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_at_least

@@ -133,23 +133,23 @@ class EntryEncoder:
     locks a second: what every uncontested lock of a backend shares (who holds it, how,
     since when) is encoded once per backend, and per lock only what is locked."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+        self.extra = extra or {}  # fields every item ends with (a fleet's target)
         self.sessions: dict[int, dict[str, Any]] = {}  # session_data() by id(session)
         self.shared: dict[tuple[object, ...], tuple[bytes, bytes]] = {}
 
-    def encode(self, entry: LockEntry, extra: dict[str, Any] | None = None) -> bytes:
+    def encode(self, entry: LockEntry) -> bytes:
         session = self.sessions.get(id(entry.session))
         if session is None:
             session = self.sessions[id(entry.session)] = session_data(entry)
         lock = entry.lock
         if not lock.granted or entry.blocks:  # contested: its own queue fields
-            return orjson.dumps({**entry_data(entry, session), **(extra or {})})
+            return orjson.dumps({**entry_data(entry, session), **self.extra})
         context = (id(entry.session), lock.pid, lock.mode, lock.locktype, entry.database,
-                   entry.lifetime, entry.held_at_least, entry.flags, id(entry.pool),
-                   tuple((extra or {}).items()))  # fmt: skip
+                   entry.lifetime, entry.held_at_least, entry.flags, id(entry.pool))  # fmt: skip
         parts = self.shared.get(context)
         if parts is None:
-            full = {**entry_data(entry, session), **(extra or {})}
+            full = {**entry_data(entry, session), **self.extra}
             names = list(full)
             middle = set(names[HEAD_FIELDS : HEAD_FIELDS + len(LOCK_FIELDS)])
             head = {k: full[k] for k in names[:HEAD_FIELDS]}

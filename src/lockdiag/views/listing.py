@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 from lockdiag.core.analysis import Flag, LockEntry
@@ -44,7 +46,6 @@ def fleet_list_output(
 ) -> Output:
     """One table for one server or many; with many, every row carries its target."""
     fleet = len(parts) + len(failures) > 1 or any(target for target, _ in parts)
-    entries = [(target, report, e) for target, report in parts for e in report.entries]
 
     def blocks(terminal: bool = False) -> list[Block]:
         return _blocks(parts, failures, fleet, terminal)
@@ -72,9 +73,9 @@ def fleet_list_output(
         }  # fmt: skip
 
     def items() -> Iterable[bytes]:
-        encoder = EntryEncoder()
-        for target, _, entry in entries:
-            yield encoder.encode(entry, {"target": target} if fleet else None)
+        for target, report in parts:
+            encode = EntryEncoder({"target": target} if fleet else None).encode
+            yield from map(encode, report.entries)
 
     return Output(
         blocks, data, ("locks", items), screen=lambda _columns, _lines: blocks(terminal=True)
@@ -95,10 +96,10 @@ def _blocks(
     triples = ((r.target, r.server, r.entry) for r in rows) if terminal else _triples(parts)
     columns = list(LIST_COLUMNS)
     entries = [e for _, report in parts for e in report.entries]
-    # columns only some tables have: POOL, DATABASE, TARGET
-    if any(e.pool is not None for e in entries):
+    # columns only some tables have: POOL, DATABASE, TARGET (each found by a loop in C)
+    if any(map(_POOL, entries)):
         columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
-    databases = {(target, e.lock.database) for target, report in parts for e in report.entries}
+    databases = {(t, d) for t, report in parts for d in set(map(_DATABASE, report.entries))}
     if len(databases) > 1:
         columns.insert(1, LIST_DATABASE)
     if fleet:
@@ -115,7 +116,7 @@ def _blocks(
     for index, (target, server, e) in enumerate(triples):
         lock = e.lock
         if lock.granted and not e.blocks:
-            fold_label = folded.get(index)
+            fold_label = folded.get(index) if folded else None
             if fold_label == "":
                 continue  # folded into the first row of its group
             shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
@@ -138,7 +139,7 @@ def _blocks(
     def compact(index: int) -> str:
         return compact_line(lines[index], cells[index][label], fleet)
 
-    shown_flags = sorted({f for e in entries for f in e.flags})
+    shown_flags = sorted(set(chain.from_iterable(map(_FLAGS, entries))))
     total = sum(report.total for _, report in parts)
     scope = "advisory lock" if parts and parts[0][1].snapshot.scope == "advisory" else "lock"
     empty = f"no {scope}s" if not total else f"none of the {total} {scope}(s) matches the filters"
@@ -169,6 +170,7 @@ def _triples(
             yield target, server, entry
 
 
+_POOL, _DATABASE, _FLAGS = attrgetter("pool"), attrgetter("lock.database"), attrgetter("flags")
 FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal
 
 
