@@ -3,6 +3,7 @@ software's own formula on a real server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Iterator
@@ -338,3 +339,59 @@ def test_keys_of_todays_releases(cluster: Cluster, sessions: Sessions, tmp_path:
         "advisory-lock (npm): lock 'send-invoices'",
         "@medusajs/locking-postgres: lock 'cart:42'",
     }
+
+
+def test_a_large_lock_table_decodes_each_lock_as_it_would_alone() -> None:
+    """The analysis decodes a key space once (the fast path): each lock must still get exactly
+    the name and flags it gets on its own, where a space mixes a namespace, well-known keys
+    (fixed, per database, a hashtext pair prefix) and plain numbers."""
+    from datetime import datetime, timedelta, timezone
+
+    from lockdiag.core.analysis import Flag, analyse
+    from lockdiag.core.model import DerivedKey, LockRow, ServerInfo, Session, Snapshot
+
+    now = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
+    session = Session(100, "shop", "app", "worker", None, None, now - timedelta(hours=2),
+                      None, None, now - timedelta(hours=1), "idle", None, None,
+                      "client backend", None, "select 1")  # fmt: skip
+    rails = from_bigint(2053462845 * zlib.crc32(b"shop"))  # Rails' key in database shop
+    prefix = 1234567  # a pair prefix named by hashtext()
+    # plain numbers first in each space, so that the well-known keys come after a space
+    # was seen: they must not be taken for the space's other keys
+    keys = [
+        *(LockTriple(rails.classid, rails.objid + n, 1) for n in (1, 2)), rails,
+        *(from_bigint(n) for n in range(1, 40)),  # space 0: fixed keys live there too
+        *(LockTriple(k.classid, k.objid ^ 1, k.objsubid) for k in FIXED),
+        *FIXED,  # every fixed key of well-known software
+        *(from_pair(4102, n) for n in range(-3, 40)),  # the registry's namespace
+        *(from_pair(4102 + 1, n) for n in range(5)),  # an unregistered space
+        *(from_pair(prefix, n) for n in range(5)),
+    ]  # fmt: skip
+    busy = dataclasses.replace(session, pid=101, state="active", state_change=now)
+    held = LockRow(
+        "advisory", 5, None, None, None, None, None, 0, 0, 1, "", 0, "ExclusiveLock", True
+    )
+    rows = [  # two backends, one idle (certain session locks, max_hold passed), one busy
+        held._replace(classid=k.classid, objid=k.objid, objsubid=k.objsubid, pid=pid)
+        for k in keys
+        for pid in (100, 101)
+    ]
+    server = ServerInfo(150000, now, "postgres", 1, False, True, {5: "shop"}, "shop")
+    derived = [DerivedKey(None, prefix, "pair-prefix", "hashtext", "hashtext('jobs')")]
+    text = '[namespaces.tenant]\nid = 4102\nexpect = "xact"\nmax_hold = "10m"\n'
+    for registry_text in (text, text + '[namespaces.small]\nid = 0\nform = "bigint"\n'):
+        registry, _ = parse_registry(registry_text, collisions=collisions)
+        assert registry is not None
+        sessions = {100: session, 101: busy}
+        snapshot = Snapshot(server, "made", "advisory", sessions, rows, derived=derived)
+        together = analyse(snapshot, registry)
+        assert len(together) == len(rows)
+        assert {(), (Flag.LONG_SESSION_LOCK, Flag.EXPECT_XACT, Flag.MAX_HOLD)} < {
+            e.flags for e in together
+        }
+        for entry in together:
+            alone = analyse(dataclasses.replace(snapshot, locks=[entry.lock]), registry)[0]
+            assert entry == alone, entry.lock
+        names = {e.decoded.label for e in together if e.decoded}
+        assert "tenant -3" in names and "hashtext: hashtext('jobs')" in names
+        assert any(name.startswith("Ruby on Rails") for name in names)
