@@ -82,6 +82,17 @@ class Decoded(NamedTuple):
         return f"unregistered {self.triple.form} {self.triple.describe()}"
 
 
+def namespace_of(entry: LockEntry) -> str:
+    """A bounded label: the registry namespace, the software of a known key, else
+    "unregistered"; never a resource number."""
+    decoded = entry.decoded
+    if decoded is None:
+        return "unregistered"
+    if decoded.namespace is not None:
+        return decoded.namespace.name
+    return decoded.known.software if decoded.known is not None else "unregistered"
+
+
 def decode(
     registry: Registry, catalogue: Catalogue, key: LockTriple, database: str | None
 ) -> Decoded:

@@ -12,7 +12,7 @@ from enum import Enum
 from operator import attrgetter
 from typing import Literal
 
-from lockdiag.core.analysis import Flag, LockEntry, Policy
+from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
 from lockdiag.core.catalogue import Known, collisions
 from lockdiag.core.graph import Blockers, tree_pids
 from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
@@ -98,11 +98,67 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Census:
+    """What one pass over every lock says, for the detectors and for metrics."""
+
+    flagged: dict[Flag, list[LockEntry]]  # the entries carrying each flag, in order
+    software: dict[int, Known]  # the well-known software whose lock each backend holds
+    waiters: list[LockEntry]  # locks not granted, in order
+    # advisory locks by (database, namespace: the registry's, a known software's or
+    # "unregistered", "held" or "waiting")
+    advisory: dict[tuple[str, str, str], int]
+    oldest_session_lock: float  # the longest lower bound of a certain session lock, or 0
+
+
+def census(entries: list[LockEntry]) -> Census:
+    flagged: dict[Flag, list[LockEntry]] = {flag: [] for flag in Flag}
+    software: dict[int, Known] = {}
+    waiters: list[LockEntry] = []
+    counted: dict[tuple[object, ...], _Count] = {}  # by identity of namespace and software
+    oldest = 0.0
+    for entry in entries:
+        for flag in entry.flags:
+            flagged[flag].append(entry)
+        decoded, granted = entry.decoded, entry.lock.granted
+        if not granted:
+            waiters.append(entry)
+        elif entry.lifetime == "session" and (entry.held_at_least or 0.0) > oldest:
+            oldest = entry.held_at_least or 0.0
+        if decoded is None:
+            continue
+        namespace, known = decoded.namespace, decoded.known
+        kind = (entry.database, id(namespace), id(known), granted)
+        count = counted.get(kind)
+        if count is None:
+            count = counted[kind] = _Count(entry)
+        count.locks += 1
+        if known is not None and granted:
+            pid = entry.lock.pid
+            if pid is not None and pid not in software and known.behaviour is not None:
+                software[pid] = known
+    advisory: dict[tuple[str, str, str], int] = {}
+    for count in counted.values():
+        first = count.first
+        state = "held" if first.lock.granted else "waiting"
+        key = (first.database or "", namespace_of(first), state)
+        advisory[key] = advisory.get(key, 0) + count.locks
+    return Census(flagged, software, waiters, advisory, oldest)
+
+
+class _Count:
+    __slots__ = ("first", "locks")
+
+    def __init__(self, first: LockEntry) -> None:
+        self.first, self.locks = first, 0
+
+
+@dataclass(frozen=True)
 class CheckReport:
     snapshot: Snapshot
     findings: list[Finding]
     entries: list[LockEntry] = field(repr=False)
     graph: Blockers = field(repr=False)
+    census: Census = field(repr=False)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -122,17 +178,18 @@ def check(
 ) -> CheckReport:
     """Findings of one analysed snapshot (a Diagnosis's; use Diagnosis.findings). Its entries
     are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
-    flagged, software = index(entries)
+    found = census(entries)
+    flagged, software = found.flagged, found.software
     findings = [
         *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software),
         *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software),
-        *_waits(entries, policy, snapshot.server),
+        *_waits(found.waiters, policy, snapshot.server),
         *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot.server, software),
         *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
         *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
     ]
-    return CheckReport(snapshot, by_cause(findings, graph), entries, graph, notes)
+    return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes)
 
 
 WAITS = frozenset({Kind.LONG_WAIT, Kind.MAX_WAIT})
@@ -210,22 +267,6 @@ def _listed(group: list[LockEntry], shown: int = 3) -> str:
         return ""
     names = ", ".join(_label(e) for e in group[:shown])
     return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
-
-
-def index(entries: list[LockEntry]) -> tuple[dict[Flag, list[LockEntry]], dict[int, Known]]:
-    """One pass for every detector: the entries carrying each flag, in order, and the
-    well-known software whose lock each backend holds (the first one found)."""
-    flagged: dict[Flag, list[LockEntry]] = {flag: [] for flag in Flag}
-    software: dict[int, Known] = {}
-    for entry in entries:
-        for flag in entry.flags:
-            flagged[flag].append(entry)
-        decoded = entry.decoded
-        if decoded is not None and decoded.known is not None and entry.lock.granted:
-            pid, known = entry.lock.pid, decoded.known
-            if pid is not None and pid not in software and known.behaviour is not None:
-                software[pid] = known
-    return flagged, software
 
 
 def software_step(known: Known, pid: int | None) -> str:
@@ -313,9 +354,9 @@ def _session_locks(
         )
 
 
-def _waits(entries: list[LockEntry], policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
-    for entry in entries:
-        if entry.lock.granted or entry.waited is None:
+def _waits(waiters: list[LockEntry], policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
+    for entry in waiters:
+        if entry.waited is None:
             continue
         namespace = entry.decoded.namespace if entry.decoded else None
         if namespace is not None and namespace.max_wait is not None:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lockdiag.core.analysis import LockEntry
+from lockdiag.core.analysis import LockEntry, namespace_of
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
 # and stuck-owner patterns count only longer ones
@@ -238,17 +238,6 @@ def collect_now_and_then(iteration: int) -> None:
 # -- episodes, for the exporter's histograms -------------------------------------------------
 
 EpisodeKey = tuple[object, ...]
-
-
-def namespace_of(entry: LockEntry) -> str:
-    """A bounded label: the registry namespace, the software of a known key, else
-    "unregistered"; never a resource number."""
-    decoded = entry.decoded
-    if decoded is None:
-        return "unregistered"
-    if decoded.namespace is not None:
-        return decoded.namespace.name
-    return decoded.known.software if decoded.known is not None else "unregistered"
 
 
 @dataclass

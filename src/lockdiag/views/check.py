@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from lockdiag.core.findings import SEVERITIES, CheckPolicy, CheckReport, Finding, Kind
-from lockdiag.core.observe import namespace_of
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean, text_height
 from lockdiag.views.common import (
@@ -117,15 +116,11 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
 
 
 def _metrics(report: CheckReport) -> dict[str, float]:
-    entries = report.entries
-    waits = [e.waited for e in entries if e.waited is not None]
-    session_locks = [
-        e.held_at_least for e in entries if e.lifetime == "session" and e.held_at_least is not None
-    ]
+    found = report.census
     return {
-        "waiting": float(len({e.lock.pid for e in entries if not e.lock.granted})),
-        "longest_wait": max(waits, default=0.0),
-        "oldest_session_lock": max(session_locks, default=0.0),
+        "waiting": float(len({e.lock.pid for e in found.waiters})),
+        "longest_wait": max((e.waited for e in found.waiters if e.waited), default=0.0),
+        "oldest_session_lock": found.oldest_session_lock,
         "most_blocked": float(max((r.total for r in report.graph.roots), default=0)),
     }
 
@@ -165,13 +160,7 @@ def check_metrics(report: CheckReport) -> list[Metric]:
         for severity in SEVERITIES:
             count = sum(1 for f in report.findings if f.kind == kind and f.severity == severity)
             findings.add(count, kind=kind.value, severity=severity)
-    counts: dict[tuple[str, str, str], int] = {}
-    for entry in report.entries:
-        if entry.decoded is None:
-            continue
-        state = "held" if entry.lock.granted else "waiting"
-        key = (entry.database or "", namespace_of(entry), state)
-        counts[key] = counts.get(key, 0) + 1
+    counts = report.census.advisory
     locks = Metric(
         "lockdiag_advisory_locks",
         "Advisory locks by database, namespace (the registry's, a known software's, or "
