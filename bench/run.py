@@ -115,8 +115,14 @@ class Population:
             connection.close()
 
 
-def median_of(repeats: int, measure: Callable[[], float]) -> float:
-    return statistics.median(measure() for _ in range(repeats))
+def medians(repeats: int, measures: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """The median of each measure, taken in turns (one of each per round), so that a change in
+    the machine's speed during the run weighs on every figure of a ratio alike."""
+    taken: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            taken[name].append(measure())
+    return {name: statistics.median(values) for name, values in taken.items()}
 
 
 def server_ms(cluster: Cluster, sql: str, params: dict[str, Any] | None = None) -> float:
@@ -226,14 +232,15 @@ def measure_server(
 ) -> dict[str, Any]:
     """Target 1: the snapshot query against a bare read of pg_locks (and the wiki's join)."""
     with Population(cluster, size, waiters):
-        floor = median_of(repeats, lambda: server_ms(cluster, "SELECT * FROM pg_locks"))
-        ours = median_of(
-            repeats, lambda: server_ms(cluster, snapshot_sql, {"all_types": True, "names": []})
-        )
-        wiki = median_of(repeats, lambda: server_ms(cluster, WIKI_SELF_JOIN))
+        ms = medians(repeats, {
+            "pg_locks_ms": lambda: server_ms(cluster, "SELECT * FROM pg_locks"),
+            "snapshot_ms": lambda: server_ms(cluster, snapshot_sql,
+                                             {"all_types": True, "names": []}),
+            "wiki_self_join_ms": lambda: server_ms(cluster, WIKI_SELF_JOIN),
+        })  # fmt: skip
     return {
-        "locks": size, "waiters": waiters, "pg_locks_ms": floor, "snapshot_ms": ours,
-        "ratio": ours / floor, "wiki_self_join_ms": wiki, "wiki_ratio": wiki / floor,
+        "locks": size, "waiters": waiters, **ms, "ratio": ms["snapshot_ms"] / ms["pg_locks_ms"],
+        "wiki_ratio": ms["wiki_self_join_ms"] / ms["pg_locks_ms"],
     }  # fmt: skip
 
 
@@ -244,27 +251,27 @@ def measure_large_list(
     first screen; watch; JSON's peak memory."""
     psql = shutil.which("psql") or "psql"
     with_dsn = ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG]
-    with Population(cluster, size, waiters):
-        plain = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
-        as_json = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "json"], env))
-        psql_time = median_of(repeats, lambda: wall([psql, "-X", "-c", PSQL_JOIN], env))
-        floor = median_of(
-            repeats, lambda: wall([sys.executable, str(FLOOR), cluster.dsn(), PSQL_JOIN])
-        )
-        terminal = median_of(repeats, lambda: first_screen([*with_dsn, "list"]))
-        scrape = exporter_scrape(cluster, repeats)
+    with Population(cluster, size, waiters), running_exporter(cluster) as scrape:
+        figures = medians(repeats, {
+            "list_plain_s": lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env),
+            "list_json_s": lambda: wall([*LOCKDIAG, "list", "--format", "json"], env),
+            "psql_aligned_s": lambda: wall([psql, "-X", "-c", PSQL_JOIN], env),
+            "python_floor_s": lambda: wall([sys.executable, str(FLOOR), cluster.dsn(), PSQL_JOIN]),
+            "exporter_scrape_s": scrape,
+            "list_terminal_s": lambda: first_screen([*with_dsn, "list"]),
+        })  # fmt: skip
         watch = [watch_times(with_dsn) for _ in range(repeats)]
         memory = peak_rss_mb([*with_dsn, "list", "--format", "json"])
-    return {"locks": size, "list_plain_s": plain, "list_json_s": as_json,
-            "psql_aligned_s": psql_time, "python_floor_s": floor, "list_terminal_s": terminal,
+    return {"locks": size, **figures,
             "watch_first_frame_s": statistics.median(first for first, _ in watch),
             "watch_key_redraw_s": statistics.median(redraw for _, redraw in watch),
-            "list_json_peak_mb": memory, "exporter_scrape_s": scrape}  # fmt: skip
+            "list_json_peak_mb": memory}  # fmt: skip
 
 
-def exporter_scrape(cluster: Cluster, repeats: int) -> float:
-    """One GET /metrics of a running `lockdiag exporter` (one snapshot, its analysis and the
-    exposition), its sampler set to an hour so it does not compete."""
+@contextmanager
+def running_exporter(cluster: Cluster) -> Iterator[Callable[[], float]]:
+    """A running `lockdiag exporter`, its sampler set to an hour so it does not compete; yields
+    the time of one GET /metrics (one snapshot, its analysis and the exposition)."""
     import urllib.request
 
     from lockdiag.demo.cluster import free_port
@@ -292,7 +299,7 @@ def exporter_scrape(cluster: Cluster, repeats: int) -> float:
             except OSError:
                 time.sleep(0.2)
         time.sleep(2)
-        return median_of(repeats, once)
+        yield once
     finally:
         process.terminate()
         process.wait(10)
@@ -315,28 +322,26 @@ def measure_small_server(
         try:
             sql_file.write(snapshot_sql)
             sql_file.close()
-            small = median_of(repeats, lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env))
-            script = median_of(
-                repeats, lambda: wall([sys.executable, "-c", minimal, cluster.dsn(), sql_file.name])
-            )
             many = [arg for _ in range(20) for arg in ("--dsn", cluster.dsn())]
             check = [*LOCKDIAG, "check", "--format", "json"]
-            one = median_of(repeats, lambda: wall([*check, "--dsn", cluster.dsn()], env))
-            twenty = median_of(repeats, lambda: wall([*check, *many], env))
+            return medians(repeats, {
+                "list_small_s": lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env),
+                "minimal_psycopg_s": lambda: wall(
+                    [sys.executable, "-c", minimal, cluster.dsn(), sql_file.name]),
+                "fleet_1_target_s": lambda: wall([*check, "--dsn", cluster.dsn()], env),
+                "fleet_20_targets_s": lambda: wall([*check, *many], env),
+            })  # fmt: skip
         finally:
             Path(sql_file.name).unlink(missing_ok=True)
-    return {"list_small_s": small, "minimal_psycopg_s": script,
-            "fleet_1_target_s": one, "fleet_20_targets_s": twenty}  # fmt: skip
 
 
 def measure_startup(repeats: int) -> dict[str, Any]:
     """Target 4: --help and --version against importing click alone."""
-    times = max(repeats, 5)
-    return {
-        "help_s": median_of(times, lambda: wall([*LOCKDIAG, "--help"])),
-        "version_s": median_of(times, lambda: wall([*LOCKDIAG, "--version"])),
-        "import_click_s": median_of(times, lambda: wall([sys.executable, "-c", "import click"])),
-    }
+    return medians(max(repeats, 5), {
+        "help_s": lambda: wall([*LOCKDIAG, "--help"]),
+        "version_s": lambda: wall([*LOCKDIAG, "--version"]),
+        "import_click_s": lambda: wall([sys.executable, "-c", "import click"]),
+    })  # fmt: skip
 
 
 def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, Any]:
