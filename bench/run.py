@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import psycopg
 
@@ -261,11 +261,63 @@ def measure_large_list(
             "list_terminal_s": lambda: first_screen([*with_dsn, "list"]),
         })  # fmt: skip
         watch = [watch_times(with_dsn) for _ in range(repeats)]
-        memory = peak_rss_mb([*with_dsn, "list", "--format", "json"])
+        memory = statistics.median(
+            peak_rss_mb([*with_dsn, "list", "--format", "json"]) for _ in range(repeats)
+        )
+        figures.update(phases(cluster, repeats))
     return {"locks": size, **figures,
             "watch_first_frame_s": statistics.median(first for first, _ in watch),
             "watch_key_redraw_s": statistics.median(redraw for _, redraw in watch),
             "list_json_peak_mb": memory}  # fmt: skip
+
+
+def phases(cluster: Cluster, repeats: int) -> dict[str, float]:
+    """Where the time of `list` and of a scrape goes, measured inside this process (without the
+    cycle collector, as the command runs): the snapshot (query, fetch, lock records), the
+    analysis, the plain table's rows, aligning them, the JSON items, check's findings and the
+    metrics of a scrape. Each phase's median, in seconds."""
+    import gc
+
+    from lockdiag.core.diagnosis import Diagnosis
+    from lockdiag.core.findings import CheckPolicy
+    from lockdiag.pg.session import DiagnosticSession
+    from lockdiag.registry import Registry
+    from lockdiag.render import plain, render
+    from lockdiag.views.check import check_metrics
+    from lockdiag.views.listing import list_output
+    from lockdiag.views.metrics import exposition
+
+    registry, policy = Registry(), CheckPolicy()
+    taken: dict[str, list[float]] = {}
+
+    def timed(name: str, work: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        result = work()
+        taken.setdefault(f"phase_{name}_s", []).append(time.perf_counter() - started)
+        return result
+
+    def one_round(session: DiagnosticSession, sink: TextIO) -> None:
+        snapshot = timed("snapshot", lambda: session.snapshot("advisory"))
+        diagnosis = timed("analysis", lambda: Diagnosis(snapshot, registry))
+        blocks = timed("rows", list_output(diagnosis.listing()).blocks)
+        timed("aligning", lambda: sink.write(plain(blocks)))
+        timed("json", lambda: render(list_output(diagnosis.listing()), "json", sink))
+        checked = Diagnosis(snapshot, registry, policy.analysis_policy())
+        report = timed("findings", lambda: checked.findings(policy))
+        timed("metrics", lambda: exposition(check_metrics(report)))
+
+    gc.disable()
+    try:
+        with (
+            DiagnosticSession(cluster.dsn(), 60.0, registry) as session,
+            Path(os.devnull).open("w") as sink,
+        ):
+            for _ in range(repeats):
+                one_round(session, sink)
+                gc.collect()  # the last round's objects, outside the timings
+    finally:
+        gc.enable()
+    return {name: statistics.median(values) for name, values in taken.items()}
 
 
 @contextmanager
