@@ -67,3 +67,21 @@ def test_json_keeps_exact_values_and_display_escapes_them(
     terminal = Terminal()
     render(Output(lambda: [Table(["Q"], [[clean(holder["query"])]])], dict), "table", terminal)
     assert "\x1b[2J" not in terminal.getvalue()
+
+
+def test_plain_alignment_is_the_one_format_per_row_it_replaces() -> None:
+    """Rows sharing all but their first cell reuse the rest as formatted for the row before:
+    the text is what one format call per row gives, for tables of one, two and five columns."""
+    words = ["", "a", "held", "WAITING", "tenant_summary 73", "x  ", "≥ 5m"]
+    for columns in (1, 2, 5):
+        headers = [f"H{n}" for n in range(columns)]
+        rows: list[list[str]] = []
+        for n in range(300):
+            if rows and n % 5 < 3:  # the same rest as the row before
+                rows.append([words[n % 7], *rows[-1][1:]])
+            else:
+                rows.append([words[(n * 3 + k * 5) % 7] for k in range(columns)])
+        widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
+        template = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
+        expected = [template.format(*cells).rstrip() for cells in [headers, *rows]]
+        assert plain([Table(headers, rows)]) == "\n".join(expected) + "\n"

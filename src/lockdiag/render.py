@@ -221,9 +221,22 @@ def _csv(blocks: list[Block], stream: TextIO) -> None:
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
-    # one format call per row (padding done in C), instead of one ljust per cell
-    template = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
-    return [template.format(*cells).rstrip() for cells in [headers, *rows]]
+    if len(widths) == 1:
+        return [cells[0].rstrip() for cells in [headers, *rows]]
+    # the columns after the first, formatted in one call (padding done in C); a row that
+    # differs from the one before only in its first column (the many locks of one backend,
+    # their names first) reuses that row's formatted rest
+    rest = "  ".join([*(f"{{:<{w}}}" for w in widths[1:-1]), "{}"]).format
+    first = widths[0]
+    lines: list[str] = []
+    previous: list[str] | None = None
+    tail = ""
+    for cells in [headers, *rows]:
+        others = cells[1:]
+        if others != previous:
+            previous, tail = others, "  " + rest(*others)
+        lines.append((cells[0].ljust(first) + tail).rstrip())
+    return lines
 
 
 def _rich(output: Output, stream: TextIO) -> None:
