@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from functools import partial
 from typing import Literal, NamedTuple
@@ -176,11 +176,12 @@ def analyse(
     # key space's, found with one lookup per lock.
     common: dict[tuple[object, ...], _Common] = {}
     entries: list[LockEntry] = []
-    # the sort key, packed so that most comparisons are of one int: database, lock type (by
-    # name), then the lock (an advisory key by form, then numbers; else the relation)
+    # the sort key, one int per lock: the place (database, lock type by name, then the lock:
+    # an advisory key by form and numbers, else the relation), then holders before waiters,
+    # waiters by wait start, then the pid (see _rest)
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
     advisory = rank.get("advisory", 0) << 66
-    order: list[tuple[int, bool, float, int]] = []
+    order: list[int] = []
     for row in rows:
         (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted, *_) = row
         uncontested = granted and id(row) not in contested
@@ -192,7 +193,7 @@ def analyse(
                 resource = (None if namespace is None else objid if objsubid == BIGINT_SUBID
                             else to_int4(objid))  # type: ignore[arg-type]  # fmt: skip
                 place = (database or 0) << 80 | advisory | objsubid << 64 | classid << 32 | objid  # type: ignore[operator]
-                order.append((place, False, 0.0, pid or 0))
+                order.append(place << PLACE | (pid or 0))
                 entries.append(_new_entry((row, same.session, same.database,
                                            _new_decoded((triple, namespace, resource, None)),
                                            same.lifetime, same.held, None, (), (), (),
@@ -208,10 +209,7 @@ def analyse(
         else:
             place = row.relation or 0
         place |= (database or 0) << 80 | rank[locktype] << 66
-        if granted:  # holders first; waiters by wait start
-            order.append((place, False, 0.0, pid or 0))
-        else:
-            order.append((place, True, *_queue_order(row)))
+        order.append(place << PLACE | _rest(row))
         if not uncontested:
             entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
             continue
@@ -248,12 +246,18 @@ def _queues(
             blocker_pids.update(row.blocked_by or ())
     holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
     contested: set[int] = set()
+    objids = {objid for *_, objid, _ in waiters}  # a cheap test first: lock_object ends so
     for row in rows if waiters else ():
-        if row.granted and row.pid in blocker_pids and row.lock_object in waiters:
+        if (
+            row.objid in objids
+            and row.granted
+            and row.pid in blocker_pids
+            and (row.lock_object in waiters)
+        ):
             holders[row.lock_object].add(row.pid)
             contested.add(id(row))
     for queue in waiters.values():
-        queue.sort(key=_queue_order)
+        queue.sort(key=_rest)  # by wait start, then pid
     return waiters, holders, contested
 
 
@@ -405,8 +409,19 @@ def _flags(
     return tuple(flags)
 
 
-def _queue_order(row: LockRow) -> tuple[float, int]:
-    return (row.waitstart.timestamp() if row.waitstart else float("inf"), row.pid or 0)
+PLACE = 97  # bits of the sort key below the place: a waiter's bit, its wait start, the pid
+_EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
+_NO_START = (1 << 64) - 1  # a waiter with no wait start: last in its queue
+
+
+def _rest(row: LockRow) -> int:
+    """The sort key below the place: holders (by pid) before waiters (by wait start in
+    microseconds, then pid)."""
+    if row.granted:
+        return row.pid or 0
+    start = row.waitstart
+    waited = (start - _EPOCH) // _MICROSECOND if start is not None else _NO_START
+    return 1 << 96 | waited << 32 | (row.pid or 0)
 
 
 def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:
