@@ -128,28 +128,52 @@ def lock_data(entry: LockEntry) -> dict[str, Any]:
     }
 
 
+_NO_OBJECT = (None,) * 5  # relation, page, tuple, virtualxid, transactionid of an advisory lock
+
+
 class EntryEncoder:
     """Locks as JSON bytes (orjson), the document entry_data() gives, at a hundred thousand
-    locks a second: what every uncontested lock of a backend shares (who holds it, how,
-    since when) is encoded once per backend, and per lock only what is locked."""
+    locks a second. What every uncontested lock of a backend shares (who holds it, how, since
+    when) is encoded once per backend; for an advisory lock, once per backend and namespace
+    too, as a template whose numbers (resource, key, classid, objid) are filled in per lock."""
 
     def __init__(self, extra: dict[str, Any] | None = None) -> None:
         self.extra = extra or {}  # fields every item ends with (a fleet's target)
         self.sessions: dict[int, dict[str, Any]] = {}  # session_data() by id(session)
         self.shared: dict[tuple[object, ...], tuple[bytes, bytes]] = {}
+        self.templates: dict[tuple[object, ...], bytes] = {}
 
     def encode(self, entry: LockEntry) -> bytes:
+        lock, decoded = entry.lock, entry.decoded
+        if not lock.granted or entry.blocks:  # contested: its own queue fields
+            return orjson.dumps({**entry_data(entry, self._session(entry)), **self.extra})
+        if decoded is None or lock[2:7] != _NO_OBJECT:  # not advisory: lock fields its own
+            head, tail = self._parts(entry)
+            return head + orjson.dumps(lock_data(entry))[1:-1] + tail
+        shape = (id(entry.session), lock.pid, lock.mode, entry.database, entry.lifetime,
+                 entry.held_at_least, entry.flags, id(entry.pool), id(decoded.namespace),
+                 id(decoded.known), lock.objsubid, lock.virtualtransaction)  # fmt: skip
+        template = self.templates.get(shape)
+        if template is None:
+            template = self.templates[shape] = self._template(entry)
+        if decoded.namespace is None:
+            return template % (*decoded.triple.args, lock.classid, lock.objid)
+        return template % (decoded.resource, *decoded.triple.args, lock.classid, lock.objid)
+
+    def _session(self, entry: LockEntry) -> dict[str, Any]:
         session = self.sessions.get(id(entry.session))
         if session is None:
             session = self.sessions[id(entry.session)] = session_data(entry)
+        return session
+
+    def _parts(self, entry: LockEntry) -> tuple[bytes, bytes]:
+        """The encoded fields before and after lock_data()'s, as one item's beginning and end."""
         lock = entry.lock
-        if not lock.granted or entry.blocks:  # contested: its own queue fields
-            return orjson.dumps({**entry_data(entry, session), **self.extra})
         context = (id(entry.session), lock.pid, lock.mode, lock.locktype, entry.database,
                    entry.lifetime, entry.held_at_least, entry.flags, id(entry.pool))  # fmt: skip
         parts = self.shared.get(context)
         if parts is None:
-            full = {**entry_data(entry, session), **self.extra}
+            full = {**entry_data(entry, self._session(entry)), **self.extra}
             names = list(full)
             middle = set(names[HEAD_FIELDS : HEAD_FIELDS + len(LOCK_FIELDS)])
             head = {k: full[k] for k in names[:HEAD_FIELDS]}
@@ -158,7 +182,20 @@ class EntryEncoder:
                 orjson.dumps(head)[:-1] + b",",
                 b"," + orjson.dumps(tail)[1:],
             )
-        return parts[0] + orjson.dumps(lock_data(entry))[1:-1] + parts[1]
+        return parts
+
+    def _template(self, entry: LockEntry) -> bytes:
+        """The whole item of an advisory lock with ``%d`` for its resource (when it has a
+        namespace), its key's numbers, classid and objid, in that order; ``%`` elsewhere
+        doubled. The numbers are marked by a NUL string, which no server string can hold."""
+        head, tail = self._parts(entry)
+        data = lock_data(entry)
+        if data["resource"] is not None:
+            data["resource"] = "\0"
+        data["key"] = ["\0"] * len(data["key"])
+        data["classid"] = data["objid"] = "\0"
+        middle = orjson.dumps(data)[1:-1]
+        return (head + middle + tail).replace(b"%", b"%%").replace(b'"\\u0000"', b"%d")
 
 
 LOCK_FIELDS = ("namespace", "resource", "form", "known", "key", "classid", "objid", "objsubid",
