@@ -222,10 +222,11 @@ def analyse(
         entries.append(LockEntry(row, backend.session, backend.database, decoded,
                                  backend.lifetime, backend.held, None, (), (), (), flags,
                                  backend.pool))  # fmt: skip
-        listed = decoder.listed(objsubid, classid) if decoded is not None else None
-        if listed is not None and decoded is not None and decoded.known is None:
-            space = (pid, database, objsubid, classid, locktype)
-            common[space] = _Common(backend, decoded.namespace, flags, listed)
+        if decoded is not None and decoded.known is None:  # its key space may be common
+            listed = decoder.listed(objsubid, classid)
+            if listed is not None:
+                space = (pid, database, objsubid, classid, locktype)
+                common[space] = _Common(backend, decoded.namespace, flags, listed)
     return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
 
 
@@ -246,14 +247,11 @@ def _queues(
             blocker_pids.update(row.blocked_by or ())
     holders: dict[tuple[object, ...], set[int]] = defaultdict(set)
     contested: set[int] = set()
-    objids = {objid for *_, objid, _ in waiters}  # a cheap test first: lock_object ends so
+    objids = {objid for *_, objid, _ in waiters}  # a lock object ends with objid, objsubid
     for row in rows if waiters else ():
-        if (
-            row.objid in objids
-            and row.granted
-            and row.pid in blocker_pids
-            and (row.lock_object in waiters)
-        ):
+        if row.objid not in objids or not row.granted or row.pid not in blocker_pids:
+            continue  # most rows: the cheap tests first
+        if row.lock_object in waiters:
             holders[row.lock_object].add(row.pid)
             contested.add(id(row))
     for queue in waiters.values():
@@ -318,8 +316,8 @@ def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: dat
     )
 
 
-# the fast path's constructors: a named tuple made from a tuple, without the keyword
-# handling of its __new__ (a third of the per-lock cost at a hundred thousand locks)
+# the fast path's constructors: a named tuple made from a tuple, without the keyword handling
+# of its __new__ (which costs more than the tuple itself)
 _new_triple = partial(tuple.__new__, LockTriple)
 _new_decoded = partial(tuple.__new__, Decoded)
 _new_entry = partial(tuple.__new__, LockEntry)
