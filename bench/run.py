@@ -115,6 +115,12 @@ class Population:
             connection.close()
 
 
+def rounds(repeats: int, least: int) -> int:
+    """Rounds for a cheap figure that noise moves a lot (a query of 60 ms, a run of 250 ms): at
+    least ``least`` of them, except in a quick run (fewer than 3 repeats)."""
+    return repeats if repeats < 3 else max(repeats, least)
+
+
 def medians(repeats: int, measures: dict[str, Callable[[], float]]) -> dict[str, float]:
     """The median of each measure, taken in turns (one of each per round), so that a change in
     the machine's speed during the run weighs on every figure of a ratio alike."""
@@ -232,7 +238,7 @@ def measure_server(
 ) -> dict[str, Any]:
     """Target 1: the snapshot query against a bare read of pg_locks (and the wiki's join)."""
     with Population(cluster, size, waiters):
-        ms = medians(repeats, {
+        ms = medians(rounds(repeats, 15), {
             "pg_locks_ms": lambda: server_ms(cluster, "SELECT * FROM pg_locks"),
             "snapshot_ms": lambda: server_ms(cluster, snapshot_sql,
                                              {"all_types": True, "names": []}),
@@ -380,7 +386,7 @@ def measure_small_server(
             sql_file.close()
             many = [arg for _ in range(20) for arg in ("--dsn", cluster.dsn())]
             check = [*LOCKDIAG, "check", "--format", "json"]
-            return medians(repeats, {
+            return medians(rounds(repeats, 9), {
                 "list_small_s": lambda: wall([*LOCKDIAG, "list", "--format", "plain"], env),
                 "minimal_psycopg_s": lambda: wall(
                     [sys.executable, "-c", minimal, cluster.dsn(), sql_file.name]),
