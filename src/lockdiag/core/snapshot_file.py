@@ -36,7 +36,17 @@ def server_info(raw: dict[str, Any], version_num: int) -> ServerInfo:
 
 
 def dumps(snapshot: Snapshot) -> str:
-    document = {
+    return json.dumps(_document(snapshot), indent=1, ensure_ascii=False) + "\n"
+
+
+def record_line(snapshot: Snapshot) -> str:
+    """The snapshot as one line of a recording (`watch --record`): the file's document,
+    compact, every non-ASCII character escaped."""
+    return json.dumps(_document(snapshot), separators=(",", ":"))
+
+
+def _document(snapshot: Snapshot) -> dict[str, object]:
+    return {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
         "source": snapshot.source,
@@ -48,7 +58,6 @@ def dumps(snapshot: Snapshot) -> str:
         "notes": snapshot.notes,
         "pool": [{"pid": pid, **asdict(link)} for pid, link in snapshot.pool.items()],
     }
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
 
 
 def save(snapshot: Snapshot, path: Path) -> None:

@@ -6,7 +6,6 @@ retried in a tight loop. The statistics themselves are pure (:mod:`lockdiag.core
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,8 +80,7 @@ class Feed:
             self.close()
             raise
         if self.record is not None:
-            line = json.dumps(json.loads(snapshot_file.dumps(taken)), separators=(",", ":"))
-            snapshot_file.append_line(self.record, line)
+            snapshot_file.append_line(self.record, snapshot_file.record_line(taken))
         return taken
 
     def close(self) -> None:
