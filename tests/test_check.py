@@ -211,6 +211,21 @@ def test_terminate_preview_then_waiters_proceed(cluster: Cluster, sessions: Sess
     assert waiter.error is None
 
 
+def terminate_prompt(cluster: Cluster, pid: int) -> pexpect.spawn:
+    """`lockdiag terminate PID` in a pseudo-terminal, so that it asks for confirmation."""
+    return pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", "terminate", str(pid), "--dsn", cluster.dsn()],
+        timeout=30, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+
+
+def exit_status(child: pexpect.spawn) -> int | None:
+    child.expect(pexpect.EOF)
+    child.close()
+    status: int | None = child.exitstatus
+    return status
+
+
 def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions) -> None:
     holder = sessions.open("holder")
     holder.run("SELECT pg_advisory_lock(4102, 10)")
@@ -223,15 +238,11 @@ def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions)
     lockless = runner.invoke(cli, ["terminate", str(idle.pid), "--yes", *base])
     assert lockless.exit_code == 2
     assert "holds and waits for no lock" in lockless.stderr
-    declined = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", "terminate", str(holder.pid), *base], timeout=30
-    )
+    declined = terminate_prompt(cluster, holder.pid)
     declined.expect_exact(f"terminate pid {holder.pid}? [y/N]:")
     declined.sendline("n")
     declined.expect_exact("nothing done")
-    declined.expect(pexpect.EOF)
-    declined.close()
-    assert declined.exitstatus == 1
+    assert exit_status(declined) == 1
     denied = runner.invoke(
         cli, ["terminate", str(holder.pid), "--yes", "--dsn", cluster.dsn(user=OBSERVER)]
     )
@@ -274,10 +285,7 @@ def test_terminate_acts_only_on_the_session_it_showed(cluster: Cluster, sessions
     waiter = sessions.open("waiter")
     waiter.start("SELECT pg_advisory_lock(4102, 12)")
     sessions.waiting(waiter)
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", "terminate", str(holder.pid), "--dsn", cluster.dsn()],
-        timeout=30, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
+    child = terminate_prompt(cluster, holder.pid)
     child.expect_exact(f"terminate pid {holder.pid}? [y/N]:")
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s, 5000)", (holder.pid,))
@@ -286,9 +294,7 @@ def test_terminate_acts_only_on_the_session_it_showed(cluster: Cluster, sessions
     newcomer.run("SELECT pg_advisory_lock(4102, 13)")
     child.sendline("y")
     child.expect_exact(f"pid {holder.pid} is gone: nothing to end")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 1
+    assert exit_status(child) == 1
     assert newcomer.run("SELECT 1") == [(1,)] and waiter.run("SELECT 1") == [(1,)]
 
 
@@ -323,18 +329,13 @@ def test_terminate_a_waiter_names_its_blocker_and_cancel_spares_an_idle_session(
     waiter = sessions.open("waiter")
     waiter.start("SELECT pg_advisory_lock(4102, 15)")
     sessions.waiting(waiter)
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", "terminate", str(waiter.pid), "--dsn", cluster.dsn()],
-        timeout=30, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
+    child = terminate_prompt(cluster, waiter.pid)
     child.expect_exact(f"pid {waiter.pid} is a waiter, not a blocker: ending it frees nobody.")
     child.expect_exact(f"it waits for pid {holder.pid} (holder), idle: ")
     child.expect_exact(f"lockdiag terminate {holder.pid}")
     child.expect_exact(f"terminate the waiter pid {waiter.pid}? [y/N]:")
     child.sendline("n")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 1
+    assert exit_status(child) == 1
     idle = CliRunner().invoke(
         cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
     )
