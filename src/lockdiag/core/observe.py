@@ -80,9 +80,7 @@ class KeyStats:
     longest_hold: float = 0.0  # seconds, observed across samples (plus the idle lower bound)
     longest_wait: float = 0.0  # seconds, from waitstart
     idle_holders: set[int] = field(default_factory=set)  # pids of those idle holds
-    idle_holds: int = (
-        0  # samples where the holder had done nothing for PATTERN_WAIT while others waited
-    )
+    idle_holds: int = 0  # samples where a holder idle PATTERN_WAIT or more had waiters
 
     def who(self, pids: set[int], most: int = 5) -> str:
         """``pid 4163 (billing-worker), pid 9933 ...``: who took part, for a callout."""
