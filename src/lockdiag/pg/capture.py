@@ -19,11 +19,11 @@ from lockdiag.core import catalogue
 from lockdiag.core.model import LockRow, Scope, Session, Snapshot
 from lockdiag.core.snapshot_file import build_record, server_info
 from lockdiag.errors import ServerError
-from lockdiag.pg import pgbouncer, queries
+from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
 from lockdiag.registry import Poolers, Registry
 
-# the enrichment files, each used only when its table exists and may be read
+# the enrichment files, each used only when its table exists and trust.vet lets it be read
 _ENRICHMENT_TABLES = {
     "enrich_pgmq": "pgmq.meta",
     "enrich_que": "public.que_jobs",
@@ -101,27 +101,58 @@ def complete(
 
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
-    """At most one extra query, only when a table of well-known software (GoodJob, Que, pgmq)
-    is present and some advisory key has no name yet. Skipped cleanly when refused."""
-    unreadable = [t[1:] for t in snapshot.server.tables if t.startswith("!")]
-    readable = [t for t in snapshot.server.tables if not t.startswith("!")]
-    if not (readable or unreadable):
+    """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq), only when
+    such a table is present and some advisory key has no name yet. Every table goes through
+    :mod:`lockdiag.pg.trust` first (locked against DDL, checked in the catalog) inside one
+    read-only transaction; one that fails is skipped with a note that says why."""
+    listed = snapshot.server.tables
+    if not listed:
         return snapshot  # nothing to ask and nothing to say: no work at all
     unmatched = catalogue.unmatched_keys(snapshot, registry)
     if not unmatched:
         return snapshot
     notes = list(snapshot.notes)
+    unreadable = [t[1:] for t in listed if t.startswith("!")]
+    unlockable = [t[1:] for t in listed if t.startswith("?")]
+    candidates = [t for t in listed if t in trust.TABLES]
     if unreadable:
         notes.append(
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
             "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
         )
-    if not readable:
+    if unlockable:
+        notes.append(
+            f"{', '.join(unlockable)} not read: lockdiag locks a table against DDL before "
+            "reading it (so no one can swap in code between its check and its read), which "
+            f"needs UPDATE, DELETE or TRUNCATE on it; {snapshot.server.current_user} has none"
+        )
+    if candidates and snapshot.server.in_recovery:
+        notes.append(
+            f"{', '.join(candidates)} not read: a standby cannot lock a table against DDL "
+            "before reading it; run lockdiag on the primary to name these keys"
+        )
+        candidates = []
+    if not candidates:
         return dataclasses.replace(snapshot, notes=notes)
-    sql, params = enrichment_query(snapshot, unmatched)
     try:
-        rows = connection.execute(sql.encode(), params).fetchall()
+        with connection.transaction():  # the locks last until the rows are read
+            trust.lock(connection, candidates)
+            verdicts = trust.vet(connection, candidates)
+            notes += [trust.note(v) for v in verdicts if not v.readable]
+            readable = [v.table for v in verdicts if v.readable]
+            rows = []
+            if readable:
+                sql, params = enrichment_query(snapshot, readable, unmatched)
+                rows = connection.execute(sql.encode(), params).fetchall()
+    except psycopg.errors.LockNotAvailable:
+        notes.append(
+            f"{', '.join(candidates)} not read this time: being vacuumed or altered right now "
+            "(lockdiag does not wait for a lock on them)"
+        )
+        return dataclasses.replace(snapshot, notes=notes)
     except psycopg.Error as error:
+        if connection.broken:
+            raise
         reason = error.diag.message_primary or one_line(str(error))
         notes.append(f"well-known keys from their rows not read: {reason}")
         return dataclasses.replace(snapshot, notes=notes)
@@ -129,11 +160,12 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
 
 
-def enrichment_query(snapshot: Snapshot, unmatched: set[int]) -> tuple[str, dict[str, Any]]:
-    """The one extra query: a part for each table of well-known software that can be read."""
+def enrichment_query(
+    snapshot: Snapshot, tables: list[str], unmatched: set[int]
+) -> tuple[str, dict[str, Any]]:
+    """The one extra query: a part for each table of well-known software that may be read."""
     version = snapshot.server.version_num
-    readable = set(snapshot.server.tables)  # readable ones; "!name" when present but not
-    names = [name for name, table in _ENRICHMENT_TABLES.items() if table in readable]
+    names = [name for name, table in _ENRICHMENT_TABLES.items() if table in tables]
     sql = "\nUNION ALL\n".join(_without_comments(queries.query(n, version)) for n in names)
     return sql, {"keys": sorted(unmatched)[:KEY_LIMIT], "row_limit": ROW_LIMIT}
 

@@ -3,6 +3,6 @@
 SELECT 'good_job', id::text, k
 FROM (SELECT id, ('x' || pg_catalog.substr(pg_catalog.md5('good_jobs-' || id::text), 1, 16))
                  ::bit(64)::bigint AS k
-      FROM public.good_jobs WHERE finished_at IS NULL ORDER BY created_at DESC
+      FROM ONLY public.good_jobs WHERE finished_at IS NULL ORDER BY created_at DESC
       LIMIT %(row_limit)s) AS j
 WHERE k = ANY(%(keys)s::bigint[])

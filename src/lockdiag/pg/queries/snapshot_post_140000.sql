@@ -52,11 +52,15 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                          FROM pg_catalog.pg_database AS d),
            -- tables of well-known software whose rows name advisory keys (known.py), read
            -- from the catalog (to_regclass() raises without USAGE on the schema); a table
-           -- we may not read is listed with a leading '!'
+           -- we may not read is listed with a leading '!', one we may read but not lock
+           -- against DDL before reading it (trust.py: LOCK TABLE needs one of these) with '?'
            'tables', (SELECT pg_catalog.json_agg(
-                                 CASE WHEN pg_catalog.has_schema_privilege(n.oid, 'USAGE')
-                                       AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
-                                      THEN '' ELSE '!' END || n.nspname || '.' || c.relname)
+                                 CASE WHEN NOT (pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+                                       AND pg_catalog.has_table_privilege(c.oid, 'SELECT'))
+                                      THEN '!'
+                                      WHEN NOT pg_catalog.has_table_privilege(
+                                          c.oid, 'UPDATE, DELETE, TRUNCATE')
+                                      THEN '?' ELSE '' END || n.nspname || '.' || c.relname)
                       FROM pg_catalog.pg_class AS c
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
                       WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),

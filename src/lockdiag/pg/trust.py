@@ -1,0 +1,130 @@
+"""Which objects of a user's lockdiag may read: the one rule every enrichment query goes through.
+
+lockdiag often runs as a superuser, and reading an object that somebody else owns can run that
+somebody's code in lockdiag's session, with lockdiag's privileges (checked on PostgreSQL 15):
+
+- a *view* (or a foreign table) under a name lockdiag reads runs whatever its query calls;
+- a row-level security *policy* runs its expression for a role that does not bypass RLS;
+- the *planner* evaluates immutable functions of constants in the table's index expressions
+  and partial-index predicates (relcache.c, RelationGetIndexPredicate), in the expressions of
+  its extended statistics, and in its CHECK constraints when constraint exclusion looks at
+  them (a UNION ALL of tables): a superuser's plain SELECT ran the owner's function;
+- a column of a user-defined type runs that type's casts and comparison functions.
+
+So, before a user table is read, :func:`vet` checks in the catalog (which runs no user code)
+that it is a plain table (relkind ``r``, read with ``ONLY`` so no child is planned), that RLS
+cannot apply to the connected role, that every column read has the built-in type expected, and
+that no index, constraint or statistics object on it uses a function, operator or type that is
+neither built in nor part of an installed extension (a policy runs only where RLS applies, and
+a rule on a plain table never fires on SELECT). The tables are locked first
+(SHARE UPDATE EXCLUSIVE, NOWAIT, until the read is done): CREATE INDEX, CREATE STATISTICS,
+ANALYZE, ALTER TABLE, CREATE POLICY and DROP all wait for that lock, so what was checked is
+what is read; readers and writers do not (the lock conflicts only with DDL and VACUUM). A table
+that fails any check is skipped with a note that says why.
+
+What else in lockdiag's queries could reach user code, and why it cannot: every name is
+qualified and ``search_path`` is ``pg_catalog`` (verified after connecting), so operators and
+functions resolve to built-in ones; casts are between built-in types only, which no user can
+redefine; every column lockdiag selects has a built-in type, so output functions are built in;
+settings a database owner attaches to the database (ALTER DATABASE ... SET) are overridden by
+lockdiag's startup options; event triggers (login included) need a superuser to create.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from lockdiag.pg import queries
+
+TEXT = ("text", "varchar")
+TIMESTAMP = ("timestamptz", "timestamp")
+
+# Every user table an enrichment query reads, with the columns it reads and their built-in
+# types (pg_type.typname in pg_catalog). An enrichment query reads nothing else.
+TABLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "public.good_jobs": {
+        "id": ("uuid",),
+        "finished_at": TIMESTAMP,
+        "created_at": TIMESTAMP,
+        "concurrency_key": TEXT,
+    },
+    "public.good_job_processes": {"id": ("uuid",)},
+    "public.que_jobs": {"id": ("int8", "int4")},
+    "pgmq.meta": {"queue_name": TEXT},
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The catalog's answer for one table: empty ``reasons`` means it may be read."""
+
+    table: str
+    reasons: tuple[str, ...]
+
+    @property
+    def readable(self) -> bool:
+        return not self.reasons
+
+
+def lock(connection: psycopg.Connection[Any], tables: list[str]) -> None:
+    """Inside the caller's transaction: constraint exclusion off (no CHECK expression is
+    planned), then each table locked against DDL until the transaction ends. NOWAIT: a table
+    being vacuumed or altered raises LockNotAvailable at once instead of queueing lockdiag."""
+    statements: list[sql.Composable] = [sql.SQL("SET LOCAL constraint_exclusion = off")]
+    for table in tables:
+        schema, name = table.split(".")
+        statements.append(
+            sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE NOWAIT").format(
+                sql.Identifier(schema, name)
+            )
+        )
+    # no parameters: one simple query, one round trip
+    connection.execute(sql.SQL("; ").join(statements).as_bytes(connection))
+
+
+def vet(connection: psycopg.Connection[Any], tables: list[str]) -> list[Verdict]:
+    """What the catalog says of each table (locked by :func:`lock`): one query."""
+    wanted = [{"name": t, "columns": TABLES[t]} for t in tables]
+    text = queries.query("trust_tables", connection.info.server_version)
+    rows = connection.execute(text.encode(), {"tables": json.dumps(wanted)}).fetchall()
+    found = {row[0]: row[1:] for row in rows}
+    verdicts = []
+    for table in tables:
+        if table not in found:
+            verdicts.append(Verdict(table, ("no longer exists",)))
+            continue
+        kind, row_security, wrong_columns, untrusted = found[table]
+        verdicts.append(Verdict(table, reasons(kind, row_security, wrong_columns, untrusted)))
+    return verdicts
+
+
+_KINDS = {
+    "v": "a view",
+    "m": "a materialized view",
+    "f": "a foreign table",
+    "p": "a partitioned table",
+}
+
+
+def reasons(
+    kind: str, row_security: bool, wrong_columns: list[str], untrusted: list[str]
+) -> tuple[str, ...]:
+    """Why a table may not be read (nothing when it may)."""
+    if kind != "r":  # whatever else it has, it is not read for this
+        return (f"is {_KINDS.get(kind, f'not a plain table (relkind {kind})')}",)
+    found = []
+    if row_security:
+        found.append("has row-level security that applies to this role")
+    found += [f"has {column}" for column in wrong_columns]
+    found += [f"has {what}, neither built in nor an extension's" for what in untrusted]
+    return tuple(found)
+
+
+def note(verdict: Verdict) -> str:
+    """``public.que_jobs is a view: not read``."""
+    return f"{verdict.table} {'; '.join(verdict.reasons)}: not read"
