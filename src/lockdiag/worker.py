@@ -13,11 +13,12 @@
 What each helper guarantees: the key comes from the registry (the CLI decodes what workers
 take); a transaction lock is only taken inside a transaction; the boolean of a try is
 returned, never hidden; a waiting lock gives up after ``timeout`` (LockTimeout) without
-aborting the caller's transaction; a session lock is unlocked exactly once whatever ends the
-block (return, exception, cancellation), and an unlock that finds no lock is logged and
-counted. What they cannot guarantee: that an external effect happens once. Durable job state
-and constraints still do that; a lock only keeps two workers from doing the same work at the
-same time.
+aborting the caller's transaction, and leaves the caller's ``lock_timeout`` (the only setting
+a helper touches) as it found it, whatever the outcome; a session lock is unlocked exactly
+once whatever ends the block (return, exception, cancellation), and an unlock that finds no
+lock is logged and counted. What they cannot guarantee: that an external effect happens
+once. Durable job state and constraints still do that; a lock only keeps two workers from
+doing the same work at the same time.
 
 Every attempt, wait, hold and outcome is reported to ``events`` (a callable), or to the default
 set with :func:`report_to` (for instance :class:`PrometheusEvents`).
@@ -128,19 +129,57 @@ def _key(namespace: str, resource: tuple[object, ...], registry: Registry | None
     return (registry or load_registry()).key(namespace, *resource).triple
 
 
-def _statement(function: str, key: LockTriple) -> sql.Composed:
+def _call(function: str, key: LockTriple) -> sql.Composed:
     arguments = sql.SQL(", ").join(sql.Literal(arg) for arg in key.args)
-    return sql.SQL("SELECT pg_catalog.{}({})").format(sql.Identifier(function), arguments)
+    return sql.SQL("pg_catalog.{}({})").format(sql.Identifier(function), arguments)
 
 
-def _timeout_statement(timeout: float) -> sql.Composed:
-    milliseconds = max(1, int(timeout * 1000))
-    return sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{milliseconds}ms"))
+def _statement(function: str, key: LockTriple) -> sql.Composed:
+    return sql.SQL("SELECT {}").format(_call(function, key))
 
 
-def _functions(kind: Kind, wait: bool) -> str:
+# A wait with a timeout, in one statement (one round trip) that leaves lock_timeout as it
+# found it. The inner SELECT, a plan node of its own (OFFSET 0), reads the caller's effective
+# value, then sets the helper's; the outer one waits, then sets the caller's value back. Both
+# are local (set_config(..., true)): a session-level SET would replace the caller's session
+# value. A local value set in a savepoint outlives RELEASE SAVEPOINT, so it is put back rather
+# than left to the savepoint. When the statement fails instead (timeout, cancellation), what
+# it set is undone with it: by the ROLLBACK TO SAVEPOINT around it, or with the implicit
+# transaction of a statement that runs on its own.
+_WAIT = (
+    "SELECT {lock}, pg_catalog.set_config('lock_timeout', caller.value, true)"
+    " FROM (SELECT pg_catalog.current_setting('lock_timeout') AS value,"
+    " pg_catalog.set_config('lock_timeout', {timeout}, true) OFFSET 0) AS caller"
+)
+
+
+def _lock_statement(kind: Kind, key: LockTriple, wait: bool, timeout: float | None) -> sql.Composed:
+    """The one statement that takes the lock: a try, a wait, or a wait of at most TIMEOUT."""
     xact = "xact_" if kind == "xact" else ""
-    return f"pg_advisory_{xact}lock" if wait else f"pg_try_advisory_{xact}lock"
+    function = f"pg_advisory_{xact}lock" if wait else f"pg_try_advisory_{xact}lock"
+    if not wait or timeout is None:
+        return _statement(function, key)
+    return sql.SQL(_WAIT).format(
+        lock=_call(function, key),
+        timeout=sql.Literal(f"{max(1, int(timeout * 1000))}ms"),
+    )
+
+
+def _on_its_own(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], kind: Kind) -> bool:
+    """No transaction open, and the lock statement may run without a savepoint (one round
+    trip): in autocommit mode it is its own transaction, nothing of the caller's to protect
+    and nothing it sets outlives it; a transaction lock on a connection not in autocommit mode
+    opens the caller's transaction (psycopg begins one before the first statement), so the
+    lock lasts until the caller commits; if the statement fails, that transaction is rolled
+    back and the connection is as it was. Otherwise it runs in a savepoint inside the caller's
+    transaction, or (a session lock, not in autocommit mode) in a transaction of its own."""
+    idle = conn.info.transaction_status == TransactionStatus.IDLE
+    return idle and (conn.autocommit or kind == "xact")
+
+
+def _taken(row: tuple[Any, ...] | None) -> bool:
+    """A try's boolean; a wait's void (an empty string) is a lock taken."""
+    return bool(row and row[0] is not False)
 
 
 # -- sync ------------------------------------------------------------------------------------
@@ -181,21 +220,34 @@ def _take(
     timeout: float | None,
     events: Events | None,
 ) -> bool:
+    statement = _lock_statement(kind, key, wait, timeout)
     started = time.monotonic()
     result: Result = "error"
     try:
-        with conn.transaction():  # a savepoint: a timeout leaves the caller's transaction be
-            if wait and timeout is not None:
-                conn.execute(_timeout_statement(timeout))
-            row = conn.execute(_statement(_functions(kind, wait), key)).fetchone()
-            taken = bool(row and row[0] is not False)
+        if _on_its_own(conn, kind):
+            try:
+                row = conn.execute(statement).fetchone()
+            except psycopg.Error:
+                if not conn.autocommit and not conn.broken:
+                    conn.rollback()  # the transaction this statement opened, nothing else
+                raise
+        else:
+            with conn.transaction():  # a savepoint: a timeout leaves the caller's transaction be
+                row = conn.execute(statement).fetchone()
+        taken = _taken(row)
         result = "acquired" if taken else "busy"
         return taken
     except psycopg.errors.LockNotAvailable:
         result = "timeout"
-        raise LockTimeout(f"{namespace} {key.args}: not granted within {timeout:g}s") from None
+        raise _timed_out(namespace, key, timeout) from None
     finally:
         _emit(events, Event(namespace, kind, "attempt", result, time.monotonic() - started))
+
+
+def _timed_out(namespace: str, key: LockTriple, timeout: float | None) -> LockTimeout:
+    """A wait that ran out: of TIMEOUT, or, without one, of the caller's own lock_timeout."""
+    within = "the caller's lock_timeout" if timeout is None else f"{timeout:g}s"
+    return LockTimeout(f"{namespace} {key.args}: not granted within {within}")
 
 
 @contextmanager
@@ -308,20 +360,26 @@ async def _atake(
     timeout: float | None,
     events: Events | None,
 ) -> bool:
+    statement = _lock_statement(kind, key, wait, timeout)
     started = time.monotonic()
     result: Result = "error"
     try:
-        async with conn.transaction():
-            if wait and timeout is not None:
-                await conn.execute(_timeout_statement(timeout))
-            cursor = await conn.execute(_statement(_functions(kind, wait), key))
-            row = await cursor.fetchone()
-            taken = bool(row and row[0] is not False)
+        if _on_its_own(conn, kind):
+            try:
+                row = await (await conn.execute(statement)).fetchone()
+            except psycopg.Error:
+                if not conn.autocommit and not conn.broken:
+                    await conn.rollback()  # the transaction this statement opened, nothing else
+                raise
+        else:
+            async with conn.transaction():
+                row = await (await conn.execute(statement)).fetchone()
+        taken = _taken(row)
         result = "acquired" if taken else "busy"
         return taken
     except psycopg.errors.LockNotAvailable:
         result = "timeout"
-        raise LockTimeout(f"{namespace} {key.args}: not granted within {timeout:g}s") from None
+        raise _timed_out(namespace, key, timeout) from None
     finally:
         _emit(events, Event(namespace, kind, "attempt", result, time.monotonic() - started))
 
