@@ -13,6 +13,14 @@ labels: a registry namespace, a known software, or "unregistered", never a resou
 Endpoints: /metrics (every target, each series labelled ``target``), /probe?target=NAME (one
 configured target; any other name is 404: no connection is ever made to an address taken from
 a request), / (a small HTML page), /-/healthy.
+
+A stalled target never delays the others: each scrape of a target has a deadline (--timeout
+plus a second); a target not done by then is reported down ("timed out after ...") and the
+answer goes without it. At most one snapshot of a target is under way at a time, so a stalled
+one piles up neither threads nor sessions. A snapshot that fails because the kept connection
+was lost (a restarted server) is taken again at once on a fresh one.
+
+The HTTP side is :mod:`lockdiag.http_server`: bursts and slow clients cannot starve it.
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import (
@@ -35,8 +42,10 @@ from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, CheckReport
+from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Episodes, Tick, collect_now_and_then
-from lockdiag.errors import LockdiagError
+from lockdiag.errors import LockdiagError, ServerError
+from lockdiag.http_server import QUEUE, WORKERS, OneRequestHandler, PooledHTTPServer
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.views.check import check_metrics
@@ -46,6 +55,19 @@ from lockdiag.views.metrics import Metric, families, labelled, merged
 DEFAULT_PORT = 9714
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900)
+DEADLINE_MARGIN = 1.0  # a target's scrape may take --timeout plus this, then it is down
+
+
+@dataclass(eq=False)
+class Scrape:
+    """One snapshot of a target under way (or done), shared by the scrapes that wait for it."""
+
+    started: float  # time.monotonic()
+    done: threading.Event = field(default_factory=threading.Event)
+    report: CheckReport | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    finished: float = 0.0
 
 
 @dataclass
@@ -54,11 +76,13 @@ class Target:
 
     name: str
     dsn: str | None
-    scrape: threading.Lock = field(default_factory=threading.Lock)
+    scrape: threading.Lock = field(default_factory=threading.Lock)  # guards what follows
     report: CheckReport | None = None  # of the last scrape
     taken_at: float = 0.0  # time.monotonic() when that scrape's snapshot was taken
     seconds: float = 0.0  # how long it took
     error: str | None = None  # of the last scrape, or None
+    running: Scrape | None = None  # the snapshot under way: at most one at a time
+    last: Scrape | None = None  # the last one done
 
 
 class Exporter:
@@ -74,6 +98,7 @@ class Exporter:
         self.registry, self.policy, self.timeout, self.interval = (
             registry, policy, timeout, interval,
         )  # fmt: skip
+        self.deadline = timeout + DEADLINE_MARGIN  # of each target's scrape
         self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
         self.stop = threading.Event()
         labels = ["target", "namespace"]
@@ -95,39 +120,86 @@ class Exporter:
 
     # -- scrapes ------------------------------------------------------------------------------
 
-    def scrape(self, target: Target) -> None:
-        """A fresh snapshot, unless a scrape that began after ours is already done: the
-        scrapes that wait for this lock share its snapshot."""
-        asked = time.monotonic()
+    def scrape(self, target: Target, asked: float) -> Scrape:
+        """The snapshot of ``target`` that a scrape asked at ``asked`` waits for: the one
+        under way if there is one (concurrent scrapes share it, and a stalled one is never
+        joined by a second), else one done since ``asked``, else a new one in its own thread."""
         with target.scrape:
-            if target.taken_at >= asked:
-                return
-            started = time.monotonic()
-            try:
-                snapshot = self.sessions[target.name].snapshot("all")
-                diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
-                target.report, target.error = diagnosis.findings(self.policy), None
-            except LockdiagError as error:
-                target.report, target.error = None, str(error).splitlines()[0]
-            target.taken_at = time.monotonic()
-            target.seconds = target.taken_at - started
+            if target.running is not None:
+                return target.running
+            if target.last is not None and target.last.finished >= asked:
+                return target.last
+            run = target.running = Scrape(time.monotonic())
+        thread = threading.Thread(
+            target=self._take, args=(target, run), daemon=True, name=f"scrape {target.name}"
+        )
+        try:
+            thread.start()
+        except RuntimeError as error:  # no thread to be had: down, and never left "running"
+            run.error = f"cannot start a scrape: {error}"
+            self._finish(target, run)
+        return run
+
+    def _take(self, target: Target, run: Scrape) -> None:
+        session = self.sessions[target.name]
+        try:
+            snapshot = self._snapshot(session, run.started + self.deadline)
+            diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
+            run.report = diagnosis.findings(self.policy)
+        except LockdiagError as error:
+            run.error = str(error).splitlines()[0]
+        except Exception as error:  # a bug: reported, and the target is never left "running"
+            run.error = f"internal error: {error!r}"
+            raise
+        finally:
+            self._finish(target, run)
+            if self.stop.is_set():
+                session.close()
+
+    @staticmethod
+    def _finish(target: Target, run: Scrape) -> None:
+        run.finished = time.monotonic()
+        run.seconds = run.finished - run.started
+        with target.scrape:
+            target.running, target.last = None, run
+            target.report, target.error = run.report, run.error
+            target.taken_at, target.seconds = run.finished, run.seconds
+        run.done.set()
+
+    @staticmethod
+    def _snapshot(session: DiagnosticSession, deadline: float) -> Snapshot:
+        """One snapshot; once more at once on a fresh connection if the kept one was lost
+        (the server restarted, the connection was terminated) and the deadline allows."""
+        try:
+            return session.snapshot("all")
+        except ServerError as error:
+            if "connection lost" not in str(error) or time.monotonic() >= deadline:
+                raise
+        session.close()
+        return session.snapshot("all")
 
     def metrics(self, names: list[str]) -> list[Metric]:
-        """Every series of these targets, each labelled ``target``."""
-        threads = [threading.Thread(target=self.scrape, args=(self.targets[n],)) for n in names]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        """Every series of these targets, each labelled ``target``. Waits for each target until
+        the deadline at most: one not done by then is down, and the answer goes without it."""
+        asked = time.monotonic()
+        deadline = asked + self.deadline
+        runs = [(self.targets[name], self.scrape(self.targets[name], asked)) for name in names]
         up = Metric("lockdiag_up", "Whether the target's last scrape read its server (1) or not.")
         took = Metric("lockdiag_scrape_duration_seconds", "How long the target's scrape took.")
         groups: list[list[Metric]] = [[up, took]]
-        for name in names:
-            target = self.targets[name]
-            up.add(1 if target.report is not None else 0, target=name)
-            took.add(target.seconds, target=name)
-            if target.report is not None:
-                groups.append(labelled(check_metrics(target.report), "target", name))
+        for target, run in runs:
+            if run.done.wait(max(0.0, deadline - time.monotonic())):
+                report, seconds = run.report, run.seconds
+            else:
+                report, seconds = None, time.monotonic() - asked
+                with target.scrape:
+                    if target.running is run:  # still stalled: the page shows it down too
+                        target.report, target.seconds = None, seconds
+                        target.error = f"timed out after {self.deadline:g}s"
+            up.add(1 if report is not None else 0, target=target.name)
+            took.add(seconds, target=target.name)
+            if report is not None:
+                groups.append(labelled(check_metrics(report), "target", target.name))
         return merged(groups)
 
     def exposition(self, names: list[str]) -> bytes:
@@ -181,10 +253,14 @@ class Exporter:
 
     # -- the server ---------------------------------------------------------------------------
 
-    def serve(self, host: str, port: int) -> ThreadingHTTPServer:
+    def serve(
+        self, host: str, port: int, workers: int = WORKERS, queued: int = QUEUE
+    ) -> PooledHTTPServer:
+        """A server listening on ``host``:``port``, its workers started; the caller runs its
+        serve_forever() (the accept loop) and finally its server_close()."""
         exporter = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(OneRequestHandler):
             def do_GET(self) -> None:
                 url = urlparse(self.path)
                 if url.path == "/metrics":
@@ -213,12 +289,7 @@ class Exporter:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: object) -> None:
-                pass  # scrapes every few seconds would flood the terminal
-
-        server = ThreadingHTTPServer((host, port), Handler)
-        server.daemon_threads = True
-        return server
+        return PooledHTTPServer((host, port), Handler, workers, queued)
 
     def start_samplers(self) -> list[threading.Thread]:
         threads = [
@@ -230,9 +301,14 @@ class Exporter:
         return threads
 
     def close(self) -> None:
+        """Stop the samplers, close the scrape sessions; one still under way is closed by its
+        own thread when it ends (never from here, while it is in use)."""
         self.stop.set()
-        for session in self.sessions.values():
-            session.close()
+        for target in self.targets.values():
+            with target.scrape:
+                busy = target.running is not None
+            if not busy:
+                self.sessions[target.name].close()
 
 
 class _Families:

@@ -1,0 +1,242 @@
+"""The exporter's HTTP side holds up and its targets cannot stall each other, against a real
+server over real HTTP: a burst of scrapes is answered, half-sent requests hold no thread and
+are dropped, a full queue is answered 503 at once, a stalled target is reported down within its
+deadline without piling up threads, and the first scrape after a restart reads the server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from freezer import FreezingProxy
+
+from lockdiag.core.findings import CheckPolicy
+from lockdiag.demo.cluster import Cluster, free_port
+from lockdiag.errors import ServerError
+from lockdiag.exporter import Exporter, Target
+from lockdiag.http_server import REQUEST_TIMEOUT, WORKERS
+from lockdiag.registry import Registry
+
+MARGIN = 5.0  # generous: every bound on time below is a deadline plus this
+
+
+def get(url: str, timeout: float = 10.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def until(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
+    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0)
+
+
+@contextmanager
+def serving(exporter: Exporter, workers: int = WORKERS, queued: int = 256) -> Iterator[str]:
+    """The exporter served in this process (its threads countable), its URL."""
+    port = free_port()
+    server = exporter.serve("127.0.0.1", port, workers, queued)
+    accept = threading.Thread(target=server.serve_forever, daemon=True, name="http accept")
+    accept.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        accept.join(5)
+        exporter.close()
+
+
+@pytest.fixture
+def proxy(cluster: Cluster) -> Iterator[FreezingProxy]:
+    with FreezingProxy(cluster.port) as frozen:
+        yield frozen
+
+
+def up(body: str, name: str) -> str | None:
+    prefix = f'lockdiag_up{{target="{name}"}} '
+    line = next((line for line in body.splitlines() if line.startswith(prefix)), None)
+    return line.removeprefix(prefix) if line is not None else None
+
+
+def scrape_threads(name: str) -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == f"scrape {name}")
+
+
+def test_a_hundred_concurrent_scrapes_are_all_answered(cluster: Cluster) -> None:
+    results: list[tuple[int, float, str | None]] = []
+    lock = threading.Lock()
+    go = threading.Event()
+    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+        assert get(f"{url}/metrics")[0] == 200
+
+        def scrape() -> None:
+            go.wait()
+            began = time.monotonic()
+            try:
+                status, body = get(f"{url}/metrics", timeout=10)
+            except OSError as error:  # a timeout or a reset: counted as not answered
+                status, body = 0, str(error)
+            with lock:
+                results.append((status, time.monotonic() - began, up(body, "one")))
+
+        clients = [threading.Thread(target=scrape) for _ in range(100)]
+        for client in clients:
+            client.start()
+        go.set()
+        for client in clients:
+            client.join(30)
+    assert len(results) == 100
+    assert [r for r in results if r[0] != 200] == [], "every scrape is answered"
+    assert all(value == "1.0" for _, _, value in results)
+    took = sorted(seconds for _, seconds, _ in results)
+    assert took[94] < MARGIN, f"p95 {took[94]:.2f}s"  # about 0.3s here; a backlog of 5: > 10s
+
+
+def test_half_open_requests_hold_no_thread_and_are_dropped(cluster: Cluster) -> None:
+    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+        port = int(url.rsplit(":", 1)[1])
+        assert get(f"{url}/metrics")[0] == 200
+        threads = threading.active_count()
+        half_open = []
+        try:
+            for _ in range(200):  # more than the workers, than Python's old backlog of 5
+                client = socket.create_connection(("127.0.0.1", port), timeout=10)
+                client.sendall(b"GET /metr")  # half a request line, and nothing more
+                half_open.append(client)
+            began = time.monotonic()
+            status, body = get(f"{url}/metrics")
+            assert status == 200 and up(body, "one") == "1.0"
+            assert time.monotonic() - began < MARGIN, "a normal scrape is answered promptly"
+            assert threading.active_count() <= threads + 2, "no thread per waiting connection"
+            began = time.monotonic()
+            for client in half_open:  # each is answered 408 and closed (or just closed)
+                client.settimeout(REQUEST_TIMEOUT + MARGIN - (time.monotonic() - began))
+                answer = client.recv(1024)
+                assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+            assert time.monotonic() - began < REQUEST_TIMEOUT + MARGIN
+        finally:
+            for client in half_open:
+                client.close()
+
+
+def test_a_full_queue_is_answered_503_at_once(cluster: Cluster, proxy: FreezingProxy) -> None:
+    exporter = make_exporter([Target("stalled", proxy.dsn(cluster.dsn()))], timeout=1.0)
+    with serving(exporter, workers=1, queued=1) as url:
+        assert up(get(f"{url}/metrics")[1], "stalled") == "1.0"
+        proxy.freeze()
+        answers: list[int] = []
+
+        def scrape() -> None:
+            answers.append(get(f"{url}/metrics", timeout=exporter.deadline * 2 + MARGIN)[0])
+
+        busy = [threading.Thread(target=scrape) for _ in range(2)]  # the worker, the queue
+        for client in busy:
+            client.start()
+            time.sleep(0.3)
+        began = time.monotonic()
+        assert get(f"{url}/-/healthy", timeout=MARGIN)[0] == 503
+        assert time.monotonic() - began < 1.0 + MARGIN / 2  # at once, not after the others
+        for client in busy:
+            client.join(exporter.deadline * 2 + MARGIN)
+        assert answers == [200, 200]
+        proxy.close()  # the stalled conversation ends: its scrape too
+        until(lambda: scrape_threads("stalled") == 0, 30, "the stalled scrape to end")
+
+
+def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: FreezingProxy) -> None:
+    exporter = make_exporter(
+        [Target("healthy", cluster.dsn()), Target("stalled", proxy.dsn(cluster.dsn()))], 1.0
+    )
+    with serving(exporter) as url:
+        body = get(f"{url}/metrics")[1]
+        assert up(body, "healthy") == "1.0" and up(body, "stalled") == "1.0"
+        proxy.freeze()  # connections stay open, nothing comes back
+        counts = []
+        for _ in range(5):
+            began = time.monotonic()
+            status, body = get(f"{url}/metrics", timeout=exporter.deadline + MARGIN)
+            took = time.monotonic() - began
+            assert status == 200 and took < exporter.deadline + MARGIN, took
+            assert up(body, "healthy") == "1.0" and up(body, "stalled") == "0.0"
+            assert 'lockdiag_waiting_sessions{target="healthy"}' in body
+            assert 'lockdiag_waiting_sessions{target="stalled"}' not in body
+            assert scrape_threads("stalled") <= 1, "one conversation with it at a time"
+            counts.append(threading.active_count())
+        assert max(counts) <= counts[0] + 2, f"threads grow with each scrape: {counts}"
+        page = get(f"{url}/", timeout=exporter.deadline + MARGIN)[1]
+        assert "<td>stalled</td><td class='down'>down</td>" in page
+        assert "<td>healthy</td><td class='up'>up</td>" in page
+        proxy.close()  # the stalled conversation ends: its scrape too
+        until(lambda: scrape_threads("stalled") == 0, 30, "the stalled scrape to end")
+
+
+def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cluster) -> None:
+    """Whatever the session's own limits: a snapshot that never returns."""
+    exporter = make_exporter([Target("one", cluster.dsn()), Target("hung", cluster.dsn())], 1.0)
+    release = threading.Event()
+    taken = []
+
+    def hanging(scope: str) -> object:
+        taken.append(scope)
+        release.wait(60)
+        raise ServerError("connection lost: released by the test")
+
+    exporter.sessions["hung"].snapshot = hanging  # type: ignore[assignment,method-assign]
+    try:
+        with serving(exporter) as url:
+            for _ in range(3):
+                began = time.monotonic()
+                status, body = get(f"{url}/metrics", timeout=exporter.deadline + MARGIN)
+                assert time.monotonic() - began < exporter.deadline + MARGIN
+                assert status == 200 and up(body, "one") == "1.0" and up(body, "hung") == "0.0"
+                duration = 'lockdiag_scrape_duration_seconds{target="hung"} '
+                assert float(body.split(duration, 1)[1].split()[0]) >= exporter.deadline - 0.1
+            assert taken == ["all"], "one snapshot under way at a time, never a second"
+            assert exporter.targets["hung"].error == f"timed out after {exporter.deadline:g}s"
+            page = get(f"{url}/", timeout=exporter.deadline + MARGIN)[1]
+            assert f"timed out after {exporter.deadline:g}s" in page
+            release.set()  # it fails at last: no retry, the deadline has passed
+            until(lambda: scrape_threads("hung") == 0, 10, "the hung scrape to end")
+            assert taken == ["all"]
+            assert exporter.targets["hung"].error == "connection lost: released by the test"
+    finally:
+        release.set()
+
+
+def test_the_first_scrape_after_a_restart_reads_the_server(cluster: Cluster) -> None:
+    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+        assert up(get(f"{url}/metrics")[1], "one") == "1.0"
+        cluster.restart()  # the exporter's kept connection is now broken
+        assert up(get(f"{url}/metrics")[1], "one") == "1.0"
+
+
+def test_the_first_scrape_after_its_session_is_terminated_reads_the_server(
+    cluster: Cluster,
+) -> None:
+    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+        assert up(get(f"{url}/metrics")[1], "one") == "1.0"
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'lockdiag' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert ended == (1,)
+        assert up(get(f"{url}/metrics")[1], "one") == "1.0"
