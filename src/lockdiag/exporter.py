@@ -50,7 +50,7 @@ from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.views.check import check_metrics
 from lockdiag.views.exporter import page
-from lockdiag.views.metrics import Metric, families, labelled, merged
+from lockdiag.views.metrics import Metric, families, inert, labelled, merged
 
 DEFAULT_PORT = 9714
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
@@ -317,4 +317,4 @@ class _Families:
 
     def collect(self) -> Iterator[PrometheusMetric]:
         yield from families(self.exporter.metrics(self.names))
-        yield from self.exporter.sampled(self.names)
+        yield from map(inert, self.exporter.sampled(self.names))

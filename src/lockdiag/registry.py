@@ -11,7 +11,9 @@ Workers import this module to take locks by name, so it stays light (no psycopg,
 
 from __future__ import annotations
 
+import array
 import difflib
+import itertools
 import math
 import os
 import re
@@ -279,7 +281,11 @@ def load_registry(explicit: str | None = None) -> Registry:
     return registry
 
 
-MAX_SIZE = 1024 * 1024  # a registry is a few kilobytes; anything this large is a mistake
+MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this large is a mistake
+# levels of tables, arrays and inline tables below the document; a registry uses four
+# (namespaces, a namespace, its values, a value's parts); tomllib recurses once per level
+MAX_DEPTH = 64
+READ_CHUNK = 1024 * 1024
 
 
 Collisions = Callable[["Namespace"], list[str]]
@@ -291,14 +297,111 @@ def check_file(
     """``collisions``: what else claims a namespace's keys (`registry check` passes the
     catalogue of well-known software's keys; loading for a command does not)."""
     try:
-        if path.stat().st_size > MAX_SIZE:
-            return None, [
-                Problem("error", f"larger than {MAX_SIZE // 1024} KiB: not a registry", str(path))
-            ]
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return None, [Problem("error", f"cannot read: {error}", str(path))]
+        text = read_bounded(path, MAX_SIZE, "registry file").decode("utf-8")
+    except (OSError, UnicodeDecodeError, BinaryData) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        return None, [Problem("error", f"cannot read: {reason}", str(path))]
+    except InputError as error:
+        return None, [Problem("error", str(error), str(path))]
     return parse_registry(text, str(path), collisions)
+
+
+class BinaryData(InputError):
+    """:func:`read_bounded`'s refusal of a file that is not text at all (a NUL byte)."""
+
+
+def read_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, read with a bound: never more than ``limit`` + 1 of them, so a
+    huge file, ``/dev/zero`` or a FIFO that never ends is refused without being read whole.
+    A regular file larger than ``limit`` is refused before anything is read; a NUL byte
+    (never in TOML nor JSON text) is refused at the chunk that holds it (BinaryData). Raises
+    InputError with the reason, without the file's name (the caller adds it); OSError is
+    left to the caller.
+
+    Shared by the registry and the snapshot file reader (:mod:`lockdiag.core.snapshot_file`),
+    this module being the lowest that both import."""
+    refused = f"not a {what}"
+    chunks: list[bytes] = []
+    with path.open("rb") as file:
+        if os.fstat(file.fileno()).st_size > limit:  # 0 for a device or a FIFO: read on
+            raise InputError(f"larger than {size_text(limit)}: {refused}")
+        read = 0
+        while read <= limit:
+            chunk = file.read(min(READ_CHUNK, limit + 1 - read))
+            if not chunk:
+                break
+            if 0 in chunk:
+                where = read + chunk.index(0)
+                raise BinaryData(f"binary data (a NUL byte at byte {where})")
+            chunks.append(chunk)
+            read += len(chunk)
+    if read > limit:
+        raise InputError(f"larger than {size_text(limit)}: {refused}")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def size_text(size: int) -> str:
+    """A byte count as people write a limit: ``1 MiB``, ``1 GiB``, ``512 KiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} bytes"
+
+
+_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_STEPS = bytes.maketrans(b"()", b"\x01\xff")  # +1 and -1 as signed bytes
+
+
+def nesting_depth(structure: bytes, limit: int) -> int:
+    """How deeply the brackets (``[ ]`` and ``{ }``) of ``structure`` nest, its strings and
+    comments removed by the caller; a depth above ``limit`` is given as ``limit`` + 1: the
+    highest running sum of +1 an opening and -1 a closing bracket, exactly for balanced
+    brackets, at least for a broken file (whose parser then stops early or meets
+    RecursionError, which the caller catches).
+
+    Linear in the worst case and fast in the usual one: each round removes every innermost
+    pair at once (``bytes.replace``, in C), which takes a real file's few levels in a few
+    rounds; once a round would remove less than half of what is left (many deep trees, a
+    crafted file), the rest is counted in one pass of running sums (some 60 ns a bracket)."""
+    brackets = structure.translate(_OPEN_CLOSE, _NOT_BRACKET)
+    if b"(" * (limit + 1) in brackets:  # the usual attack, "[[[[...", found in C at once
+        return limit + 1
+    depth = 0
+    while brackets and depth <= limit:
+        inner = brackets.replace(b"()", b"")
+        if len(inner) > len(brackets) // 2:
+            steps = array.array("b", brackets.translate(_STEPS))
+            highest = max(itertools.accumulate(steps), default=0)
+            return min(limit + 1, depth + max(0, highest))
+        brackets, depth = inner, depth + 1
+    return min(limit + 1, depth)
+
+
+# what TOML reads as a string or a comment, where brackets are not structure
+_TOML_TEXT = re.compile(
+    r'"""(?:\\[\s\S]|[^\\])*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\'|#[^\n]*'
+)
+
+
+def _toml_depth(text: str) -> int:
+    """The bracket nesting of TOML text, strings and comments left out (see nesting_depth)."""
+    return nesting_depth(_TOML_TEXT.sub("", text).encode("utf-8", "surrogatepass"), MAX_DEPTH)
+
+
+def _document_depth(document: dict[str, Any]) -> int:
+    """Levels of tables and arrays below the document, up to ``MAX_DEPTH`` + 1 (dotted keys
+    and table headers nest without brackets: ``[a.b.c]``, ``a.b.c = 1``). Iterative."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 0)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def parse_registry(
@@ -311,12 +414,20 @@ def parse_registry(
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
 
+    deep = f"nested more than {MAX_DEPTH} levels deep: not a registry file"
+    too_deep = [Problem("error", deep, path)]
+    if _toml_depth(text) > MAX_DEPTH:
+        return None, too_deep
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         line = getattr(error, "lineno", None) or _line_from_message(str(error))
         message = getattr(error, "msg", None) or re.sub(r"\s*\(at line.*\)$", "", str(error))
         return None, [Problem("error", f"not valid TOML: {message}", path, line)]
+    except RecursionError:  # a backstop: the scan above counts what tomllib recurses on
+        return None, too_deep
+    if _document_depth(document) > MAX_DEPTH:
+        return None, too_deep
     lines = _LineIndex(text)
     problems: list[Problem] = []
 

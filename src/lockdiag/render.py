@@ -208,15 +208,39 @@ def markdown(blocks: list[Block]) -> str:
 
 
 def _csv(blocks: list[Block], stream: TextIO) -> None:
-    """The first table, every row, as CSV (the header first); text blocks are left out."""
+    """The first table, every row, as CSV (the header first); text blocks are left out.
+    Every cell passes through :func:`csv_cell`: none is a formula when opened in a
+    spreadsheet."""
     import csv
 
     table = next((b for b in blocks if isinstance(b, Table)), None)
     if table is None:
         return
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(table.headers)
-    writer.writerows(table.rows)
+    writer.writerow([csv_cell(header) for header in table.headers])
+    writer.writerows([csv_cell(cell) for cell in row] for row in table.rows)
+
+
+# what makes a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a formula
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell that a spreadsheet shows and never executes (OWASP's "CSV injection"): a
+    text cell that begins with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a
+    single quote ``'`` in front (``=HYPERLINK(...)`` is written ``'=HYPERLINK(...)``), unless
+    it is entirely a plain decimal number (an optional sign, ASCII digits, an optional
+    fraction: ``-12``, ``+3``, ``-0.5``), which a spreadsheet reads as that number. Every
+    other text cell, and a value that is not text (an int or a float: keys, pids and counts,
+    negative ones too), is written as it is."""
+    if (
+        isinstance(value, str)
+        and value.startswith(FORMULA_START)
+        and not _PLAIN_NUMBER.fullmatch(value)
+    ):
+        return "'" + value
+    return value
 
 
 def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:

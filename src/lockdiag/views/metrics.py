@@ -3,6 +3,8 @@ as data, and written out by prometheus_client (the exposition of `check --format
 `sample --format prometheus` and the exporter alike).
 
 A fleet's series carry a ``target`` label added to the data, never by editing text lines.
+Label values (namespaces, application names, targets: chosen by whoever names them) are
+written with their control characters made visible (:func:`inert`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric as PrometheusMetric
+
+from lockdiag.render import clean
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -64,7 +68,7 @@ class Collected:
 
 def families(metrics: Iterable[Metric]) -> Iterator[PrometheusMetric]:
     """The metrics as prometheus_client families (each sample's label names are its
-    family's)."""
+    family's), their label values made inert (:func:`inert`)."""
     for metric in metrics:
         names = [name for name, _ in metric.samples[0][0]] if metric.samples else []
         family: GaugeMetricFamily | CounterMetricFamily
@@ -75,7 +79,21 @@ def families(metrics: Iterable[Metric]) -> Iterator[PrometheusMetric]:
             family = GaugeMetricFamily(metric.name, metric.help, labels=names)
         for labels, value in metric.samples:
             family.add_metric([value_ for _, value_ in labels], value)
-        yield family
+        yield inert(family)
+
+
+def inert(family: PrometheusMetric) -> PrometheusMetric:
+    """``family`` with every label value written as a terminal shows it
+    (:func:`lockdiag.render.clean`): control characters, which prometheus_client passes
+    through raw (it escapes only backslash, double quote and line feed), become visible
+    text: an escape ``\\e``, a carriage return ``\\r``, a NUL ``\\x00``, a line feed ``\\n``;
+    invisible direction marks too. Printable values, nearly all, are kept as they are. For
+    any family, a prometheus_client metric's own as well."""
+    family.samples = [
+        sample._replace(labels={name: clean(value) for name, value in sample.labels.items()})
+        for sample in family.samples
+    ]
+    return family
 
 
 def exposition(metrics: Iterable[Metric]) -> list[str]:
