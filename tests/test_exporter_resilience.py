@@ -15,7 +15,6 @@ from contextlib import contextmanager
 
 import psycopg
 import pytest
-from freezer import FreezingProxy
 
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import Cluster, free_port
@@ -23,6 +22,8 @@ from lockdiag.errors import ServerError
 from lockdiag.exporter import Exporter, Target
 from lockdiag.http_server import REQUEST_TIMEOUT, WORKERS
 from lockdiag.registry import Registry
+
+from freezer import FreezingProxy
 
 MARGIN = 5.0  # generous: every bound on time below is a deadline plus this
 

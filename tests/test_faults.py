@@ -136,3 +136,57 @@ def test_silent_server_times_out_clearly() -> None:
         assert_one_clear_error(result, 3, "timeout expired", "--timeout")
     finally:
         listener.close()
+
+
+def server_processes(postmaster: int) -> list[int]:
+    """The postmaster and its children (each backend is in a process group of its own)."""
+    from pathlib import Path
+
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == postmaster:
+            children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+def test_a_stopped_server_fails_within_the_deadline() -> None:
+    """The measured incident, for real: a cluster SIGSTOPped (postmaster and backends) with
+    lockdiag's session open. The snapshot on that session gives up at its deadline (--timeout
+    1s + 1s), a new connection at libpq's connect_timeout, each in one line; and once the
+    server runs again the same session reconnects."""
+    import os
+    import signal
+    import time
+
+    from lockdiag.demo.cluster import create_cluster
+    from lockdiag.pg.deadline import NoAnswer
+
+    stopped = create_cluster()
+    assert stopped.process is not None
+    try:
+        with DiagnosticSession(stopped.dsn(), 1) as session:
+            session.snapshot("advisory")
+            processes = server_processes(stopped.process.pid)
+            assert session.connection.info.backend_pid in processes
+            for pid in processes:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(NoAnswer) as raised:
+                    session.snapshot("advisory")
+                assert time.monotonic() - started < 1 + 5
+                assert "did not answer within 2s" in str(raised.value)
+                started = time.monotonic()
+                result = run("list", "--dsn", stopped.dsn(), "--timeout", "1s")
+                assert time.monotonic() - started < 2 + 5
+                assert_one_clear_error(result, 3, "timeout expired")
+            finally:
+                for pid in processes:
+                    os.kill(pid, signal.SIGCONT)
+            assert session.snapshot("advisory").locks == []
+    finally:
+        stopped.destroy()

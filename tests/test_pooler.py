@@ -4,6 +4,7 @@ flagged, session pooling is not, and pooltest gives the right verdicts in each s
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,9 @@ from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
+from lockdiag.errors import ServerError
+from lockdiag.pg.deadline import NoAnswer
+from lockdiag.pg.session import DiagnosticSession
 
 from conftest import Sessions
 
@@ -250,3 +254,155 @@ def test_check_shows_every_note_in_every_format(cluster: Cluster) -> None:
     assert any(n.startswith("cannot read PgBouncer console") for n in document["notes"])
     nagios = CliRunner().invoke(cli, [*base, "--format", "nagios"]).stdout
     assert "1 note(s): cannot read PgBouncer console" in nagios
+
+
+# -- lockdiag's own session through a pooler: settings verified, never leaked ----------------
+
+DROPS_OPTIONS = {"ignore_startup_parameters": "options", "default_pool_size": "1"}
+PER_TRANSACTION = (
+    "lockdiag: warning: the server did not apply lockdiag's startup options (a pooler dropping "
+    "them?): its settings are applied per transaction"
+)
+
+
+@pytest.fixture
+def dropping_pool(cluster: Cluster) -> Iterator[Bouncer]:
+    """Transaction pooling that drops the options startup parameter (a common setting), with
+    one server connection: every client of the pool uses the backend lockdiag used."""
+    bouncer = start_pgbouncer(cluster, "transaction", DROPS_OPTIONS)
+    yield bouncer
+    bouncer.stop()
+
+
+def settings_of(connection: psycopg.Connection[Any]) -> dict[str, str]:
+    names = ("transaction_read_only", "statement_timeout", "lock_timeout", "search_path",
+             "row_security", "idle_in_transaction_session_timeout")  # fmt: skip
+    rows = connection.execute(
+        "SELECT name, setting FROM pg_catalog.pg_settings WHERE name = ANY(%s)", (list(names),)
+    ).fetchall()
+    return dict(rows)
+
+
+def test_a_session_set_through_transaction_pooling_reaches_other_clients(
+    dropping_pool: Bouncer,
+) -> None:
+    """Why lockdiag never SETs its settings at session level when a pooler dropped them: the
+    SET stays on the server connection, and the application's next client gets it."""
+    with psycopg.connect(dropping_pool.dsn(), autocommit=True, prepare_threshold=None) as first:
+        first.execute("SET default_transaction_read_only = on")
+    with psycopg.connect(dropping_pool.dsn(), autocommit=True, prepare_threshold=None) as app:
+        assert settings_of(app)["transaction_read_only"] == "on"  # leaked
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            app.execute("CREATE TABLE pooled_write (id int)")
+
+
+def test_options_dropped_by_the_pooler_are_applied_per_transaction(
+    cluster: Cluster, dropping_pool: Bouncer, sessions: Sessions
+) -> None:
+    """lockdiag works through the pool, says once that its settings go per transaction, and
+    they hold on the server: a statement is cancelled at --timeout by the server, a write is
+    refused; the application's next client on the same backend has none of them."""
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 5)")
+    result = CliRunner().invoke(
+        cli, ["list", "--dsn", dropping_pool.dsn(), "--timeout", "1s", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count(PER_TRANSACTION) == 1, result.stderr
+    assert [lock["key"] for lock in json.loads(result.stdout)["locks"]] == [[4102, 5]]
+    sampled = CliRunner().invoke(
+        cli, ["sample", "--duration", "1s", "--interval", "50ms", "--dsn", dropping_pool.dsn(),
+              "--format", "json"],
+    )  # fmt: skip
+    assert sampled.exit_code == 0, sampled.output
+    assert json.loads(sampled.stdout)["samples"] >= 10  # the same query, many times
+    assert sampled.stderr.count(PER_TRANSACTION) == 1
+
+    with DiagnosticSession(dropping_pool.dsn(), 1) as session:
+        with session.conversation() as connection:
+            inside = settings_of(connection)
+            backend = connection.execute("SELECT pg_backend_pid()").fetchone()
+        assert session.per_transaction
+        assert inside == {
+            "transaction_read_only": "on", "statement_timeout": "1000", "lock_timeout": "1000",
+            "search_path": "pg_catalog", "row_security": "off",
+            "idle_in_transaction_session_timeout": "10000",
+        }  # fmt: skip
+        started = time.monotonic()
+        with pytest.raises(ServerError) as cancelled, session.conversation() as connection:
+            connection.execute("SELECT pg_catalog.pg_sleep(5)")
+        assert time.monotonic() - started < 3  # the server's statement_timeout, at 1s
+        assert "canceling statement due to statement timeout" in str(cancelled.value)
+        assert not isinstance(cancelled.value, NoAnswer)
+        with (
+            pytest.raises(ServerError, match="read-only transaction"),
+            session.conversation() as connection,
+        ):
+            connection.execute("CREATE TABLE lockdiag_must_not_write (id int)")
+    with psycopg.connect(dropping_pool.dsn(), autocommit=True, prepare_threshold=None) as app:
+        assert app.execute("SELECT pg_backend_pid()").fetchone() == backend  # the same backend
+        assert settings_of(app) == {
+            "transaction_read_only": "off", "statement_timeout": "0", "lock_timeout": "0",
+            "search_path": '"$user", public', "row_security": "on",
+            "idle_in_transaction_session_timeout": "0",
+        }  # fmt: skip
+        app.execute("CREATE TABLE pooled_write (id int)")  # the application can write
+        app.execute("DROP TABLE pooled_write")
+
+
+def test_per_transaction_settings_still_name_keys_from_rows(
+    cluster: Cluster, dropping_pool: Bouncer, sessions: Sessions
+) -> None:
+    """The enrichment (its tables locked and vetted in a transaction of its own) runs inside
+    lockdiag's per-transaction settings too: Que's job id is named."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE pooled_que")
+    try:
+        with psycopg.connect(cluster.dsn(dbname="pooled_que"), autocommit=True) as setup:
+            setup.execute("CREATE TABLE que_jobs (id bigint PRIMARY KEY, job_class text)")
+            setup.execute("INSERT INTO que_jobs VALUES (4242, 'SendInvoice')")
+        worker = sessions.open("que-worker", dbname="pooled_que")
+        worker.run("SELECT pg_advisory_lock(4242)")
+        result = CliRunner().invoke(
+            cli, ["list", "--dsn", dropping_pool.dsn(dbname="pooled_que"), "--format", "json"]
+        )
+        assert result.exit_code == 0, result.output
+        (lock,) = json.loads(result.stdout)["locks"]
+        assert lock["known"]["software"] == "Que", result.stdout
+        sessions.close()
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE pooled_que WITH (FORCE)")
+
+
+def test_a_pooler_that_rejects_the_options_is_one_line_with_the_fix(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    result = CliRunner().invoke(cli, ["list", "--dsn", transaction_pool.dsn(), "--timeout", "1s"])
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("lockdiag: error: cannot connect: ")
+    assert lines[0].endswith("unsupported startup parameter: options")
+    assert lines[1].startswith("lockdiag: hint: ")
+    assert "ignore_startup_parameters = options" in lines[1]
+    assert "connect to PostgreSQL directly" in lines[1]
+    assert len(lines) == 2 and "Traceback" not in result.output
+
+
+def test_a_pooler_where_even_a_transaction_cannot_carry_the_settings_is_refused(
+    cluster: Cluster,
+) -> None:
+    """Statement pooling allows no transaction block: lockdiag refuses to read without its
+    settings, in one line."""
+    bouncer = start_pgbouncer(cluster, "statement", {"ignore_startup_parameters": "options"})
+    try:
+        result = CliRunner().invoke(cli, ["list", "--dsn", bouncer.dsn(), "--timeout", "1s"])
+    finally:
+        bouncer.stop()
+    assert result.exit_code == 3
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lockdiag: error:")]
+    assert errors == [
+        "lockdiag: error: lockdiag cannot apply its settings per transaction (transaction "
+        "blocks not allowed in statement pooling mode): refusing to go on without them"
+    ]
+    assert "ignore_startup_parameters = options" in result.stderr

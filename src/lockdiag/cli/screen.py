@@ -1,7 +1,8 @@
 """The terminal side of `lockdiag watch`: keys without Enter, frames redrawn in place.
 
 The frame itself is a view (:mod:`lockdiag.views.watch`); this loop gives it the screen's
-height, reads keys and refreshes the feed.
+height, reads keys and asks a background thread for each refresh, so that it answers keys at
+once whatever the server does.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import select
 import signal
 import sys
 import termios
+import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
@@ -28,11 +30,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
 from lockdiag.pg.sampling import Feed
+from lockdiag.pg.session import notices_to
 from lockdiag.render import plain, rich_renderables
 from lockdiag.views.watch import State, frame
+
+FIRST_FRAME_WAIT = 1.0  # seconds the first frame waits for the first snapshot
+LATE = 1.0  # seconds a refresh may take before the frame says it is late
 
 
 @contextlib.contextmanager
@@ -68,15 +75,19 @@ def resizes() -> Iterator[int]:
         os.close(write_end)
 
 
-def read_key(stream: TextIO, timeout: float, resized: int) -> str | None:
-    """One key, "" when the terminal was resized, None when ``timeout`` passed first."""
+def read_key(stream: TextIO, timeout: float, resized: int, woken: int | None = None) -> str | None:
+    """One key, "" when the terminal was resized, None when ``timeout`` passed first or
+    ``woken`` became readable."""
     keys = stream.fileno()
-    ready, _, _ = select.select([keys, resized], [], [], max(0.0, timeout))
+    watched = [keys, resized] if woken is None else [keys, resized, woken]
+    ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
+    if keys in ready:
+        return os.read(keys, 1).decode(errors="replace")
     if resized in ready:
         with contextlib.suppress(BlockingIOError):
             os.read(resized, 64)
         return ""
-    return os.read(keys, 1).decode(errors="replace") if keys in ready else None
+    return None
 
 
 @contextlib.contextmanager
@@ -102,37 +113,139 @@ def progress_reporter(duration: float, interval: float) -> Iterator[Callable[[in
         yield advance
 
 
+class Refresher:
+    """Snapshots taken off the UI thread, so the key loop never waits for the server: one
+    at a time, asked by :meth:`ask`, handed back by :meth:`result`; ``wake`` becomes readable
+    when one is ready. Each snapshot is bounded by the session's deadline."""
+
+    def __init__(self, source: Feed) -> None:
+        self.source = source
+        self.asked = threading.Event()
+        self.stopping = False
+        self.lock = threading.Lock()
+        self.ready: list[Snapshot | BaseException] = []
+        self.busy_since: float | None = None  # time.monotonic() of the refresh under way
+        self.wake, self._signal = os.pipe()
+        os.set_blocking(self.wake, False)
+        os.set_blocking(self._signal, False)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="watch refresh")
+        self.thread.start()
+
+    def ask(self) -> None:
+        """Take a snapshot now, unless one is under way."""
+        with self.lock:
+            if self.busy_since is None:
+                self.busy_since = time.monotonic()
+                self.asked.set()
+
+    def result(self) -> Snapshot | BaseException | None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.wake, 64)
+        with self.lock:
+            return self.ready.pop(0) if self.ready else None
+
+    def _run(self) -> None:
+        while True:
+            self.asked.wait()
+            self.asked.clear()
+            if self.stopping:
+                return
+            try:
+                taken: Snapshot | BaseException = self.source.next()
+            except BaseException as error:  # handed to the UI thread, which decides
+                taken = error
+            with self.lock:
+                self.ready.append(taken)
+                self.busy_since = None
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._signal, b"r")
+
+    def stop(self) -> None:
+        """The snapshot under way gives up at once; the feed is closed once it has."""
+        self.stopping = True
+        self.asked.set()
+        self.source.interrupt()
+        self.thread.join(0.5)
+        if not self.thread.is_alive():  # else it is stuck connecting: the process exits anyway
+            self.source.close()
+            os.close(self.wake)
+            os.close(self._signal)
+
+
 def run(
     state: State, source: Feed, interval: float, once: bool, stream: TextIO | None = None
 ) -> None:
-    """Draw frames until q: a refresh every ``interval``, a redraw at every key."""
+    """Draw frames until q: a refresh every ``interval``, a redraw at every key. Snapshots
+    are taken off this thread: q answers at once whatever the server does."""
     stream = stream or sys.stdout
-    try:
-        if once:
+    if once:
+        try:
             state.take(source.next())
             stream.write(plain(frame(state)))
-            return
-        if not (stream.isatty() and sys.stdin.isatty()):
-            raise InputError(
-                "watch needs a terminal; use --once for a single frame, or lockdiag list"
-            )
-        console = Console(file=stream)
-        live = Live(console=console, screen=True, auto_refresh=False)
-        with keyboard(sys.stdin), resizes() as resized, live:
-            next_refresh, refreshes = 0.0, 0
-            while True:
-                if not state.paused and time.monotonic() >= next_refresh:
-                    next_refresh, refreshes = time.monotonic() + interval, refreshes + 1
-                    collect_now_and_then(refreshes)
-                    try:
-                        state.take(source.next())
-                    except ServerError as error:  # bad input (a broken recording) still stops
-                        state.failed(str(error).splitlines()[0])
+        finally:
+            source.close()
+        return
+    if not (stream.isatty() and sys.stdin.isatty()):
+        source.close()
+        raise InputError("watch needs a terminal; use --once for a single frame, or lockdiag list")
+    told: list[str] = []
+    refresher = Refresher(source)
+    try:
+        with notices_to(told.append):
+            _loop(state, refresher, interval, stream, told)
+    finally:
+        refresher.stop()
+        for message in told:
+            click.echo(f"lockdiag: warning: {message}", err=True)
+
+
+def _loop(
+    state: State, refresher: Refresher, interval: float, stream: TextIO, told: list[str]
+) -> None:
+    console = Console(file=stream)
+    live = Live(console=console, screen=True, auto_refresh=False)
+    with keyboard(sys.stdin), resizes() as resized, live:
+        next_refresh, refreshes, shown_notices = 0.0, 0, 0
+        first = time.monotonic() + FIRST_FRAME_WAIT
+        changed = True  # what is on screen is out of date
+        while True:
+            now = time.monotonic()
+            if not state.paused and now >= next_refresh and refresher.busy_since is None:
+                next_refresh, refreshes = now + interval, refreshes + 1
+                collect_now_and_then(refreshes)
+                refresher.ask()
+            taken = refresher.result()
+            if isinstance(taken, ServerError):
+                state.failed(str(taken).splitlines()[0])
+            elif isinstance(taken, BaseException):  # bad input (a broken recording) stops
+                raise taken
+            elif taken is not None and not state.paused:
+                state.take(taken)
+            changed = changed or taken is not None
+            if len(told) > shown_notices:
+                shown_notices, changed = len(told), True
+                state.message = told[-1]  # shown until the next key, printed again at exit
+            busy = refresher.busy_since
+            late = busy if busy is not None and time.monotonic() - busy > LATE else None
+            changed = changed or late != state.late_since
+            state.late_since = late
+            # the first frame waits a moment for the first snapshot (keys are read meanwhile)
+            if changed and (state.refreshes or state.lost or time.monotonic() >= first):
                 shown = frame(state, console.height)  # never more rows than the screen
                 live.update(Group(*rich_renderables(shown, console)), refresh=True)
-                wait = interval if state.paused else max(0.05, next_refresh - time.monotonic())
-                pressed = read_key(sys.stdin, wait, resized)
-                if pressed and not state.key(pressed):
-                    return
-    finally:
-        source.close()
+                changed = False
+            if busy is not None:  # the wait ends with its snapshot; redrawn each second meanwhile
+                wait = 1.0
+            elif state.paused:
+                wait = interval
+            else:
+                wait = max(0.05, next_refresh - time.monotonic())
+            pressed = read_key(sys.stdin, wait, resized, refresher.wake)
+            if pressed is None:  # a snapshot is ready, or time passed: clocks on screen move
+                changed = changed or busy is not None or state.paused
+            elif pressed == "":  # resized
+                changed = True
+            elif not state.key(pressed):
+                return
+            else:
+                changed = True

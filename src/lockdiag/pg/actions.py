@@ -15,6 +15,7 @@ from datetime import datetime
 
 from lockdiag.core.model import LockRow
 from lockdiag.core.termination import Preview
+from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.session import DiagnosticSession
 
 _LOCK_FIELDS = (
@@ -33,16 +34,23 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
     """Cancel the query of, or end, the previewed backend, if it is still that session in the
     state the preview showed; say what happened."""
     pid = plan.pid
-    row = session.fetch(
-        "signal_backend",
-        {
-            "pid": pid,
-            "backend_start": plan.session.backend_start,
-            "locks": json.dumps([_lock(lock) for lock in plan.decisive]),
-            "cancel": cancel,
-            "wait_ms": max(1, int(wait * 1000)),
-        },
-    )
+    try:
+        row = session.fetch(
+            "signal_backend",
+            {
+                "pid": pid,
+                "backend_start": plan.session.backend_start,
+                "locks": json.dumps([_lock(lock) for lock in plan.decisive]),
+                "cancel": cancel,
+                "wait_ms": max(1, int(wait * 1000)),
+            },
+        )
+    except NoAnswer as error:  # the statement may have run: say that nobody knows
+        raise NoAnswer(
+            f"{error}; whether pid {pid} was {'cancelled' if cancel else 'ended'} is unknown",
+            hint=f"look before trying again: lockdiag list, or lockdiag terminate {pid} (it "
+            "previews first); " + (error.hint or ""),
+        ) from None
     alive, backend_start, missing, signalled = row or (False, None, 0, None)
     if not alive:
         return Outcome(False, f"pid {pid} is gone: nothing to {'cancel' if cancel else 'end'}")

@@ -21,19 +21,25 @@ def connect_timeout(timeout: float) -> str:
     return str(max(2, math.ceil(timeout)))
 
 
+def session_settings(timeout: float) -> dict[str, str]:
+    """lockdiag's settings for its own session, as pg_settings shows them when in force."""
+    milliseconds = max(1, int(timeout * 1000))
+    return {
+        "statement_timeout": str(milliseconds),
+        "lock_timeout": str(milliseconds),
+        "idle_in_transaction_session_timeout": str(max(milliseconds * 2, 10000)),
+        "default_transaction_read_only": "on",
+        # every name lockdiag uses resolves in pg_catalog, never in a user's schema
+        "search_path": "pg_catalog",
+        # a table whose row-level security would filter a query makes it fail instead of
+        # running a policy's code (a user's function) in lockdiag's session
+        "row_security": "off",
+    }
+
+
 def session_options(timeout: float) -> str:
     """Server settings sent in the startup packet, so they bind the very first statement."""
-    milliseconds = max(1, int(timeout * 1000))
-    return " ".join(
-        [
-            f"-c statement_timeout={milliseconds}",
-            f"-c lock_timeout={milliseconds}",
-            f"-c idle_in_transaction_session_timeout={max(milliseconds * 2, 10000)}",
-            "-c default_transaction_read_only=on",
-            # every name lockdiag uses resolves in pg_catalog, never in a user's schema
-            "-c search_path=pg_catalog",
-        ]
-    )
+    return " ".join(f"-c {name}={value}" for name, value in session_settings(timeout).items())
 
 
 def conninfo(dsn: str | None, timeout: float) -> str:

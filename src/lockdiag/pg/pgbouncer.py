@@ -19,7 +19,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from lockdiag.core.model import PoolLink, Session
 from lockdiag.errors import ServerError
-from lockdiag.pg.connection import connect_timeout, one_line, scrub
+from lockdiag.pg import deadline
+from lockdiag.pg.connection import one_line, scrub
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,11 @@ class Console:
 
 
 def read_console(dsn: str, timeout: float) -> Console:
-    """SHOW SERVERS, CLIENTS and POOLS on one admin console (plain protocol, no options)."""
+    """SHOW SERVERS, CLIENTS and POOLS on one admin console (plain protocol, no options), each
+    under the client-side deadline of ``timeout``."""
     try:
-        info = make_conninfo(dsn, dbname="pgbouncer", connect_timeout=connect_timeout(timeout))
-        connection = psycopg.connect(info, autocommit=True)
+        info = make_conninfo(dsn, dbname="pgbouncer")
+        connection = deadline.connect(info, timeout, peer="PgBouncer", autocommit=True)
     except psycopg.Error as error:
         raise ServerError(
             f"cannot read PgBouncer console: {one_line(scrub(str(error), dsn))}"
@@ -47,6 +49,8 @@ def read_console(dsn: str, timeout: float) -> Console:
         return Console(
             label, *(_show(connection, what) for what in ("SERVERS", "CLIENTS", "POOLS"))
         )
+    except deadline.NoAnswer as error:
+        raise ServerError(f"cannot read PgBouncer console: {error}", hint=error.hint) from None
     except psycopg.Error as error:
         raise ServerError(
             f"PgBouncer console refused SHOW: {one_line(str(error))}",

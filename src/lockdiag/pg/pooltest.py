@@ -35,8 +35,8 @@ from lockdiag.core.pooltest import (
 )
 from lockdiag.errors import InputError
 from lockdiag.keys import LockTriple, from_pair
-from lockdiag.pg import queries
-from lockdiag.pg.connection import connect_timeout, one_line
+from lockdiag.pg import deadline, queries
+from lockdiag.pg.connection import one_line
 from lockdiag.pg.pgbouncer import read_console
 from lockdiag.pg.session import DiagnosticSession, server_error
 from lockdiag.registry import Registry
@@ -105,14 +105,13 @@ class PoolTest:
     # -- connections -------------------------------------------------------------------------
 
     def connect(self) -> Connection:
-        """A worker's connection through the pool."""
-        info = make_conninfo(
-            self.pooled,
-            application_name=APPLICATION_NAME,
-            connect_timeout=connect_timeout(self.timeout),
-        )
+        """A worker's connection through the pool, each statement under the client-side
+        deadline of the timeout."""
+        info = make_conninfo(self.pooled, application_name=APPLICATION_NAME)
         # prepare_threshold=None: no server-side prepared statements through a pooler
-        connection = psycopg.connect(info, autocommit=True, prepare_threshold=None)
+        connection = deadline.connect(
+            info, self.timeout, peer="the pool", autocommit=True, prepare_threshold=None
+        )
         self._open.append(connection)
         return connection
 

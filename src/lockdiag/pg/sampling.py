@@ -14,7 +14,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Sampler, collect_now_and_then
-from lockdiag.errors import InputError, LockdiagError, ServerError
+from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 
@@ -28,17 +28,18 @@ def sample(
     progress: Callable[[int, int, str | None], None],
     sampler: Sampler,
 ) -> None:
-    """Poll one connection into ``sampler``: one snapshot query per sample. Interrupted, the
-    sampler keeps what was sampled so far."""
+    """Poll one connection into ``sampler``: one snapshot query per sample, each bounded by
+    the time left (a server that stops answering ends it on time, give or take the deadline's
+    margin). Interrupted, the sampler keeps what was sampled so far."""
     expected = max(1, int(duration / interval))
-    deadline = time.monotonic() + duration
+    ends = time.monotonic() + duration
     with DiagnosticSession(dsn, timeout) as session:
-        while time.monotonic() < deadline:
+        while (left := ends - time.monotonic()) > 0:
             tick = time.monotonic()
             error = None
             collect_now_and_then(sampler.samples)
             try:
-                snapshot = session.snapshot("advisory")
+                snapshot = session.snapshot("advisory", within=left)
             except ServerError as failure:
                 error = str(failure)
                 session.close()
@@ -46,7 +47,8 @@ def sample(
                 diagnosis = Diagnosis(snapshot, registry)
                 sampler.add(diagnosis.advisory, snapshot.server.now, snapshot.query_seconds)
             progress(sampler.samples, expected, error)
-            time.sleep(max(0.0, interval - (time.monotonic() - tick)))
+            now = time.monotonic()
+            time.sleep(max(0.0, min(interval - (now - tick), ends - now)))
 
 
 class Feed:
@@ -59,12 +61,7 @@ class Feed:
         self.record = record
         self.recorded: list[str] = []
         if replay is not None:
-            try:
-                self.recorded = [line for line in replay.read_text().splitlines() if line.strip()]
-            except OSError as error:
-                raise InputError(f"cannot read {replay}: {error.strerror or error}") from None
-            if not self.recorded:
-                raise InputError(f"{replay} holds no snapshot")
+            self.recorded = snapshot_file.read_recording(replay)
         self.replaying = replay is not None
         self.position = 0
         self.replay_name = str(replay)
@@ -82,6 +79,10 @@ class Feed:
         if self.record is not None:
             snapshot_file.append_line(self.record, snapshot_file.record_line(taken))
         return taken
+
+    def interrupt(self) -> None:
+        """From another thread: the snapshot under way, if any, gives up now."""
+        self.session.interrupt()
 
     def close(self) -> None:
         self.session.close()

@@ -5,21 +5,31 @@ one connection (reopened after a failure), the same settings, the same error mes
 scrubbed from every message. Connection parameters come from a DSN or URI when given, otherwise
 from libpq's own environment (``PGHOST``, ``PGDATABASE``, ``PGSERVICE``, ``~/.pgpass``...):
 lockdiag adds its settings on top.
+
+The settings travel in the startup packet, and are verified with one query after connecting. A
+pooler may drop them (PgBouncer's ``ignore_startup_parameters = options``): then each
+conversation runs inside ``BEGIN READ ONLY`` with ``SET LOCAL`` of each setting, verified in the
+same round trip, and ends with COMMIT (or ROLLBACK). Never a session-level SET: through
+transaction pooling it would stick to a server connection that other clients then use. Every
+statement has a client-side deadline (:mod:`lockdiag.pg.deadline`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql
 
 from lockdiag.core.catalogue import derived_keys, hashed_names
 from lockdiag.errors import ServerError
-from lockdiag.pg import queries
+from lockdiag.pg import deadline, queries
 from lockdiag.pg.capture import capture, complete
-from lockdiag.pg.connection import conninfo, one_line, scrub
+from lockdiag.pg.connection import conninfo, one_line, scrub, session_settings
+from lockdiag.pg.deadline import BoundedConnection
 
 if TYPE_CHECKING:
     from lockdiag.core.model import DerivedKey, Scope, Snapshot
@@ -42,7 +52,9 @@ class DiagnosticSession:
     ) -> None:
         self.dsn, self.timeout = dsn, timeout
         self.registry, self.poolers = registry, poolers
-        self._connection: psycopg.Connection[Any] | None = None
+        self._connection: BoundedConnection | None = None
+        self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
+        self._told = False
 
     def __enter__(self) -> DiagnosticSession:
         return self
@@ -51,19 +63,42 @@ class DiagnosticSession:
         self.close()
 
     @property
-    def connection(self) -> psycopg.Connection[Any]:
+    def connection(self) -> BoundedConnection:
         if self._connection is None or self._connection.closed:
-            try:
-                # autocommit: each statement is its own transaction; never idle in transaction
-                self._connection = psycopg.connect(
-                    conninfo(self.dsn, self.timeout), autocommit=True
-                )
-            except psycopg.OperationalError as error:
-                raise ServerError(
-                    f"cannot connect: {one_line(scrub(str(error), self.dsn))}",
-                    hint=_connect_hint(str(error)),
-                ) from None
+            self._connection = None
+            self._connection = self._open()
         return self._connection
+
+    def _open(self) -> BoundedConnection:
+        """Connect, then check with one query that lockdiag's settings are in force."""
+        try:
+            # autocommit: each statement is its own transaction; never idle in transaction
+            connection = deadline.connect(
+                conninfo(self.dsn, self.timeout),
+                self.timeout,
+                statement_timeout=True,
+                autocommit=True,
+            )
+        except psycopg.OperationalError as error:
+            raise ServerError(
+                f"cannot connect: {one_line(scrub(str(error), self.dsn))}",
+                hint=_connect_hint(str(error)),
+            ) from None
+        try:
+            applied = _settings_row(connection.execute(_settings_query(self.timeout)))
+        except psycopg.Error as error:
+            connection.close()
+            raise server_error(error, self.dsn, self.timeout) from None
+        self.per_transaction = applied != _wanted(self.timeout)
+        if self.per_transaction:
+            connection.prepare_threshold = None  # each transaction may be another backend's
+        if self.per_transaction and not self._told:
+            self._told = True  # once, not at every reconnection
+            notice(
+                "the server did not apply lockdiag's startup options (a pooler dropping "
+                f"them?): its settings are applied per transaction ({connection.where})"
+            )
+        return connection
 
     def describe(self) -> str:
         """``user@host:port/dbname`` for messages and snapshot files (never the password)."""
@@ -82,33 +117,148 @@ class DiagnosticSession:
                 self.close()
             raise server_error(error, self.dsn, self.timeout) from None
 
-    def snapshot(self, scope: Scope) -> Snapshot:
-        """One snapshot (one round trip), completed with what the server can name."""
-        names = hashed_names(self.registry.candidates) if self.registry is not None else []
+    @contextmanager
+    def conversation(self, within: float | None = None) -> Iterator[BoundedConnection]:
+        """The connection, for one conversation with lockdiag's settings in force (in a
+        transaction of its own when they must be applied per transaction), each statement
+        under its deadline; ``within``: the whole conversation's budget, if shorter."""
         with self.errors():
-            taken = capture(self.connection, self.describe(), scope, names)
+            connection = self.connection
+            with deadline.limit(connection, within):
+                if not self.per_transaction:
+                    yield connection
+                    return
+                self._begin(connection)
+                try:
+                    yield connection
+                except BaseException:
+                    if not connection.closed:
+                        with suppress(psycopg.Error, ServerError):
+                            connection.execute(b"ROLLBACK")
+                    raise
+                connection.execute(b"COMMIT")
+
+    def _begin(self, connection: BoundedConnection) -> None:
+        """BEGIN READ ONLY, SET LOCAL of every setting and their check: one round trip (a
+        multi-statement simple query). Refused when the settings still are not in force."""
+        wanted = _wanted(self.timeout)
+        statements: list[sql.Composable] = [sql.SQL("BEGIN READ ONLY")]
+        statements += [
+            sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            for name, value in session_settings(self.timeout).items()
+        ]
+        statements.append(_settings_query(self.timeout))
+        try:
+            cursor = connection.execute(sql.SQL("; ").join(statements))
+            while cursor.nextset():
+                pass  # the check's row is the last result
+            applied = _settings_row(cursor)
+            if applied != wanted:
+                connection.execute(b"ROLLBACK")
+        except psycopg.Error as error:
+            if connection.broken:
+                self.close()
+            reason = error.diag.message_primary or one_line(scrub(str(error), self.dsn))
+            raise ServerError(
+                f"lockdiag cannot apply its settings per transaction ({reason}): refusing to go "
+                "on without them",
+                hint=_REFUSED_HINT,
+            ) from None
+        if applied != wanted:
+            different = ", ".join(
+                f"{name} is {applied.get(name)!r}, not {value!r}"
+                for name, value in wanted.items()
+                if applied.get(name) != value
+            )
+            raise ServerError(
+                f"lockdiag's settings did not take effect even per transaction ({different}): "
+                "refusing to go on without them",
+                hint=_REFUSED_HINT,
+            )
+
+    def snapshot(self, scope: Scope, within: float | None = None) -> Snapshot:
+        """One snapshot (one round trip; and one each for BEGIN and COMMIT when the settings
+        go per transaction), completed with what the server can name; ``within``: seconds it
+        may take at most (each statement has the session's deadline anyway)."""
+        names = hashed_names(self.registry.candidates) if self.registry is not None else []
+        with self.conversation(within) as connection:
+            taken = capture(connection, self.describe(), scope, names)
             if self.registry is None:
                 return taken
-            return complete(self.connection, taken, self.registry, self.poolers, self.timeout)
+            return complete(connection, taken, self.registry, self.poolers, self.timeout)
 
     def fetch(self, name: str, params: dict[str, Any]) -> Sequence[Any]:
         """One row of a named query (see :mod:`lockdiag.pg.queries`)."""
-        with self.errors():
-            sql = queries.query(name, self.connection.info.server_version)
-            row = self.connection.execute(sql.encode(), params).fetchone()
+        with self.conversation() as connection:
+            sql = queries.query(name, connection.info.server_version)
+            row = connection.execute(sql.encode(), params).fetchone()
         return row if row is not None else ()
 
     def hashtext_keys(self, strings: list[str]) -> list[DerivedKey]:
         """hashtext() of ``strings`` on this server (for `decode --dsn`): one query."""
-        with self.errors():
-            sql = queries.query("enrich_hashtext", self.connection.info.server_version)
-            rows = self.connection.execute(sql.encode(), {"strings": strings}).fetchall()
+        with self.conversation() as connection:
+            sql = queries.query("enrich_hashtext", connection.info.server_version)
+            rows = connection.execute(sql.encode(), {"strings": strings}).fetchall()
         return derived_keys(rows, "")
+
+    def interrupt(self) -> None:
+        """From another thread: wake the statement under way now (its caller gets a
+        ServerError). For a view that quits while the server does not answer."""
+        deadline.interrupt(self._connection)
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+_REFUSED_HINT = (
+    "connect to PostgreSQL directly, or through a pooler in session or transaction mode "
+    "(with PgBouncer, ignore_startup_parameters = options)"
+)
+
+
+def _wanted(timeout: float) -> dict[str, str]:
+    """What the check query must read: every setting, and a read-only transaction."""
+    return dict(session_settings(timeout), transaction_read_only="on")
+
+
+def _settings_query(timeout: float) -> sql.Composed:
+    """One row: each of lockdiag's settings as the server applies it now (a JSON object)."""
+    names = sorted(_wanted(timeout))
+    return sql.SQL(
+        "SELECT pg_catalog.json_object_agg(name, setting) FROM pg_catalog.pg_settings "
+        "WHERE name IN ({})"
+    ).format(sql.SQL(", ").join(map(sql.Literal, names)))
+
+
+def _settings_row(cursor: psycopg.Cursor[Any]) -> dict[str, str]:
+    row = cursor.fetchone()
+    found = row[0] if row is not None else None
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _to_stderr(message: str) -> None:
+    print(f"lockdiag: warning: {message}", file=sys.stderr, flush=True)
+
+
+_SINK: list[Callable[[str], None]] = [_to_stderr]
+
+
+def notice(message: str) -> None:
+    """Tell the person about something that goes on, but differently: on stderr, or where
+    :func:`notices_to` sends it."""
+    _SINK[-1](message)
+
+
+@contextmanager
+def notices_to(sink: Callable[[str], None]) -> Iterator[None]:
+    """Notices go to ``sink`` meanwhile (a full-screen view, where stderr would tear the frame)."""
+    _SINK.append(sink)
+    try:
+        yield
+    finally:
+        _SINK.remove(sink)
 
 
 def take_snapshot(
@@ -149,6 +299,12 @@ def _connect_hint(message: str) -> str | None:
         return "check the user and password (PGPASSWORD, ~/.pgpass or the DSN)"
     if "connection refused" in lowered or "no such file or directory" in lowered:
         return "is PostgreSQL running there? Check host and port (--dsn, PGHOST, PGPORT)"
+    if "unsupported startup parameter" in lowered:
+        return (
+            "a pooler refuses lockdiag's startup options (which carry its read-only setting and "
+            "timeouts): set ignore_startup_parameters = options in pgbouncer.ini (lockdiag then "
+            "applies them per transaction), or connect to PostgreSQL directly"
+        )
     if "timeout expired" in lowered:
         return "the server did not answer in time; raise --timeout or check the network"
     if "could not translate host name" in lowered or "failed to resolve host" in lowered:

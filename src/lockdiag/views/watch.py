@@ -51,6 +51,7 @@ class State:
     lost: str | None = None  # why the last refresh failed; None while refreshes succeed
     lost_at: float | None = None  # time.monotonic() of the first failure in a row
     paused_at: float | None = None
+    late_since: float | None = None  # time.monotonic() a refresh was asked, while it is overdue
     cost: float = 0.0
     source: str = ""
     refreshes: int = 0
@@ -159,6 +160,9 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
         shown_at = f"{snapshot.server.now:%H:%M:%S}" if snapshot else "none yet"
         blocks.append(Text([f"connection lost {since} ago — showing the frame of {shown_at}; "
                             f"retrying: {clean(state.lost)}"], "critical"))  # fmt: skip
+    if state.late_since is not None:
+        waited = format_duration(time.monotonic() - state.late_since)
+        blocks.append(Text([f"refresh late: no answer from the server for {waited}"], "warning"))
     if state.paused:
         status = f"paused {format_duration(time.monotonic() - (state.paused_at or 0.0))}"
     else:
