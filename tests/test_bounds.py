@@ -520,3 +520,12 @@ def test_cli_prometheus_labels_are_inert(tmp_path: Path) -> None:
         labels = parsed_labels(result.stdout.splitlines())
         values = {v for found in labels for v in found.values()}
         assert clean(EVIL) in values or f"127.0.0.1:1/{clean(EVIL_DSN)}" in values
+
+
+def test_a_targets_file_is_read_with_a_bound() -> None:
+    """--targets /dev/zero: refused at once, one line naming the file, never read whole."""
+    result = CliRunner().invoke(cli, ["list", "--targets", "/dev/zero"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "lockdiag: error: /dev/zero: binary data (a NUL byte at byte 0)"
+    ]

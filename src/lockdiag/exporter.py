@@ -15,10 +15,10 @@ configured target; any other name is 404: no connection is ever made to an addre
 a request), / (a small HTML page), /-/healthy.
 
 A stalled target never delays the others: each scrape of a target has a deadline (--timeout
-plus a second); a target not done by then is reported down ("timed out after ...") and the
-answer goes without it. At most one snapshot of a target is under way at a time, so a stalled
-one piles up neither threads nor sessions. A snapshot that fails because the kept connection
-was lost (a restarted server) is taken again at once on a fresh one.
+plus the session's margin); a target not done by then is reported down ("timed out after
+...") and the answer goes without it. At most one snapshot of a target is under way at a
+time, so a stalled one piles up neither threads nor sessions. A snapshot that fails because
+the kept connection was lost (a restarted server) is taken again at once on a fresh one.
 
 The HTTP side is :mod:`lockdiag.http_server`: bursts and slow clients cannot starve it.
 """
@@ -46,6 +46,7 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Episodes, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.http_server import QUEUE, WORKERS, OneRequestHandler, PooledHTTPServer
+from lockdiag.pg.deadline import client_deadline
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.views.check import check_metrics
@@ -55,7 +56,6 @@ from lockdiag.views.metrics import Metric, families, inert, labelled, merged
 DEFAULT_PORT = 9714
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900)
-DEADLINE_MARGIN = 1.0  # a target's scrape may take --timeout plus this, then it is down
 
 
 @dataclass(eq=False)
@@ -98,7 +98,8 @@ class Exporter:
         self.registry, self.policy, self.timeout, self.interval = (
             registry, policy, timeout, interval,
         )  # fmt: skip
-        self.deadline = timeout + DEADLINE_MARGIN  # of each target's scrape
+        # of each target's scrape: the session's own deadline for one statement
+        self.deadline = client_deadline(timeout)
         self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
         self.stop = threading.Event()
         labels = ["target", "namespace"]

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Poolers, Registry
+from lockdiag.registry import Poolers, Registry, read_bounded
 
 MAX_PARALLEL = 32
 
@@ -30,10 +30,15 @@ class Capture:
     seconds: float
 
 
+TARGETS_LIMIT = 1 << 20  # bytes: a list of DSNs, never more than this
+
+
 def read_targets(path: Path) -> list[str]:
     """One DSN, URI or libpq service name per line; blank lines and # comments are skipped."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_bounded(path, TARGETS_LIMIT, "targets file").decode().splitlines()
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read targets file {path}: {error}") from None
     targets = []
