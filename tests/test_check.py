@@ -65,7 +65,9 @@ def test_nothing_to_report(cluster: Cluster, sessions: Sessions) -> None:
     assert result.stdout.splitlines()[0] == "OK: no findings"
     nagios = check(cluster, *ZERO, "--format", "nagios")
     assert nagios.exit_code == 0
-    assert nagios.stdout.startswith("LOCKDIAG OK - no findings | findings=0;;;0 waiting=0;;;0")
+    assert nagios.stdout.startswith(
+        "LOCKDIAG OK - no findings | causes=0;;;0 findings=0;;;0 waiting=0;;;0"
+    )
 
 
 def test_session_lock_expect_and_unregistered(cluster: Cluster, sessions: Sessions) -> None:
@@ -131,7 +133,10 @@ def test_stuck_owner_waits_and_crowded_root(cluster: Cluster, sessions: Sessions
     assert not any(k[0] == "blocked-many" for k in kinds(cluster, "--max-blocked", "0,1"))
     result = check(cluster, "--wait-age", "0s,0s")
     assert result.exit_code == 2
-    assert result.stdout.startswith("CRITICAL: 2 critical")
+    # one cause, named by the lock both wait for, as critical as the waits it causes
+    lines = result.stdout.splitlines()
+    assert lines[0] == "CRITICAL: 1 critical, 0 warning cause(s); 2 session(s) waiting"
+    assert lines[1] == f"CRITICAL root-blocker: tenant_summary 5  pid {owner.pid} (stuck)"
 
 
 def test_namespace_limits_are_critical(cluster: Cluster, sessions: Sessions) -> None:

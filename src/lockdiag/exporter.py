@@ -41,7 +41,8 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.findings import CheckPolicy, CheckReport
+from lockdiag.core.findings import CheckPolicy
+from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Episodes, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
@@ -64,7 +65,7 @@ class Scrape:
 
     started: float  # time.monotonic()
     done: threading.Event = field(default_factory=threading.Event)
-    report: CheckReport | None = None
+    report: Incident | None = None
     error: str | None = None
     seconds: float = 0.0
     finished: float = 0.0
@@ -77,7 +78,7 @@ class Target:
     name: str
     dsn: str | None
     scrape: threading.Lock = field(default_factory=threading.Lock)  # guards what follows
-    report: CheckReport | None = None  # of the last scrape
+    report: Incident | None = None  # of the last scrape
     taken_at: float = 0.0  # time.monotonic() when that scrape's snapshot was taken
     seconds: float = 0.0  # how long it took
     error: str | None = None  # of the last scrape, or None
@@ -146,7 +147,7 @@ class Exporter:
         try:
             snapshot = self._snapshot(session, run.started + self.deadline)
             diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
-            run.report = diagnosis.findings(self.policy)
+            run.report = diagnosis.incident(self.policy)
         except LockdiagError as error:
             run.error = str(error).splitlines()[0]
         except Exception as error:  # a bug: reported, and the target is never left "running"

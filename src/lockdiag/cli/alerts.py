@@ -19,7 +19,8 @@ from lockdiag.cli.common import (
     source_options,
 )
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.findings import CheckPolicy, CheckReport, Threshold
+from lockdiag.core.findings import CheckPolicy, Threshold
+from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
@@ -124,5 +125,5 @@ def check_command(
     sys.exit(NAGIOS_EXIT[report.status])
 
 
-def _check(snapshot: Snapshot, registry: Registry, policy: CheckPolicy) -> CheckReport:
-    return Diagnosis(snapshot, registry, policy.analysis_policy()).findings(policy)
+def _check(snapshot: Snapshot, registry: Registry, policy: CheckPolicy) -> Incident:
+    return Diagnosis(snapshot, registry, policy.analysis_policy()).incident(policy)

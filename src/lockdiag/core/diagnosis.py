@@ -24,6 +24,7 @@ from lockdiag.core.analysis import (
 from lockdiag.core.catalogue import snapshot_catalogue
 from lockdiag.core.findings import CheckPolicy, CheckReport, check
 from lockdiag.core.graph import Blockers, blockers
+from lockdiag.core.incident import Incident, incident
 from lockdiag.core.model import Snapshot
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Registry
@@ -67,6 +68,7 @@ class Diagnosis:
         self.snapshot, self.registry, self.policy = snapshot, registry, policy
         self.entries = analyse(snapshot, registry, policy, advisory_only=False)
         self.total = total
+        self._incidents: dict[CheckPolicy, Incident] = {}
 
     @cached_property
     def advisory(self) -> list[LockEntry]:
@@ -81,7 +83,16 @@ class Diagnosis:
         return [*privilege_notes(self.snapshot, self.entries), *self.snapshot.notes]
 
     def findings(self, policy: CheckPolicy) -> CheckReport:
-        return check(self.snapshot, self.entries, self.graph, self.notes, policy)
+        return self.incident(policy).report
+
+    def incident(self, policy: CheckPolicy) -> Incident:
+        """The findings under ``policy`` ranked into causes and symptoms: computed once per
+        policy, and the one answer every view gives to "what comes first"."""
+        found = self._incidents.get(policy)
+        if found is None:
+            report = check(self.snapshot, self.entries, self.graph, self.notes, policy)
+            found = self._incidents[policy] = incident(report)
+        return found
 
     def listing(self, filters: Filters = NO_FILTERS, all_types: bool = False) -> ListReport:
         entries = self.entries if all_types else self.advisory

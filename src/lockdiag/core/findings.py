@@ -252,7 +252,8 @@ def _by_backend(entries: Iterable[LockEntry], by_namespace: bool = False) -> lis
     for entry in entries:
         namespace = entry.decoded.namespace if by_namespace and entry.decoded else None
         groups.setdefault((entry.lock.pid, id(namespace)), []).append(entry)
-    return list(groups.values())
+    # the locks others wait for first (most waiters first): a group is named by its first
+    return [sorted(group, key=lambda e: -len(e.blocks)) for group in groups.values()]
 
 
 def _labels(group: list[LockEntry]) -> str:

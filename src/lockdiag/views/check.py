@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from lockdiag.core.findings import SEVERITIES, CheckPolicy, CheckReport, Finding, Kind
+from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
+from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean, text_height
 from lockdiag.views.common import (
@@ -23,37 +24,32 @@ NAGIOS_EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2}
 # -- check -------------------------------------------------------------------------------------
 
 
-def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
+def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
+    report = incident.report
     if fmt == "nagios":
-        return Output(lambda: [Text([nagios_line(report, policy)])], dict)
+        return Output(lambda: [Text([nagios_line(incident, policy)])], dict)
     if fmt == "prometheus":
-        return Output(lambda: [Text(exposition(check_metrics(report)))], dict)
+        return Output(lambda: [Text(exposition(check_metrics(incident)))], dict)
 
     def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
-        """Every finding in full; on a terminal of ``lines`` lines, in full where they fit
-        (the most urgent first), then their headings only, the summary again at the end."""
-        findings = report.findings
-        summary = Text([f"{report.status}: {_counts(findings)}"], "verdict")
-        folded = {id(wait) for finding in findings for wait in finding.caused}
-        shown = [f for f in findings if id(f) not in folded]  # waits: under their cause
+        """Every cause in full, worst first, its findings and the waits it causes under it; on
+        a terminal of ``lines`` lines, in full where they fit, then by heading only, the
+        summary again at the end."""
+        summary = Text([f"{incident.status}: {incident.summary()}"], "verdict")
+        shown = [(_cause_heading(c), _cause_detail(c)) for c in incident.alerting]
+        shown += [(_finding_heading(f), _finding_detail(f)) for f in incident.unattached]
         notes = notes_block(report.notes)
         noted = [line for block in notes if isinstance(block, Text) for line in block.lines]
         room = lines - 4 - text_height(noted, columns)  # two summaries, a note, a prompt
         out: list[Block] = [summary]
         headings_only = 0
-        for index, finding in enumerate(shown):
-            pid = f"  pid {finding.pid}" if finding.pid is not None else ""
-            style: Literal["critical", "warning"] = finding.severity
-            heading = f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}"
-            detail = [f"  {clean(finding.evidence)}"]
-            if finding.caused:
-                detail.append(f"  {_caused(finding)}")
-            detail.append(f"  next: {clean(finding.next_step)}")
-            height = 1 + text_height(detail, columns)
+        for index, ((heading, style), detail) in enumerate(shown):
+            top = text_height([heading], columns)  # a long heading wraps
+            height = top + text_height(detail, columns)
             rest = len(shown) - index - 1  # each later one takes a heading line at least
             if lines and height + rest > room:
                 out.append(Text([heading], style))
-                room -= 1
+                room -= top
                 headings_only += 1
                 continue
             out += [Text([heading], style), Text(detail)]
@@ -62,39 +58,109 @@ def check_output(report: CheckReport, fmt: str, policy: CheckPolicy) -> Output:
             out.append(Text([f"({headings_only} shown by heading only: lockdiag check "
                              "--format plain | less shows them all)"], "note"))  # fmt: skip
         out += notes
-        if lines and findings:
+        if lines and shown:
             out.append(summary)  # the verdict again where the eye ends
         return out
 
     def data() -> dict[str, Any]:
+        critical, warning = incident.counts()
         return {
             "version": JSON_VERSION,
-            "status": report.status,
+            "status": incident.status,
+            "summary": {"critical": critical, "warning": warning, "waiting": incident.waiting},
             "server": server_data(report.snapshot),
-            "findings": [_finding_data(f) for f in report.findings],
+            "causes": [_cause_data(c) for c in incident.alerting],
+            "findings": [_finding_data(f) for f in _ranked_findings(incident)],
             "notes": report.notes,
         }
 
     return Output(blocks, data, screen=blocks)
 
 
-def _worst(findings: tuple[Finding, ...]) -> Literal["critical", "warning"]:
+Style = Literal["critical", "warning"]
+
+
+def _cause_heading(cause: Cause) -> tuple[str, Style]:
+    """``CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163 (billing-worker)``:
+    named by the lock others wait for, with the cause's severity (never below its waits')."""
+    severity: Style = cause.severity or "warning"
+    more = f" (+{cause.locks - 1} more)" if cause.locks > 1 else ""
+    kind = cause.kind.value if cause.kind is not None else "root-blocker"
+    return f"{severity.upper()} {kind}: {clean(cause.label)}{more}{_who(cause)}", severity
+
+
+def _who(cause: Cause) -> str:
+    if cause.pid is None:
+        return ""
+    app = cause.session.application_name if cause.session else None
+    return f"  pid {cause.pid}" + (f" ({clean(app)})" if app else "")
+
+
+def _cause_detail(cause: Cause) -> list[str]:
+    detail = [f"  {cause.impact}"] if cause.impact else []
+    if cause.findings:
+        detail.append(f"  {clean(cause.findings[0].evidence)}")
+    detail += [f"  also {f.kind} ({f.severity}): {clean(f.evidence)}" for f in cause.findings[1:]]
+    if cause.symptoms:
+        detail.append(f"  {_caused(cause.symptoms)}")
+    detail.append(f"  next: {clean(cause.next_step)}")
+    return detail
+
+
+def _finding_heading(finding: Finding) -> tuple[str, Style]:
+    pid = f"  pid {finding.pid}" if finding.pid is not None else ""
+    return (
+        f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}",
+        finding.severity,
+    )
+
+
+def _finding_detail(finding: Finding) -> list[str]:
+    return [f"  {clean(finding.evidence)}", f"  next: {clean(finding.next_step)}"]
+
+
+def _worst(findings: tuple[Finding, ...]) -> Style:
     return "critical" if any(f.severity == "critical" for f in findings) else "warning"
 
 
-def _caused(cause: Finding) -> str:
-    """The waits a cause holds up, folded into one line."""
-    waits = sorted(cause.caused, key=lambda f: -(f.value or 0.0))
-    who = ", ".join(f"pid {w.pid}" for w in waits[:5]) + (" ..." if len(waits) > 5 else "")
-    longest = format_duration(waits[0].value or 0.0)
-    return f"causes {len(waits)} {_worst(cause.caused).upper()} wait(s), longest {longest}: {who}"
+def _caused(symptoms: tuple[Finding, ...]) -> str:
+    """The findings inside a cause's chains (waits, mostly), folded into one line."""
+    who = ", ".join(f"pid {f.pid}" for f in symptoms[:5]) + (" ..." if len(symptoms) > 5 else "")
+    waits = [f.value or 0.0 for f in symptoms if f.kind in WAITS]
+    longest = f", longest {format_duration(max(waits))}" if waits else ""
+    what = "wait(s)" if len(waits) == len(symptoms) else "finding(s)"
+    return f"causes {len(symptoms)} {_worst(symptoms).upper()} {what}{longest}: {who}"
 
 
-def _counts(findings: list[Finding]) -> str:
-    if not findings:
-        return "no findings"
-    critical = sum(1 for f in findings if f.severity == "critical")
-    return f"{critical} critical, {len(findings) - critical} warning"
+def _ranked_findings(incident: Incident) -> list[Finding]:
+    """Every finding once, in the incident's order: each cause's, then the waits it causes."""
+    ranked = [f for c in incident.alerting for f in (*c.findings, *c.symptoms)]
+    return [*ranked, *incident.unattached]
+
+
+def _cause_data(cause: Cause) -> dict[str, Any]:
+    return {
+        "pid": cause.pid,
+        "application_name": cause.session.application_name if cause.session else None,
+        "kind": cause.kind.value if cause.kind is not None else "root-blocker",
+        "severity": cause.severity,
+        "lock": cause.label,
+        "locks": cause.locks,
+        "contended": [
+            {"lock": c.label, "waiting": c.queue, "longest_wait": c.longest_wait}
+            for c in cause.contended
+        ],
+        "blocked": cause.blocked,
+        "blocked_directly": cause.blocked_directly,
+        "longest_wait": cause.longest_wait,
+        "held_at_least": cause.age,
+        "evidence": cause.evidence,
+        "next_step": cause.next_step,
+        "findings": [f.kind.value for f in cause.findings],
+        "symptoms": [
+            {"kind": f.kind.value, "pid": f.pid, "value": f.value} for f in cause.symptoms
+        ],
+    }
 
 
 def _finding_data(finding: Finding) -> dict[str, Any]:
@@ -115,7 +181,8 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _metrics(report: CheckReport) -> dict[str, float]:
+def _metrics(incident: Incident) -> dict[str, float]:
+    report = incident.report
     found = report.census
     return {
         "waiting": float(len({e.lock.pid for e in found.waiters})),
@@ -125,13 +192,19 @@ def _metrics(report: CheckReport) -> dict[str, float]:
     }
 
 
-def nagios_line(report: CheckReport, policy: CheckPolicy) -> str:
-    """One status line with perfdata, as monitoring plugins write it."""
-    metrics = _metrics(report)
-    summary = _counts(report.findings)
-    if report.findings:
-        first = report.findings[0]
-        summary += f"; {first.kind}: {clean(first.evidence)}"
+def nagios_line(incident: Incident, policy: CheckPolicy) -> str:
+    """One status line with perfdata, as monitoring plugins write it: the verdict, the count,
+    then the worst cause, named by the lock others wait for."""
+    report = incident.report
+    metrics = _metrics(incident)
+    summary = incident.summary()
+    causes = incident.alerting
+    if causes:
+        heading, _ = _cause_heading(causes[0])
+        first = heading.split(" ", 1)[1].replace("  ", " ")
+        summary += f"; {first}" + (f", {causes[0].impact}" if causes[0].impact else "")
+    elif incident.unattached:
+        summary += f"; {incident.unattached[0].kind}: {clean(incident.unattached[0].evidence)}"
     if report.notes:  # what could not be read changes what the status means
         note = clean(report.notes[0])
         summary += f"; {len(report.notes)} note(s): {note[:100]}{'…' if len(note) > 100 else ''}"
@@ -141,20 +214,27 @@ def nagios_line(report: CheckReport, policy: CheckPolicy) -> str:
         return f"{threshold.warning:g};{critical}"
 
     perfdata = [
+        f"causes={len(incident.alerting)};;;0",
         f"findings={len(report.findings)};;;0",
         f"waiting={metrics['waiting']:g};;;0",
         f"longest_wait={metrics['longest_wait']:.3f}s;{limits(policy.wait_age)};0",
         f"oldest_session_lock={metrics['oldest_session_lock']:.3f}s;{limits(policy.session_age)};0",
         f"most_blocked={metrics['most_blocked']:g};{limits(policy.max_blocked)};0",
     ]
-    return f"LOCKDIAG {report.status} - {summary} | {' '.join(perfdata)}"
+    return f"LOCKDIAG {incident.status} - {summary} | {' '.join(perfdata)}"
 
 
-def check_metrics(report: CheckReport) -> list[Metric]:
+def check_metrics(incident: Incident) -> list[Metric]:
     """The series of one check, for node_exporter's textfile collector. Label values are
     bounded: finding kinds and severities are fixed lists, namespaces come from the registry
     (every unregistered key counts under namespace="unregistered")."""
-    values = _metrics(report)
+    report = incident.report
+    values = _metrics(incident)
+    causes = Metric("lockdiag_causes", "Causes of the last check (root blockers and findings "
+                    "nobody waits for), by severity: the count every view prints.")  # fmt: skip
+    critical, warning = incident.counts()
+    causes.add(critical, severity="critical")
+    causes.add(warning, severity="warning")
     findings = Metric("lockdiag_findings", "Findings of the last check, by kind and severity.")
     for kind in Kind:
         for severity in SEVERITIES:
@@ -169,6 +249,7 @@ def check_metrics(report: CheckReport) -> list[Metric]:
     for (database, name, state), count in sorted(counts.items()):
         locks.add(count, database=database, namespace=name, state=state)
     return [
+        causes,
         findings,
         gauge("lockdiag_waiting_sessions", "Sessions waiting for a lock.", values["waiting"]),
         gauge("lockdiag_longest_wait_seconds", "Longest current lock wait.",
@@ -193,21 +274,21 @@ def worst(statuses: list[str]) -> str:
 
 
 def fleet_check_output(
-    results: list[tuple[str, CheckReport | None, str | None]], fmt: str, policy: CheckPolicy
+    results: list[tuple[str, Incident | None, str | None]], fmt: str, policy: CheckPolicy
 ) -> tuple[Output, str]:
     """Every target's findings, and the worst status of all (a failed target is UNKNOWN)."""
     statuses = [report.status if report else "UNKNOWN" for _, report, _ in results]
     status = worst(statuses)
 
-    def summary(target: str, report: CheckReport | None, error: str | None) -> str:
+    def summary(target: str, report: Incident | None, error: str | None) -> str:
         if report is None:
             return f"{target} UNKNOWN ({error})"
-        return f"{target} {report.status} ({_counts(report.findings)})"
+        return f"{target} {report.status} ({report.summary()})"
 
     if fmt == "nagios":
         reports = [report for _, report, _ in results if report]
         metrics = [_metrics(report) for report in reports]
-        findings = sum(len(report.findings) for report in reports)
+        findings = sum(len(report.report.findings) for report in reports)
         line = f"LOCKDIAG {status} - {len(results)} target(s): " + "; ".join(
             summary(*result) for result in results
         )
@@ -236,7 +317,7 @@ def fleet_check_output(
             Text([f"{status}: " + "; ".join(summary(*r) for r in results)], "verdict")
         ]
         for target, report, _ in results:
-            if report is None or not report.findings:
+            if report is None or not (report.alerting or report.unattached):
                 continue
             out.append(Text([f"== {clean(target)}"], "verdict"))
             out += check_output(report, "plain", policy).blocks()[1:]
@@ -251,8 +332,11 @@ def fleet_check_output(
                     "target": target,
                     "status": report.status if report else "UNKNOWN",
                     "error": error,
-                    "server": server_data(report.snapshot) if report else None,
-                    "findings": [_finding_data(f) for f in report.findings] if report else [],
+                    "server": server_data(report.report.snapshot) if report else None,
+                    "causes": [_cause_data(c) for c in report.alerting] if report else [],
+                    "findings": [_finding_data(f) for f in _ranked_findings(report)]
+                    if report
+                    else [],
                 }
                 for target, report, error in results
             ],

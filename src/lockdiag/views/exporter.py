@@ -6,13 +6,13 @@ from __future__ import annotations
 import html
 from typing import Protocol
 
-from lockdiag.core.findings import CheckReport
+from lockdiag.core.incident import Incident
 from lockdiag.durations import format_duration
 
 
 class TargetState(Protocol):
     name: str
-    report: CheckReport | None
+    report: Incident | None
     error: str | None
     seconds: float
 
@@ -25,12 +25,12 @@ def page(targets: list[TargetState], interval: float) -> str:
         findings = "".join(
             f"<li class='{f.severity}'>{html.escape(f.severity.upper())} "
             f"{html.escape(str(f.kind))}: {html.escape(f.lock)} — {html.escape(f.evidence)}</li>"
-            for f in (report.findings if report else [])
+            for f in (report.report.findings if report else [])
         )
         roots = "".join(
             f"<li>pid {root.tree.pid} blocks {root.total} session(s), longest wait "
             f"{format_duration(root.longest_wait or 0.0)}</li>"
-            for root in (report.graph.roots if report else [])
+            for root in (report.report.graph.roots if report else [])
         )
         rows.append(
             f"<tr><td>{html.escape(target.name)}</td><td class='{state}'>{state}</td>"
