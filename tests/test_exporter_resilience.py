@@ -183,8 +183,8 @@ def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: Fre
             counts.append(threading.active_count())
         assert max(counts) <= counts[0] + 2, f"threads grow with each scrape: {counts}"
         page = get(f"{url}/", timeout=exporter.deadline + MARGIN)[1]
-        assert "<td>stalled</td><td class='down'>down</td>" in page
-        assert "<td>healthy</td><td class='up'>up</td>" in page
+        assert "<h2>stalled <span class='badge unknown'>UNKNOWN</span></h2>" in page
+        assert "<h2>healthy <span class='badge up'>up</span>" in page
         proxy.close()  # the stalled conversation ends: its scrape too
         until(lambda: scrape_threads("stalled") == 0, 30, "the stalled scrape to end")
 

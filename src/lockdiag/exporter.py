@@ -82,6 +82,7 @@ class Target:
     taken_at: float = 0.0  # time.monotonic() when that scrape's snapshot was taken
     seconds: float = 0.0  # how long it took
     error: str | None = None  # of the last scrape, or None
+    down_since: float | None = None  # time.time() of the first failed scrape after a good one
     running: Scrape | None = None  # the snapshot under way: at most one at a time
     last: Scrape | None = None  # the last one done
 
@@ -166,6 +167,7 @@ class Exporter:
             target.running, target.last = None, run
             target.report, target.error = run.report, run.error
             target.taken_at, target.seconds = run.finished, run.seconds
+            target.down_since = _down_since(target.down_since, run.report is not None)
         run.done.set()
 
     @staticmethod
@@ -198,6 +200,7 @@ class Exporter:
                     if target.running is run:  # still stalled: the page shows it down too
                         target.report, target.seconds = None, seconds
                         target.error = f"timed out after {self.deadline:g}s"
+                        target.down_since = _down_since(target.down_since, False)
             up.add(1 if report is not None else 0, target=target.name)
             took.add(seconds, target=target.name)
             if report is not None:
@@ -311,6 +314,11 @@ class Exporter:
                 busy = target.running is not None
             if not busy:
                 self.sessions[target.name].close()
+
+
+def _down_since(since: float | None, up: bool) -> float | None:
+    """When a target went down: kept while it stays down, cleared when it is up again."""
+    return None if up else since or time.time()
 
 
 class _Families:

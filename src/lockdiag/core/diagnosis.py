@@ -8,6 +8,7 @@ carried here, so no view can drop one. Nothing here knows about screens or forma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -23,13 +24,17 @@ from lockdiag.core.analysis import (
 )
 from lockdiag.core.catalogue import snapshot_catalogue
 from lockdiag.core.findings import CheckPolicy, CheckReport, check
-from lockdiag.core.graph import Blockers, blockers
+from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
 from lockdiag.core.model import Snapshot
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Registry
 
 NO_FILTERS = Filters()
+
+
+def _no_roots() -> list[Root]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class ListReport:
     notes: list[str]
     total: int  # entries before filters (of the whole lock table, when narrowed)
     narrowed: bool = False  # only a part of a larger lock table was analysed
+    # the root blockers, worst first (the incident's order), asked only by a view that ranks
+    roots: Callable[[], list[Root]] = _no_roots
 
 
 @dataclass(frozen=True)
@@ -97,9 +104,15 @@ class Diagnosis:
     def listing(self, filters: Filters = NO_FILTERS, all_types: bool = False) -> ListReport:
         entries = self.entries if all_types else self.advisory
         selected = [e for e in entries if filters.accept(e)] if filters != NO_FILTERS else entries
+        roots = self._roots
         if self.total is None:
-            return ListReport(self.snapshot, selected, self.notes, len(entries))
-        return ListReport(self.snapshot, selected, self.notes, self.total, narrowed=True)
+            return ListReport(self.snapshot, selected, self.notes, len(entries), roots=roots)
+        return ListReport(
+            self.snapshot, selected, self.notes, self.total, narrowed=True, roots=roots
+        )
+
+    def _roots(self) -> list[Root]:
+        return self.graph.roots
 
     def who_holds(self, key: LockTriple) -> WhoHolds:
         entries = [e for e in self.advisory if e.decoded and e.decoded.triple == key]

@@ -11,8 +11,10 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import defaultdict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from lockdiag.core.analysis import LockEntry, namespace_of
 
@@ -57,9 +59,65 @@ class Tracker:
         return None if seen is None else max(0.0, (now - seen).total_seconds())
 
 
+# -- holds followed across samples: one rule for `sample` and the exporter ---------------------
+
+HoldKey = TypeVar("HoldKey", bound=Hashable)
+
+
+@dataclass
+class Holds(Generic[HoldKey]):
+    """Holds followed from sample to sample, with the time each was first seen.
+
+    The one rule of acquisitions, for ``Sampler`` and ``Episodes`` alike: a hold began while
+    sampling only when a sample sees it that the previous sample did not. What the first sample
+    sees began before sampling began, and is never counted as an acquisition."""
+
+    first_seen: dict[HoldKey, datetime] = field(default_factory=dict)
+    started: bool = False
+
+    def follow(
+        self, current: Iterable[HoldKey], now: datetime
+    ) -> tuple[list[HoldKey], dict[HoldKey, datetime]]:
+        """Take one sample's holds: those that began since the previous sample (never any at
+        the first), and those that ended, with when each was first seen."""
+        previous = self.first_seen
+        seen: dict[HoldKey, datetime] = {}
+        began: list[HoldKey] = []
+        for key in current:
+            first = previous.get(key)
+            if first is None:
+                first = now
+                if self.started:
+                    began.append(key)
+            seen[key] = first
+        ended = {key: first for key, first in previous.items() if key not in seen}
+        self.first_seen, self.started = seen, True
+        return began, ended
+
+
+def waits_by_pid(entries: Iterable[LockEntry]) -> dict[int, float]:
+    """Seconds each waiting backend has waited (a backend waits for one lock at a time)."""
+    return {
+        entry.lock.pid: entry.waited or 0.0
+        for entry in entries
+        if not entry.lock.granted and entry.lock.pid is not None
+    }
+
+
+def hold_lower_bound(entry: LockEntry, waited: dict[int, float]) -> float:
+    """Seconds a granted lock has certainly been held, from one snapshot: the idle lower bound
+    (an idle holder has held its session lock since state_change at least), and the longest
+    wait it causes (a waiter that has waited W seconds for it means it was held for W)."""
+    bound = entry.held_at_least or 0.0
+    for pid in entry.blocks:
+        bound = max(bound, waited.get(pid, 0.0))
+    return bound
+
+
 # -- sampling ----------------------------------------------------------------------------------
 
 KeyId = tuple[str | None, str]  # (database, decoded label)
+HoldId = tuple[KeyId, int, str]  # (key, pid, mode): one hold, as the exporter's episodes count
 
 
 @dataclass
@@ -75,12 +133,14 @@ class KeyStats:
     holder_pids: set[int] = field(default_factory=set)
     waiter_pids: set[int] = field(default_factory=set)
     long_waiter_pids: set[int] = field(default_factory=set)  # seen waiting PATTERN_WAIT or more
-    acquisitions: int = 0  # holds that began while sampling (or were there at the start)
+    acquisitions: int = 0  # holds that began while sampling (not those of the first sample)
     releases: int = 0  # holds that ended while sampling
-    longest_hold: float = 0.0  # seconds, observed across samples (plus the idle lower bound)
+    # seconds: observed across samples, or the hold's lower bound when longer (hold_lower_bound)
+    longest_hold: float = 0.0
     longest_wait: float = 0.0  # seconds, from waitstart
     idle_holders: set[int] = field(default_factory=set)  # pids of those idle holds
     idle_holds: int = 0  # samples where a holder idle PATTERN_WAIT or more had waiters
+    resource: int | None = None  # the namespace's resource number, when the key has one
 
     def who(self, pids: set[int], most: int = 5) -> str:
         """``pid 4163 (billing-worker), pid 9933 ...``: who took part, for a callout."""
@@ -100,7 +160,7 @@ class Sampler:
     samples: int = 0
     query_seconds: list[float] = field(default_factory=list)
     keys: dict[KeyId, KeyStats] = field(default_factory=dict)
-    _holding: dict[tuple[KeyId, int], datetime] = field(default_factory=dict)
+    _holds: Holds[HoldId] = field(default_factory=Holds)
     started: datetime | None = None
     ended: datetime | None = None
 
@@ -109,7 +169,7 @@ class Sampler:
         self.query_seconds.append(query_seconds)
         self.started = self.started or now
         self.ended = now
-        held_now: dict[tuple[KeyId, int], LockEntry] = {}
+        held_now: dict[HoldId, LockEntry] = {}
         waited: set[KeyId] = set()
         held: set[KeyId] = set()
         for entry in entries:
@@ -120,6 +180,7 @@ class Sampler:
             if stats is None:
                 namespace = entry.decoded.namespace.name if entry.decoded.namespace else None
                 stats = self.keys[key] = KeyStats(entry.decoded.label, entry.database, namespace)
+                stats.resource = entry.decoded.resource if namespace is not None else None
             session = entry.session
             who = (
                 (session.application_name or "") if session else "",
@@ -130,7 +191,7 @@ class Sampler:
                 stats.holders.add(who)
                 stats.names[entry.lock.pid] = who[0]
                 stats.holder_pids.add(entry.lock.pid)
-                held_now[(key, entry.lock.pid)] = entry
+                held_now[(key, entry.lock.pid, entry.lock.mode)] = entry
                 if entry.blocks and (entry.held_at_least or 0.0) >= PATTERN_WAIT:
                     stats.idle_holds += 1
                     stats.idle_holders.add(entry.lock.pid)
@@ -146,16 +207,18 @@ class Sampler:
             self.keys[key].samples_held += 1
         for key in waited:
             self.keys[key].samples_waited += 1
-        for hold, entry in held_now.items():
-            began = self._holding.setdefault(hold, now)
-            if began == now:
-                self.keys[hold[0]].acquisitions += 1
-            observed = (now - began).total_seconds()
-            stats = self.keys[hold[0]]
-            stats.longest_hold = max(stats.longest_hold, observed, entry.held_at_least or 0.0)
-        for hold in [h for h in self._holding if h not in held_now]:
-            del self._holding[hold]
+        began, ended = self._holds.follow(held_now, now)
+        for hold in began:
+            self.keys[hold[0]].acquisitions += 1
+        for hold in ended:
             self.keys[hold[0]].releases += 1
+        waits = waits_by_pid(entries) if waited else {}
+        first_seen = self._holds.first_seen
+        for hold, entry in held_now.items():
+            observed = (now - first_seen[hold]).total_seconds()
+            stats = self.keys[hold[0]]
+            bound = hold_lower_bound(entry, waits)
+            stats.longest_hold = max(stats.longest_hold, observed, bound)
 
 
 @dataclass(frozen=True)
@@ -177,7 +240,8 @@ def patterns(sampler: Sampler) -> list[Pattern]:
         for namespace, group in by_namespace.items()
     }
     for stats in sampler.keys.values():
-        if stats.samples_waited and stats.idle_holds >= max(2, stats.samples_waited // 2):
+        stuck = bool(stats.samples_waited) and stats.idle_holds >= max(2, stats.samples_waited // 2)
+        if stuck:
             found.append(
                 Pattern(
                     "stuck-owner",
@@ -187,14 +251,19 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                     f"waited: {stats.who(stats.waiter_pids)}",
                 )
             )
+        # broad: one key of a namespace serialises sessions while the namespace's other keys,
+        # seen in the samples, are mostly free; a stuck owner is that, never also broad, and a
+        # namespace with no other key seen says nothing of how broad its keys are
+        siblings = len(by_namespace[stats.namespace]) - 1
         siblings_held = (s.samples_held for s in busiest[stats.namespace] if s is not stats)
         if (
-            stats.namespace is not None
+            not stuck
+            and stats.namespace is not None
+            and siblings > 0
             and len(stats.long_waiter_pids) >= 3
             and len(stats.waiters | stats.holders) >= 2
             and max(siblings_held, default=0) <= stats.samples_held // 4
         ):
-            siblings = len(by_namespace[stats.namespace]) - 1
             found.append(
                 Pattern(
                     "broad-key",
@@ -251,33 +320,46 @@ class Tick:
 @dataclass
 class Episodes:
     """Hold and wait episodes followed from sample to sample. A hold's length is what was
-    observed (first to last sight), or the idle lower bound when that is longer; a wait's is
-    its time since waitstart at the last sight. Episodes shorter than the interval can be
-    missed; none is invented."""
+    observed (first to last sight), or its lower bound when that is longer (hold_lower_bound:
+    the idle bound, the longest wait it caused); a wait's is its time since waitstart at the
+    last sight. Acquisitions follow ``Holds``' rule, as `sample`'s do: what the first sample
+    sees is none. Episodes shorter than the interval can be missed; none is invented."""
 
-    holds: dict[EpisodeKey, tuple[str, datetime, float]] = field(default_factory=dict)
+    holds: dict[EpisodeKey, tuple[str, float]] = field(default_factory=dict)  # name, longest
     waits: dict[EpisodeKey, tuple[str, float]] = field(default_factory=dict)
-    started: bool = False
+    followed: Holds[EpisodeKey] = field(default_factory=Holds)
+
+    @property
+    def started(self) -> bool:
+        return self.followed.started
 
     def add(self, entries: list[LockEntry], now: datetime) -> Tick:
         tick = Tick()
-        holds: dict[EpisodeKey, tuple[str, datetime, float]] = {}
+        granted: dict[EpisodeKey, tuple[str, LockEntry]] = {}
         waits: dict[EpisodeKey, tuple[str, float]] = {}
         for entry in entries:
             if entry.decoded is None or entry.lock.pid is None:
                 continue
-            key = (entry.lock.pid, entry.database, entry.decoded.triple, entry.lock.mode)
+            key: EpisodeKey = (
+                entry.lock.pid, entry.database, entry.decoded.triple, entry.lock.mode
+            )  # fmt: skip
             name = namespace_of(entry)
             if entry.lock.granted:
-                first = self.holds[key][1] if key in self.holds else now
-                longest = max(entry.held_at_least or 0.0, (now - first).total_seconds())
-                holds[key] = (name, first, longest)
-                if key not in self.holds and self.started:
-                    tick.acquired[name] = tick.acquired.get(name, 0) + 1
+                granted[key] = (name, entry)
             else:
                 waits[key] = (name, entry.waited or 0.0)
                 tick.contended.add(name)
-        tick.holds = [(n, length) for k, (n, _, length) in self.holds.items() if k not in holds]
+        began, _ = self.followed.follow(granted, now)
+        for key in began:
+            name = granted[key][0]
+            tick.acquired[name] = tick.acquired.get(name, 0) + 1
+        waiting = waits_by_pid(entries) if waits else {}
+        holds: dict[EpisodeKey, tuple[str, float]] = {}
+        for key, (name, entry) in granted.items():
+            observed = (now - self.followed.first_seen[key]).total_seconds()
+            before = self.holds[key][1] if key in self.holds else 0.0
+            holds[key] = (name, max(before, observed, hold_lower_bound(entry, waiting)))
+        tick.holds = [(n, length) for k, (n, length) in self.holds.items() if k not in holds]
         tick.waits = [(n, waited) for k, (n, waited) in self.waits.items() if k not in waits]
-        self.holds, self.waits, self.started = holds, waits, True
+        self.holds, self.waits = holds, waits
         return tick

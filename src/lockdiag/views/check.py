@@ -36,7 +36,7 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
         a terminal of ``lines`` lines, in full where they fit, then by heading only, the
         summary again at the end."""
         summary = Text([f"{incident.status}: {incident.summary()}"], "verdict")
-        shown = [(_cause_heading(c), _cause_detail(c)) for c in incident.alerting]
+        shown = [(cause_heading(c), cause_detail(c)) for c in incident.alerting]
         shown += [(_finding_heading(f), _finding_detail(f)) for f in incident.unattached]
         notes = notes_block(report.notes)
         noted = [line for block in notes if isinstance(block, Text) for line in block.lines]
@@ -80,7 +80,7 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
 Style = Literal["critical", "warning"]
 
 
-def _cause_heading(cause: Cause) -> tuple[str, Style]:
+def cause_heading(cause: Cause) -> tuple[str, Style]:
     """``CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163 (billing-worker)``:
     named by the lock others wait for, with the cause's severity (never below its waits')."""
     severity: Style = cause.severity or "warning"
@@ -96,13 +96,13 @@ def _who(cause: Cause) -> str:
     return f"  pid {cause.pid}" + (f" ({clean(app)})" if app else "")
 
 
-def _cause_detail(cause: Cause) -> list[str]:
+def cause_detail(cause: Cause) -> list[str]:
     detail = [f"  {cause.impact}"] if cause.impact else []
     if cause.findings:
         detail.append(f"  {clean(cause.findings[0].evidence)}")
     detail += [f"  also {f.kind} ({f.severity}): {clean(f.evidence)}" for f in cause.findings[1:]]
     if cause.symptoms:
-        detail.append(f"  {_caused(cause.symptoms)}")
+        detail.append(f"  {caused_line(cause.symptoms)}")
     detail.append(f"  next: {clean(cause.next_step)}")
     return detail
 
@@ -123,7 +123,7 @@ def _worst(findings: tuple[Finding, ...]) -> Style:
     return "critical" if any(f.severity == "critical" for f in findings) else "warning"
 
 
-def _caused(symptoms: tuple[Finding, ...]) -> str:
+def caused_line(symptoms: tuple[Finding, ...]) -> str:
     """The findings inside a cause's chains (waits, mostly), folded into one line."""
     who = ", ".join(f"pid {f.pid}" for f in symptoms[:5]) + (" ..." if len(symptoms) > 5 else "")
     waits = [f.value or 0.0 for f in symptoms if f.kind in WAITS]
@@ -200,7 +200,7 @@ def nagios_line(incident: Incident, policy: CheckPolicy) -> str:
     summary = incident.summary()
     causes = incident.alerting
     if causes:
-        heading, _ = _cause_heading(causes[0])
+        heading, _ = cause_heading(causes[0])
         first = heading.split(" ", 1)[1].replace("  ", " ")
         summary += f"; {first}" + (f", {causes[0].impact}" if causes[0].impact else "")
     elif incident.unattached:

@@ -9,6 +9,7 @@ from typing import Any
 
 from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.diagnosis import ListReport
+from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.columns import (
@@ -91,7 +92,8 @@ def _blocks(
     """The lock table and its summary; on a terminal, most urgent first and folded."""
     rows: list[ListRow] = []
     if terminal:  # a screenful: ordered by urgency, folded
-        rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)])
+        roots = {target: report.roots() for target, report in parts}
+        rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)], roots)
     # every row, in a stable order, otherwise: most locks need no ListRow at all
     triples = ((r.target, r.server, r.entry) for r in rows) if terminal else _triples(parts)
     columns = list(LIST_COLUMNS)
@@ -174,15 +176,25 @@ _POOL, _DATABASE, _FLAGS = attrgetter("pool"), attrgetter("lock.database"), attr
 FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal
 
 
-def by_urgency(rows: list[ListRow]) -> list[ListRow]:
-    """Root blockers with their waiters first (the lock order keeps a holder and its queue
-    together), then flagged locks, then the rest; stable within each."""
+def by_urgency(rows: list[ListRow], roots: dict[str | None, list[Root]]) -> list[ListRow]:
+    """The incident's order: each root blocker (worst first) with its chain — the root's
+    contended locks (most waiters first), then each session of its tree in order, its waits
+    and the locks others wait for in turn — then other waits, then flagged locks, then the
+    rest; stable within each."""
+    place: dict[tuple[str | None, int], tuple[int, int]] = {}
+    for target, found in roots.items():
+        for rank, root in enumerate(found):
+            for position, pid in enumerate(tree_pids(root.tree)):
+                place.setdefault((target, pid), (rank, position))
 
-    def urgency(row: ListRow) -> int:
+    def urgency(row: ListRow) -> tuple[int, int, int, int]:
         entry = row.entry
         if entry.blocks or not entry.lock.granted:
-            return 0
-        return 1 if entry.flags else 2
+            found = place.get((row.target, entry.lock.pid or 0))
+            if found is not None:
+                return (0, *found, -len(entry.blocks))
+            return (1, 0, 0, 0)
+        return (2, 0, 0, 0) if entry.flags else (3, 0, 0, 0)
 
     return sorted(rows, key=urgency)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockdiag.core.observe import Pattern, Sampler, patterns
+from lockdiag.core.observe import KeyStats, Pattern, Sampler, patterns
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
@@ -34,13 +34,53 @@ def _namespace_rows(sampler: Sampler) -> dict[str, dict[str, float]]:
     return totals
 
 
-def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
+FOLD_AT = 3  # keys of one namespace held by one session, nobody waiting: folded into one row
+
+
+def fold(ordered: list[KeyStats]) -> list[tuple[str, list[KeyStats]]]:
+    """The table's rows as (label, keys): FOLD_AT or more keys of one database and namespace,
+    held by one session, that nobody waited for, become one row at the place of the first,
+    labelled like `list`'s ("500 x invoice_pdf_export 10000..10499", counting the keys)."""
+    groups: dict[tuple[object, ...], list[KeyStats]] = {}
+    for stats in ordered:
+        if stats.namespace is not None and not stats.waiter_pids and len(stats.holder_pids) == 1:
+            groups.setdefault((stats.database, stats.namespace, *stats.holder_pids), []).append(
+                stats
+            )
+    folded = {id(m): g for g in groups.values() if len(g) >= FOLD_AT for m in g}
+    rows: list[tuple[str, list[KeyStats]]] = []
+    for stats in ordered:
+        group = folded.get(id(stats))
+        if group is None:
+            rows.append((stats.label, [stats]))
+        elif group[0] is stats:
+            resources = sorted(r for m in group if (r := m.resource) is not None)
+            span = f"{resources[0]}..{resources[-1]}" if resources else ""
+            rows.append((f"{len(group)} x {stats.namespace} {span}".rstrip(), group))
+    return rows
+
+
+def _seconds(value: float) -> str:
+    return f"{round(value, 2):g}s" if value < 60 else format_duration(value)
+
+
+def sample_output(
+    sampler: Sampler, fmt: str, interval: float, duration: float | None = None
+) -> Output:
+    """The report: the header (duration, samples achieved, interval) first, then the callouts,
+    then the per-key table, folded except in CSV (every row). ``duration`` is the one asked
+    for, when the caller passes it; the header always gives the time the samples spanned."""
     found = patterns(sampler)
     ordered = sorted(
         sampler.keys.values(), key=lambda s: (-s.samples_waited, -s.samples_held, s.label)
     )
     costs = sorted(sampler.query_seconds) or [0.0]
     median_ms = costs[len(costs) // 2] * 1000
+    spanned = (
+        (sampler.ended - sampler.started).total_seconds()
+        if sampler.started and sampler.ended
+        else 0.0
+    )
 
     if fmt == "prometheus":
         return Output(lambda: [Text(_sample_metrics(sampler, found, median_ms))], dict)
@@ -49,28 +89,48 @@ def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
         def percent(count: int) -> str:
             return f"{100 * count / sampler.samples:.0f}%" if sampler.samples else "-"
 
-        rows = [
-            [
-                clean(s.label),
+        def row(label: str, group: list[KeyStats]) -> list[str]:
+            s = group[0]
+            if len(group) == 1:
+                return [
+                    clean(label),
+                    clean(s.database),
+                    percent(s.samples_held),
+                    percent(s.samples_waited),
+                    str(len(s.holder_pids)),
+                    str(len(s.waiter_pids)),
+                    format_duration(s.longest_hold),
+                    format_duration(s.longest_wait) if s.samples_waited else "",
+                    f"~{s.acquisitions}/{s.releases}",
+                    f"{100 * s.contention:.0f}%",
+                ]
+            return [  # one session's keys that nobody waited for: no wait, no contention
+                clean(label),
                 clean(s.database),
-                percent(s.samples_held),
-                percent(s.samples_waited),
-                str(len(s.holder_pids)),
-                str(len(s.waiter_pids)),
-                format_duration(s.longest_hold),
-                format_duration(s.longest_wait) if s.samples_waited else "",
-                f"~{s.acquisitions}/{s.releases}",
-                f"{100 * s.contention:.0f}%",
+                percent(max(m.samples_held for m in group)),
+                percent(0),
+                "1",
+                "0",
+                format_duration(max(m.longest_hold for m in group)),
+                "",
+                f"~{sum(m.acquisitions for m in group)}/{sum(m.releases for m in group)}",
+                "0%",
             ]
-            for s in ordered
-        ]
+
+        grouped = [(s.label, [s]) for s in ordered] if fmt == "csv" else fold(ordered)
+        rows = [row(label, group) for label, group in grouped]
+        asked = f" of {_seconds(duration)} asked for" if duration is not None else ""
+        expected = f" of {max(1, int(duration / interval))} expected" if duration else ""
         lines = [
-            f"{sampler.samples} sample(s) every {format_duration(interval)}; cost: "
-            f"{median_ms:.1f} ms per sample (median round trip, max {costs[-1] * 1000:.1f} ms), "
-            f"{sampler.samples} read(s) of pg_locks in total"
+            f"sampled {_seconds(spanned)}{asked} (first to last sample): "
+            f"{sampler.samples}{expected} sample(s), every {format_duration(interval)}",
+            f"cost: {median_ms:.1f} ms per sample (median round trip, max "
+            f"{costs[-1] * 1000:.1f} ms), {sampler.samples} read(s) of pg_locks in total",
         ]
-        out: list[Block] = [
-            Text(lines, "verdict"),
+        out: list[Block] = [Text(lines, "verdict")]
+        if found:
+            out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
+        out.append(
             Table(
                 [
                     "KEY",
@@ -90,10 +150,8 @@ def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
                 essential={0},  # a key is never cut: 73 must not read as 7…
                 optional=[1, 8, 6, 7],
                 empty="no advisory lock seen",
-            ),
-        ]
-        if found:
-            out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
+            )
+        )
         return out
 
     def data() -> dict[str, Any]:
@@ -101,6 +159,8 @@ def sample_output(sampler: Sampler, fmt: str, interval: float) -> Output:
             "version": JSON_VERSION,
             "samples": sampler.samples,
             "interval_seconds": interval,
+            "duration_seconds": duration,
+            "sampled_seconds": spanned,
             "started": sampler.started.isoformat() if sampler.started else None,
             "ended": sampler.ended.isoformat() if sampler.ended else None,
             "cost": {

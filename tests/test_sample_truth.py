@@ -1,0 +1,261 @@
+"""`lockdiag sample` tells the truth: stuck owners are not broad keys, a hold lasts at least as
+long as the waits it caused, holds already there at the first sample are no acquisitions (in
+`sample` and in the exporter's episodes alike), and the report's header and callouts come
+before a long per-key table. Unit tests on snapshots built by hand where timing must be exact,
+then one run against real sessions."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lockdiag.cli import cli
+from lockdiag.core.analysis import LockEntry
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
+from lockdiag.core.observe import Episodes, Sampler, patterns
+from lockdiag.demo.cluster import Cluster
+from lockdiag.registry import parse_registry
+from lockdiag.render import plain
+from lockdiag.views.sample import sample_output
+
+from conftest import Sessions
+
+START = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)  # the first sample's server time
+STEP = timedelta(milliseconds=250)
+
+_PARSED, _ = parse_registry(
+    "[namespaces.tenant_summary]\nid = 4102\n\n[namespaces.jobs]\nid = 4300\n\n"
+    "[namespaces.invoice_pdf_export]\nid = 4200\n"
+)
+assert _PARSED is not None
+REGISTRY = _PARSED
+
+
+def lock(
+    pid: int, namespace: int, key: int, waiting_since: datetime | None = None, by: int = 0
+) -> LockRow:
+    """An exclusive advisory lock (namespace, key) held by ``pid``, or waited for since
+    ``waiting_since`` behind ``by``."""
+    granted = waiting_since is None
+    return LockRow(
+        "advisory", 5, None, None, None, None, None, namespace, key, 2, f"{pid}/0", pid,
+        "ExclusiveLock", granted, waiting_since, None if granted else (by,),
+    )  # fmt: skip
+
+
+def session(pid: int, state: str, since: datetime, name: str = "app") -> Session:
+    return Session(
+        pid, "app", "worker", name, backend_start=START - timedelta(hours=1),
+        query_start=since, state_change=since, state=state, backend_type="client backend",
+        query="q",
+    )  # fmt: skip
+
+
+def entries(now: datetime, sessions: list[Session], locks: list[LockRow]) -> list[LockEntry]:
+    server = ServerInfo(150000, now, "postgres", 1, False, True, {5: "app"}, "app")
+    snapshot = Snapshot(server, "test", "advisory", {s.pid: s for s in sessions}, locks)
+    return Diagnosis(snapshot, REGISTRY).advisory
+
+
+def sampled(snapshots: list[tuple[list[Session], list[LockRow]]]) -> Sampler:
+    sampler = Sampler()
+    for number, (people, locks) in enumerate(snapshots):
+        now = START + number * STEP
+        sampler.add(entries(now, people, locks), now, 0.001)
+    return sampler
+
+
+def kinds(sampler: Sampler) -> set[tuple[str, str]]:
+    return {(p.kind, p.label) for p in patterns(sampler)}
+
+
+def stuck_owner(samples: int = 8) -> list[tuple[list[Session], list[LockRow]]]:
+    """tenant_summary 2, the namespace's only key: its holder idle for a minute, three
+    sessions waiting behind it for 5s."""
+    since = START - timedelta(seconds=5)
+    people = [session(10, "idle", START - timedelta(minutes=1), "owner")]
+    people += [session(pid, "active", since, f"waiter-{pid}") for pid in (11, 12, 13)]
+    locks = [lock(10, 4102, 2)] + [lock(pid, 4102, 2, since, by=10) for pid in (11, 12, 13)]
+    return [(people, locks)] * samples
+
+
+def test_a_stuck_owner_on_a_lone_key_is_no_broad_key() -> None:
+    sampler = sampled(stuck_owner())
+    assert kinds(sampler) == {("stuck-owner", "tenant_summary 2")}
+
+
+def test_broad_key_needs_other_keys_of_the_namespace_seen_and_mostly_free() -> None:
+    """jobs 1 held by a busy (not idle) session, three sessions waiting 5s for it: alone in its
+    namespace it says nothing of the namespace's breadth; with the namespace's other keys seen
+    and mostly free it is a broad key."""
+    since = START - timedelta(seconds=5)
+    people = [session(20, "active", START - timedelta(seconds=30), "busy")]
+    people += [session(pid, "active", since, f"report-{pid}") for pid in (21, 22, 23)]
+    locks = [lock(20, 4300, 1)] + [lock(pid, 4300, 1, since, by=20) for pid in (21, 22, 23)]
+    alone = [(people, locks)] * 8
+    assert kinds(sampled(alone)) == set()  # no other key of jobs seen: not broad
+    sibling = [session(30, "active", START, "other")]
+    with_siblings = [(people + sibling, [*locks, lock(30, 4300, 2)]), *alone[1:]]
+    assert kinds(sampled(with_siblings)) == {("broad-key", "jobs 1")}
+    busy_siblings = [(people + sibling, [*locks, lock(30, 4300, 2)])] * 8
+    assert kinds(sampled(busy_siblings)) == set()  # its sibling as busy as it: not broad
+
+
+def test_the_longest_hold_covers_the_waits_it_caused_and_the_idle_bound() -> None:
+    """jobs 1's holder is busy (no idle bound) and was there before sampling; its waiter has
+    waited 20s at the first sample. jobs 2's holder has been idle 40s."""
+    since = START - timedelta(seconds=20)
+    people = [
+        session(20, "active", START - timedelta(milliseconds=10), "busy"),
+        session(21, "active", since, "waiter"),
+        session(30, "idle", START - timedelta(seconds=40), "idle"),
+    ]
+    locks = [lock(20, 4300, 1), lock(21, 4300, 1, since, by=20), lock(30, 4300, 2)]
+    snapshots = [(people, locks)] * 3 + [(people[2:], locks[2:])]
+    sampler = sampled(snapshots)
+    busy, idle = sampler.keys[("app", "jobs 1")], sampler.keys[("app", "jobs 2")]
+    assert busy.longest_wait == 20.5  # at the third sample
+    assert busy.longest_hold >= busy.longest_wait  # it held the key all that time
+    assert idle.longest_hold >= 40 + 0.75  # idle since 40s before the first of four samples
+    episodes = Episodes()
+    ended: list[tuple[str, float]] = []
+    for number, (who, held) in enumerate(snapshots):
+        now = START + number * STEP
+        ended += episodes.add(entries(now, who, held), now).holds
+    assert ended == [("jobs", busy.longest_hold)]  # the exporter's hold, as long
+
+
+def test_holds_of_the_first_sample_are_no_acquisitions_in_sample_and_exporter() -> None:
+    """jobs 1 is held at the first sample and released; jobs 2 is taken during sampling."""
+    people = [session(20, "active", START, "first"), session(30, "active", START, "later")]
+    snapshots = [
+        (people, [lock(20, 4300, 1)]),
+        (people, [lock(20, 4300, 1), lock(30, 4300, 2)]),
+        (people, [lock(30, 4300, 2)]),
+    ]
+    sampler = sampled(snapshots)
+    first, later = sampler.keys[("app", "jobs 1")], sampler.keys[("app", "jobs 2")]
+    assert (first.acquisitions, first.releases) == (0, 1)
+    assert (later.acquisitions, later.releases) == (1, 0)
+    episodes = Episodes()
+    acquired = []
+    for number, (who, held) in enumerate(snapshots):
+        now = START + number * STEP
+        acquired.append(episodes.add(entries(now, who, held), now).acquired)
+    assert acquired == [{}, {"jobs": 1}, {}]
+    assert sum(sum(a.values()) for a in acquired) == first.acquisitions + later.acquisitions
+
+
+def test_the_header_and_callouts_come_before_a_folded_table() -> None:
+    """500 keys of one namespace held by one idle session fold into one row counting them; the
+    header (duration, samples, interval) is the first line, the callouts come before the
+    table."""
+    holder = session(40, "idle", START - timedelta(minutes=2), "exporter")
+    many = [lock(40, 4200, key) for key in range(10000, 10500)]
+    people, locks = stuck_owner(1)[0]
+    sampler = sampled([([*people, holder], [*locks, *many])] * 5)
+    text = plain(sample_output(sampler, "plain", 0.25).blocks()).splitlines()
+    assert text[0].startswith("sampled 1s") and "5 sample(s), every 250ms" in text[0]
+    assert sum("500 x invoice_pdf_export 10000..10499" in line for line in text) == 1
+    assert not any("invoice_pdf_export 10250" in line for line in text)
+    callout = next(i for i, line in enumerate(text) if line.startswith("stuck-owner:"))
+    table = next(i for i, line in enumerate(text) if line.startswith("Per key"))
+    assert callout < table
+    assert len(text) < 20
+    csv_rows = sample_output(sampler, "csv", 0.25).blocks()[-1].rows  # type: ignore[union-attr]
+    assert len(csv_rows) == 501  # CSV: every row
+    asked = plain(sample_output(sampler, "plain", 0.25, duration=1.25).blocks()).splitlines()
+    assert "of 1.25s asked for" in asked[0] and "5 of 5 expected sample(s)" in asked[0]
+
+
+# -- against a real server -----------------------------------------------------------------
+
+REAL_REGISTRY = (
+    '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n\n'
+    "[namespaces.jobs]\nid = 4300\n\n[namespaces.invoice_pdf_export]\nid = 4200\n"
+)
+
+
+def test_sample_against_real_sessions(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> None:
+    """A stuck owner on a lone key; a broad key (jobs 1, held by a busy session, the other
+    jobs keys briefly taken); 500 keys of one session; a hold taken during sampling."""
+    (tmp_path / "lockdiag.toml").write_text(REAL_REGISTRY)
+    owner = sessions.open("stuck", autocommit=False)
+    owner.run("SELECT pg_advisory_xact_lock(4102, 2)")
+    idle_since = time.monotonic()
+    busy = sessions.open("busy")
+    busy.run("SELECT pg_advisory_lock(4300, 1)")
+    busy.start("SELECT pg_sleep(30)")
+    many = sessions.open("exporter")
+    many.run("SELECT pg_advisory_lock(4200, g) FROM generate_series(10000, 10499) g")
+    for key, name in ((4102, "report"), (4300, "job")):
+        for number in range(3):
+            waiter = sessions.open(f"{name}-{number}")
+            waiter.start(f"SELECT pg_advisory_lock({key}, {(2, 1)[key == 4300]})")
+            sessions.waiting(waiter)
+    time.sleep(1.1)  # every waiter has waited a second or more
+    late, siblings = sessions.open("late"), sessions.open("sibling")
+
+    def during() -> None:
+        time.sleep(0.6)
+        late.run("SELECT pg_advisory_lock(7000, 1)")  # taken while sampling, kept
+        for key in (2, 3, 4):  # the other jobs keys, each held briefly
+            siblings.run(f"SELECT pg_advisory_lock(4300, {key})")
+            time.sleep(0.3)
+            siblings.run(f"SELECT pg_advisory_unlock(4300, {key})")
+
+    thread = threading.Thread(target=during, daemon=True)
+    thread.start()
+    before = time.monotonic() - idle_since
+    try:
+        result = CliRunner().invoke(
+            cli,
+            ["sample", "--duration", "3s", "--interval", "100ms", "--dsn", cluster.dsn(),
+             "--format", "json"],
+        )  # fmt: skip
+        text = CliRunner().invoke(
+            cli, ["sample", "--duration", "1500ms", "--interval", "250ms", "--dsn", cluster.dsn()]
+        )
+    finally:
+        thread.join(5)
+    assert result.exit_code == 0, result.stderr
+    assert text.exit_code == 0, text.stderr
+    document = json.loads(result.stdout)
+    keys = {k["key"]: k for k in document["keys"]}
+    found = {(p["kind"], p["key"]) for p in document["patterns"]}
+    lines = text.stdout.splitlines()
+    callout = next(i for i, line in enumerate(lines) if line.startswith("stuck-owner:"))
+    table = next(i for i, line in enumerate(lines) if line.startswith("Per key"))
+    stuck = keys["tenant_summary 2"]
+    spanned = (
+        datetime.fromisoformat(document["ended"]) - datetime.fromisoformat(document["started"])
+    ).total_seconds()
+    assert document.get("sampled_seconds", spanned) == spanned
+    checks = {  # every rule checked, every broken one named
+        "stuck owner called": ("stuck-owner", "tenant_summary 2") in found,
+        "stuck owner not broad": ("broad-key", "tenant_summary 2") not in found,
+        "broad key called": ("broad-key", "jobs 1") in found,
+        "busy holder not stuck": ("stuck-owner", "jobs 1") not in found,
+        "waits before sampling": keys["jobs 1"]["longest_wait_seconds"] > spanned + 1,
+        "hold >= waits it caused": all(
+            k["longest_hold_seconds"] >= k["longest_wait_seconds"] for k in keys.values()
+        ),
+        "hold >= idle time": stuck["longest_hold_seconds"] >= before + spanned - 0.1,
+        "first-sample holds: 0 acquisitions": [
+            keys[name]["acquisitions"]
+            for name in ("tenant_summary 2", "jobs 1", "invoice_pdf_export 10000")
+        ]
+        == [0, 0, 0],
+        "hold taken while sampling: 1": keys["unregistered pair (7000, 1)"]["acquisitions"] == 1,
+        "header first": lines[0].startswith("sampled ") and "sample(s), every 250ms" in lines[0],
+        "keys folded": any("500 x invoice_pdf_export 10000..10499" in line for line in lines),
+        "callouts before the table": callout < table,
+        "a short report": len(lines) < 30,
+    }
+    assert [name for name, ok in checks.items() if not ok] == [], text.stdout
