@@ -42,9 +42,9 @@ class Running:
     owner: int  # pid of the stuck owner
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, timeout: float = 10.0) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - http to loopback
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()

@@ -8,8 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -24,25 +22,9 @@ from lockdiag.http_server import REQUEST_TIMEOUT, WORKERS
 from lockdiag.registry import Registry
 
 from freezer import FreezingProxy
+from test_exporter import get, until
 
 MARGIN = 5.0  # generous: every bound on time below is a deadline plus this
-
-
-def get(url: str, timeout: float = 10.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-def until(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
