@@ -15,6 +15,7 @@ from lockdiag.core.graph import Blockers, behind
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
+from lockdiag.render import plain
 
 from conftest import Sessions, Worker
 
@@ -69,9 +70,9 @@ def test_three_level_chain_mixing_table_and_advisory_locks(
 
     text = CliRunner().invoke(cli, ["blockers", "--dsn", cluster.dsn()]).stdout
     lines = text.splitlines()
-    assert (
-        lines[0]
-        == "root blocker 1: blocks 1 directly, 2 in total, longest wait " + lines[0].split()[-1]
+    assert lines[0] == (
+        f"root blocker 1: relation public.items  pid {a.pid} (table-owner) · blocks 1 directly,"
+        " 2 in total, longest wait " + lines[0].split()[-1]
     )
     assert lines[1].startswith(f"pid {a.pid} table-owner [idle in transaction")
     assert "holds relation public.items" in lines[1]
@@ -202,3 +203,71 @@ def test_prepared_transaction_holds_a_lock(cluster: Cluster, sessions: Sessions)
     finally:
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("ROLLBACK PREPARED 'lockdiag_test'")
+
+
+# -- the bundled incident: the incident's order, a screen's fitting, markdown -------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def bundled() -> Diagnosis:
+    from lockdiag.core.snapshot_file import load
+    from lockdiag.registry import load_registry
+
+    names = load_registry(str(EXAMPLES / "lockdiag.toml"))
+    return Diagnosis(load(EXAMPLES / "incident.json"), names)
+
+
+def test_chains_in_the_incident_order_named_as_check_names_them() -> None:
+    from lockdiag.views.blockers import blockers_output
+    from lockdiag.views.check import cause_heading
+    from lockdiag.views.watch import CHECK
+
+    diagnosis = bundled()
+    incident = diagnosis.incident(CHECK)
+    graph = diagnosis.graph
+    roots = [c.pid for c in incident.causes if c.root is not None]
+    assert [r.tree.pid for r in graph.roots] == roots  # the graph's order is the incident's
+    lines = plain(blockers_output(graph, incident).blocks())
+    headings = [line for line in lines.splitlines() if line.startswith("root blocker")]
+    assert len(headings) == len(roots)
+    first, _ = cause_heading(incident.alerting[0])
+    name = first.split(": ", 1)[1]  # "tenant_summary 73 (+1 more)  pid 4163 (billing-worker)"
+    assert headings[0].startswith(f"root blocker 1: {name} · blocks 2 directly")
+
+
+def test_a_small_screen_keeps_every_heading_and_counts_the_rest() -> None:
+    from lockdiag.views.blockers import blockers_output
+
+    graph = bundled().graph
+    output = blockers_output(graph)
+    assert output.screen is not None
+    fitted = plain(output.screen(60, 12)).splitlines()
+    assert sum(line.startswith("root blocker") for line in fitted) == 2
+    assert any("more session(s) in this chain" in line for line in fitted), fitted
+    assert len(fitted) <= 12 - 1, fitted  # the shell's prompt after it
+    assert all(len(line) <= 60 for line in fitted), fitted
+    wrapped = plain(output.screen(60, 200)).splitlines()
+    assert all(len(line) <= 60 for line in wrapped), wrapped
+    # a wrapped line keeps the tree's indent: under a child, the bars and spaces go on
+    index = next(i for i, line in enumerate(wrapped) if line.startswith("├─ pid 9933"))
+    assert wrapped[index + 1].startswith("│     "), wrapped
+
+
+def test_markdown_is_a_pipe_table_of_every_session() -> None:
+    from lockdiag.render import markdown
+    from lockdiag.views.blockers import blockers_output
+
+    graph = bundled().graph
+    text = markdown(blockers_output(graph, fmt="markdown").blocks())
+    assert "```" not in text, text
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert [cell.strip() for cell in rows[0].split("|")[1:-1]] == [
+        "root", "position", "pid", "application", "state", "lock", "blocked by", "wait"
+    ]  # fmt: skip
+    body = rows[2:]
+    assert len(body) == 5  # two roots, three waiters
+    root = next(r for r in body if "4163" in r and "holds" in r)
+    assert "tenant\\_summary 73" in root and "root" in root
+    waiter = next(r for r in body if "| 9933 " in r)
+    assert "pid 4163" in waiter and "7m28s" in waiter and "ExclusiveLock" in waiter

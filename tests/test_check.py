@@ -403,3 +403,30 @@ def test_census_agrees_with_counting_each_lock() -> None:
             assert found.flagged[flag] == [e for e in entries if flag in e.flags]
         sessions = [e.held_at_least or 0.0 for e in entries if e.lifetime == "session"]
         assert found.oldest_session_lock == max(sessions, default=0.0)
+
+
+def test_markdown_is_a_table_of_causes() -> None:
+    """For a ticket: the verdict in bold, one pipe table of causes worst first, notes below."""
+    root = Path(__file__).resolve().parent.parent
+    args = ["check", "--from", str(root / "examples" / "incident.json"), "--registry",
+            str(root / "examples" / "lockdiag.toml")]  # fmt: skip
+    result = CliRunner().invoke(cli, [*args, "--format", "markdown"])
+    assert result.exit_code == 2
+    lines = result.stdout.splitlines()
+    assert lines[0] == "**CRITICAL: 2 critical, 3 warning cause(s); 3 session(s) waiting**"
+    assert "```" not in result.stdout
+    table = [line for line in lines if line.startswith("|")]
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    assert header == ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED",
+                      "LONGEST WAIT", "NEXT STEP"]  # fmt: skip
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+    document = json.loads(CliRunner().invoke(cli, [*args, "--format", "json"]).stdout)
+    assert len(rows) == len(document["causes"]) == 5
+    for row, cause in zip(rows, document["causes"], strict=True):
+        assert row[0] == cause["severity"].upper()
+        assert row[3] == str(cause["pid"])
+        assert row[5].split()[0] == str(cause["blocked"])
+    assert rows[0][:6] == ["CRITICAL", "session-lock", "tenant\\_summary 73 (+1 more)", "4163",
+                           "billing-worker", "2 (2 directly)"]  # fmt: skip
+    assert rows[0][6] == "7m28s"
+    assert "lockdiag terminate 4163" in rows[0][7]

@@ -120,7 +120,14 @@ def test_who_holds_exit_codes_and_json(
     holder.run("SELECT pg_advisory_lock(4102, 73)")
     held = run("who-holds", "tenant_summary", "73", "--dsn", cluster.dsn())
     assert held.exit_code == 0
-    assert held.stdout.splitlines()[0] == (
+    holding, first, *rest = held.stdout.splitlines()
+    # nobody waits, but the registry expects transaction locks: a cause in its own right
+    assert first.startswith(
+        f"tenant_summary 73: held by pid {holder.pid} (billing-worker), nobody waits for it; "
+        "that session is the first cause: tenant_summary expects transaction-level locks"
+    )
+    assert first.endswith("(WARNING expect-violated)")
+    assert holding == (
         f"tenant_summary 73 (4102, 73, 2) is held by pid {holder.pid} (billing-worker), "
         "idle " + held.stdout.split("idle ")[1].split(",")[0] + ", session lock: outlived its work"
     )
@@ -128,12 +135,29 @@ def test_who_holds_exit_codes_and_json(
         run("who-holds", "--key", "4102,73", "--dsn", cluster.dsn(), "--format", "json")
     )
     assert document["held"] is True
+    assert document["verdict"] == first and document["next_step"]
+    assert rest[0] == f"next: {document['next_step']}"
+    summary = f"tenant_summary 73 (4102, 73, 2) is held by pid {holder.pid} (billing-worker)"
+    assert document["summary"].startswith(summary)
     assert [h["pid"] for h in document["holders"]] == [holder.pid]
     assert document["waiters"] == []
     assert document["namespace"] == "tenant_summary"
     nobody = run("who-holds", "tenant_summary", "-5", "--dsn", cluster.dsn())
     assert nobody.exit_code == 1
     assert nobody.stdout.startswith("nobody holds tenant_summary -5")
+    assert nobody.stdout.splitlines()[1] == "tenant_summary -5: nobody holds it: nothing to do"
+    waiter = sessions.open("summary-worker")
+    waiter.start("SELECT pg_advisory_lock(4102, 73)")
+    sessions.waiting(waiter)
+    queued = as_json(
+        run("who-holds", "tenant_summary", "73", "--dsn", cluster.dsn(), "--format", "json")
+    )
+    # now the holder is the worst root blocker, in the incident's words, with its next step
+    assert queued["verdict"].startswith(
+        f"tenant_summary 73: pid {holder.pid} (billing-worker) is the worst root blocker: "
+        "blocks 1 session(s) (1 directly)"
+    )
+    assert queued["next_step"]
 
 
 def test_from_file_gives_the_same_answer(

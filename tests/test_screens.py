@@ -150,3 +150,43 @@ def test_check_keeps_every_finding_and_its_verdict_on_screen(size: tuple[int, in
         assert heading in joined, f"{heading!r} not on screen:\n{text}"
     if size[0] >= 50:
         assert "shown by heading only" not in text, text  # a tall screen shows them in full
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_blockers_names_the_worst_root_first_and_keeps_it_on_screen(
+    size: tuple[int, int],
+) -> None:
+    """The first line is the cause: the same worst root as check's first heading, and
+    nothing scrolls off (every root's heading, the holder of root blocker 1 whole)."""
+    source = ["--from", str(INCIDENT), "--registry", str(REGISTRY)]
+    check = subprocess.run(
+        [sys.executable, "-m", "lockdiag", "check", *source, "--format", "plain"],
+        check=False, capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    first_cause = check[1]
+    assert "tenant_summary 73" in first_cause and "pid 4163" in first_cause, check
+    screen = screen_of(["blockers", *source], size)
+    text = "\n".join(screen)
+    lines = [line for line in screen if line.strip()]
+    assert lines[0].startswith("root blocker 1: tenant_summary 73"), text
+    assert "pid 4163" in " ".join(lines[:2]), text  # a long heading wraps, whole
+    joined = " ".join(line.strip() for line in screen)
+    assert "root blocker 2: tenant_summary 74" in joined, text
+    assert "pid 4163 billing-worker" in text, text
+    assert all(len(line) <= size[1] for line in screen)
+    # wrapped lines keep the tree's indent: a line after a child's starts with the bars
+    for index, line in enumerate(screen[:-1]):
+        if line.startswith("├─ ") and not screen[index + 1].startswith(("├─", "└─", "root")):
+            assert screen[index + 1].startswith("│  "), text
+
+
+def test_blockers_markdown_is_a_pipe_table() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "lockdiag", "blockers", "--from", str(INCIDENT), "--registry",
+         str(REGISTRY), "--format", "markdown"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    rows = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert rows, result.stdout
+    assert "```" not in result.stdout
+    assert [c.strip() for c in rows[0].split("|")[1:-1]][:3] == ["root", "position", "pid"]

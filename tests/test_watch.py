@@ -326,3 +326,52 @@ def test_broad_key_compares_a_key_with_its_busiest_sibling() -> None:
     assert "other 20000 key(s)" in patterns(sampler)[0].evidence
     sampler.keys[(None, "jobs 7")].samples_held = 11  # a sibling busier than a quarter of it
     assert patterns(sampler) == []
+
+
+def test_frame_keeps_every_root_the_namespace_cause_and_says_a_stale_frame_age(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Four root blockers: each root's heading is in the frame (once at most three were);
+    narrowed to the namespace, the causes stay; a failed refresh dims the frame and says
+    how old it is."""
+    for number in range(1, 5):
+        sessions.open(f"holder-{number}").run(f"SELECT pg_advisory_lock(4102, {number})")
+        waiter = sessions.open(f"waiter-{number}")
+        waiter.start(f"SELECT pg_advisory_lock(4102, {number})")
+        sessions.waiting(waiter)
+    registry, _ = parse_registry(REGISTRY)
+    assert registry is not None
+    state = State(registry)
+    state.take(take_snapshot(cluster.dsn(), 5, "all"))
+    lines = plain(frame(state, 24)).splitlines()
+    assert sum(line.startswith("root blocker ") for line in lines) == 4, lines
+    assert not state.stale and not any(line.startswith("stale:") for line in lines)
+    state.namespace = "tenant_summary"
+    narrowed = plain(frame(state, 24)).splitlines()
+    assert sum(line.startswith("root blocker ") for line in narrowed) == 4, narrowed
+    causes = [line for line in narrowed if line.startswith(("CRITICAL", "WARNING"))]
+    assert causes and all("tenant_summary" in line for line in causes), narrowed
+    state.failed("connection refused")
+    assert state.stale
+    stale = plain(frame(state, 24))
+    assert re.search(r"stale: frame of \d\d:\d\d:\d\d, \S+ old", stale), stale
+
+
+def test_narrowing_to_a_namespace_keeps_its_root_cause() -> None:
+    """The bundled incident, narrowed to tenant_summary: pid 4163's cause (named by
+    tenant_summary 73, which others wait for) stays first, in check's words."""
+    from lockdiag.core.snapshot_file import load
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    registry, _ = parse_registry((examples / "lockdiag.toml").read_text())
+    assert registry is not None
+    state = State(registry)
+    state.take(load(examples / "incident.json"))
+    everything = plain(frame(state)).splitlines()
+    assert everything[1].startswith("CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163")
+    state.namespace = "tenant_summary"
+    narrowed = plain(frame(state)).splitlines()
+    assert narrowed[1].startswith("CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163")
+    assert any("tenant_summary 74" in line and "pid 9932" in line for line in narrowed)
+    assert not any("unregistered pair (-5, 7)  pid 4164" in line for line in narrowed)
+    assert "root blocker 1: tenant_summary 73" in "\n".join(narrowed)

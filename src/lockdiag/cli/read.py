@@ -26,10 +26,11 @@ from lockdiag.cli.common import (
 from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
 from lockdiag.core.diagnosis import Diagnosis, narrow
+from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Scope
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
-from lockdiag.render import resolve
+from lockdiag.render import Output, resolve
 from lockdiag.views.blockers import blockers_output
 from lockdiag.views.common import fleet_sections
 from lockdiag.views.listing import fleet_list_output, list_output
@@ -193,7 +194,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
         parts = [
             (
                 c.target,
-                blockers_output(Diagnosis(c.snapshot, names).graph) if c.snapshot else None,
+                _blockers(Diagnosis(c.snapshot, names), fmt) if c.snapshot else None,
                 c.error,
             )
             for c in captures
@@ -202,7 +203,12 @@ def blockers_command(registry: str | None, fmt: str) -> None:
         fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
         return
     snapshot = get_snapshot("all", names)
-    show(blockers_output(Diagnosis(snapshot, names).graph), fmt)
+    show(_blockers(Diagnosis(snapshot, names), fmt), fmt)
+
+
+def _blockers(diagnosis: Diagnosis, fmt: str) -> Output:
+    """The chains in the incident's order, the one `check` gives (its default thresholds)."""
+    return blockers_output(diagnosis.graph, diagnosis.incident(CheckPolicy()), fmt)
 
 
 @click.command("snapshot")

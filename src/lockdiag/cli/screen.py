@@ -29,6 +29,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.styled import Styled
 
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import collect_now_and_then
@@ -232,7 +233,9 @@ def _loop(
             # the first frame waits a moment for the first snapshot (keys are read meanwhile)
             if changed and (state.refreshes or state.lost or time.monotonic() >= first):
                 shown = frame(state, console.height)  # never more rows than the screen
-                live.update(Group(*rich_renderables(shown, console)), refresh=True)
+                drawn = Group(*rich_renderables(shown, console))
+                # a frame that may no longer be true is dimmed (it says its age)
+                live.update(Styled(drawn, "dim") if state.stale else drawn, refresh=True)
                 changed = False
             if busy is not None:  # the wait ends with its snapshot; redrawn each second meanwhile
                 wait = 1.0

@@ -9,7 +9,7 @@ carried here, so no view can drop one. Nothing here knows about screens or forma
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from lockdiag.core.analysis import (
@@ -55,6 +55,8 @@ class WhoHolds:
     holders: list[LockEntry]
     waiters: list[LockEntry]  # in queue order (by wait start)
     notes: list[str]
+    # the snapshot's incident under the default thresholds, computed only when asked for
+    incident: Callable[[], Incident] | None = field(default=None, compare=False, repr=False)
 
     @property
     def held(self) -> bool:
@@ -137,7 +139,10 @@ class Diagnosis:
             )
         holders = [e for e in entries if e.lock.granted]
         waiters = [e for e in entries if not e.lock.granted]
-        return WhoHolds(key, decoded, holders, waiters, notes)
+        return WhoHolds(key, decoded, holders, waiters, notes, self._default_incident)
+
+    def _default_incident(self) -> Incident:
+        return self.incident(CheckPolicy())
 
 
 def narrow(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from typing import Any
 
-from lockdiag.core.graph import Blockers, Node, Tree
+from lockdiag.core.graph import Blockers, Node, Root, Tree
+from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Text, clean
+from lockdiag.render import Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
     entry_data,
@@ -39,7 +42,32 @@ def _node_text(node: Node | None, pid: int, report: Blockers) -> str:
     return " ".join(parts)
 
 
-def tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[str]:
+@dataclass(frozen=True)
+class TreeRow:
+    """One session of a chain: the tree's glyphs, its text, and the indent a wrapped line of
+    it keeps (the bars of the tree go on through it)."""
+
+    prefix: str
+    text: str
+    indent: str
+
+    @property
+    def line(self) -> str:
+        return self.prefix + self.text
+
+    def wrapped(self, columns: int) -> list[str]:
+        """The row on a screen ``columns`` wide: cut between words, each line after the first
+        under the tree's indent."""
+        if not columns or len(self.line) <= columns:
+            return [self.line]
+        width = max(columns, len(self.indent) + 20)
+        return textwrap.wrap(
+            self.text, width, initial_indent=self.prefix, subsequent_indent=self.indent,
+            break_on_hyphens=False, break_long_words=True,
+        ) or [self.line]  # fmt: skip
+
+
+def tree_rows(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[TreeRow]:
     node = report.nodes.get(tree.pid)
     server = report.snapshot.server
     if tree.edge is None:
@@ -50,11 +78,10 @@ def tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True
             bound = max((e.held_at_least or 0.0) for e in node.holds)
             if any(e.held_at_least is not None for e in node.holds):
                 line += f" (≥ {format_duration(bound)})"
-        lines = [line]
-        child_prefix = ""
+        glyphs, child_prefix = "", ""
     else:
-        branch = "└─ " if last else "├─ "
-        line = prefix + branch + _node_text(node, tree.pid, report)
+        glyphs = prefix + ("└─ " if last else "├─ ")
+        line = _node_text(node, tree.pid, report)
         if tree.cycle:
             line += "  ↺ cycle: already shown above"
         elif node is not None and node.waits is not None:
@@ -63,11 +90,15 @@ def tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True
             line += f" for {lock_label(node.waits, server)} ({node.waits.lock.mode})"
             if tree.edge.kind == "queued":
                 line += f", queued behind waiter {tree.edge.blocker} (not a holder)"
-        lines = [line]
         child_prefix = prefix + ("   " if last else "│  ")
+    rows = [TreeRow(glyphs, line, child_prefix + ("│  " if tree.children else "   "))]
     for index, child in enumerate(tree.children):
-        lines += tree_lines(child, report, child_prefix, index == len(tree.children) - 1)
-    return lines
+        rows += tree_rows(child, report, child_prefix, index == len(tree.children) - 1)
+    return rows
+
+
+def tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[str]:
+    return [row.line for row in tree_rows(tree, report, prefix, last)]
 
 
 def _tree_data(tree: Tree) -> dict[str, Any]:
@@ -79,36 +110,104 @@ def _tree_data(tree: Tree) -> dict[str, Any]:
     }
 
 
-def blockers_output(report: Blockers) -> Output:
-    def blocks() -> list[Block]:
-        if not report.roots and not report.cycles:
-            waiting = sum(1 for n in report.nodes.values() if n.waits)
-            return [Text([f"no session waits for a lock ({waiting} waiting)" if waiting else
-                          "no session waits for a lock"], "verdict")]  # fmt: skip
+def ordered_roots(report: Blockers, incident: Incident | None = None) -> list[Root]:
+    """The roots in the incident's order (impact, then severity, then age), when there is
+    one; else the graph's (impact, then pid): the same but for ties."""
+    if incident is None:
+        return list(report.roots)
+    place = {c.pid: i for i, c in enumerate(incident.causes) if c.root is not None}
+    return sorted(report.roots, key=lambda r: place.get(r.tree.pid, len(place)))
+
+
+def root_heading(number: int, root: Root, report: Blockers, cause: Cause | None = None) -> str:
+    """``root blocker 1: tenant_summary 73 (+1 more)  pid 4163 (billing-worker) · blocks 2
+    directly, 2 in total, longest wait 7m28s``: named, as `check` names it, by the lock
+    others wait for."""
+    server = report.snapshot.server
+    node = report.nodes.get(root.tree.pid)
+    if cause is not None:
+        label, more = clean(cause.label), cause.locks - 1
+    else:
+        held = sorted(node.holds if node else [], key=lambda e: -len(e.blocks))
+        labels = list(dict.fromkeys(lock_label(e, server) for e in held))
+        label, more = (labels[0], len(labels) - 1) if labels else ("?", 0)
+    name = f"{label}{f' (+{more} more)' if more > 0 else ''}"
+    session = node.session if node else None
+    app = clean(session.application_name) if session and session.application_name else ""
+    who = f"pid {root.tree.pid}" + (f" ({app})" if app else "")
+    longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
+    return (
+        f"root blocker {number}: {name}  {who} · blocks {root.direct} directly, {root.total} in "
+        f"total, longest wait {longest}"
+    )
+
+
+def _cycle_line(cycle: list[int]) -> str:
+    chain = " → ".join(map(str, [*cycle, cycle[0]]))
+    return (
+        "cycle (a deadlock not yet broken; the server ends one of them after "
+        f"deadlock_timeout): {chain}"
+    )
+
+
+def blockers_output(report: Blockers, incident: Incident | None = None, fmt: str = "") -> Output:
+    """The chains, worst root first (the incident's order when given). ``fmt`` "markdown":
+    one pipe table of every session in the chains instead of the trees."""
+    roots = ordered_roots(report, incident)
+    causes = {c.pid: c for c in incident.causes} if incident is not None else {}
+
+    def nothing() -> list[Block]:
+        waiting = sum(1 for n in report.nodes.values() if n.waits)
+        return [Text([f"no session waits for a lock ({waiting} waiting)" if waiting else
+                      "no session waits for a lock"], "verdict")]  # fmt: skip
+
+    def headings() -> list[str]:
+        return [
+            root_heading(n, root, report, causes.get(root.tree.pid))
+            for n, root in enumerate(roots, start=1)
+        ]
+
+    def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
+        """Every chain in full; on a screen of ``lines`` lines, every root's heading and as
+        much of each chain as fits, worst first, the rest of a chain counted."""
+        if not roots and not report.cycles:
+            return nothing()
+        if fmt == "markdown":
+            return _markdown_blocks(report, roots, headings())
+        chains = [
+            (
+                TreeRow("", heading, "  ").wrapped(columns),
+                [row.wrapped(columns) for row in tree_rows(root.tree, report)],
+            )
+            for heading, root in zip(headings(), roots, strict=True)
+        ]
+        cycles = [_cycle_line(cycle) for cycle in report.cycles]
+        # every heading and every cycle stays; then the chains, worst first, while they fit
+        room = lines - 2 - text_height(cycles, columns)  # a fold note, the shell's prompt
+        room -= sum(len(heading) for heading, _ in chains)
+        # and each chain's holder, with a count of the rest: a later chain is never left out
+        least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
+        room -= sum(least)
         out: list[Block] = []
-        for number, root in enumerate(report.roots, start=1):
-            longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
-            out.append(
-                Text(
-                    [
-                        f"root blocker {number}: blocks {root.direct} directly, {root.total} in "
-                        f"total, longest wait {longest}"
-                    ],
-                    "verdict",
-                )
-            )
-            out.append(Text(tree_lines(root.tree, report)))
-        for cycle in report.cycles:
-            chain = " → ".join(map(str, [*cycle, cycle[0]]))
-            out.append(
-                Text(
-                    [
-                        f"cycle (a deadlock not yet broken; the server ends one of them after "
-                        f"deadlock_timeout): {chain}"
-                    ],
-                    "error",
-                )
-            )
+        folded = 0
+        for (heading, rows), reserved in zip(chains, least, strict=True):
+            room += reserved
+            out.append(Text(heading, "verdict"))
+            shown: list[str] = []
+            for index, row in enumerate(rows):
+                left = len(rows) - index
+                need = len(row) + (1 if left > 1 else 0)  # and a fold line for the rest
+                if lines and need > room and index:
+                    shown.append(f"… {left} more session(s) in this chain")
+                    room -= 1
+                    folded += 1
+                    break
+                shown += row
+                room -= len(row)
+            out.append(Text(shown))
+        out += [Text([line], "error") for line in cycles]
+        if folded:
+            out.append(Text(["(chains cut to fit: --format plain | less shows all)"], "note"))
         return out
 
     def data() -> dict[str, Any]:
@@ -127,12 +226,67 @@ def blockers_output(report: Blockers) -> Output:
                     "longest_wait_seconds": r.longest_wait,
                     "tree": _tree_data(r.tree),
                 }
-                for r in report.roots
+                for r in roots
             ],
             "cycles": report.cycles,
         }
 
-    return Output(blocks, data)
+    return Output(blocks, data, screen=blocks)
+
+
+MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "blocked by",
+                    "wait"]  # fmt: skip
+
+
+def _markdown_blocks(report: Blockers, roots: list[Root], headings: list[str]) -> list[Block]:
+    """Every session of every chain as a row of one table: its root, its place in the tree
+    ("root", then 1, 1.2 ...), the lock it holds (a root) or waits for, whom it waits for."""
+    server = report.snapshot.server
+    rows: list[list[str]] = []
+
+    def state(pid: int) -> str:
+        node = report.nodes.get(pid)
+        session = node.session if node else None
+        if session is None:
+            return ""
+        if session.hidden:
+            return "[state hidden]"
+        since = ""
+        if session.state and session.state_change is not None:
+            since = f" {format_duration((server.now - session.state_change).total_seconds())}"
+        return f"{clean(session.state)}{since}" if session.state else ""
+
+    def walk(tree: Tree, number: int, position: str) -> None:
+        node = report.nodes.get(tree.pid)
+        session = node.session if node else None
+        app = clean(session.application_name) if session and session.application_name else ""
+        if tree.edge is None:
+            held = node.holds if node else []
+            lock = ", ".join(dict.fromkeys(lock_label(e, server) for e in held))
+            lock = f"holds {lock}" if lock else ""
+            bound = [e.held_at_least for e in held if e.held_at_least is not None]
+            wait = f"held ≥ {format_duration(max(bound))}" if bound else ""
+            by = ""
+        else:
+            waits = node.waits if node else None
+            lock = f"{lock_label(waits, server)} ({waits.lock.mode})" if waits else ""
+            wait = format_duration(waits.waited) if waits and waits.waited is not None else ""
+            by = f"pid {tree.edge.blocker}"
+            if tree.edge.kind == "queued":
+                by += " (queued behind a waiter)"
+            if tree.cycle:
+                lock, wait = "↺ cycle: already shown above", ""
+        rows.append([str(number), position, str(tree.pid), app, state(tree.pid), lock, by, wait])
+        for index, child in enumerate(tree.children, start=1):
+            place = str(index) if position == "root" else f"{position}.{index}"
+            walk(child, number, place)
+
+    for number, root in enumerate(roots, start=1):
+        walk(root.tree, number, "root")
+    out: list[Block] = [Text([heading], "verdict") for heading in headings]
+    out.append(Table(MARKDOWN_HEADERS, rows))
+    out += [Text([_cycle_line(cycle)], "error") for cycle in report.cycles]
+    return out
 
 
 def _node_data(node: Node) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Text, clean, text_height
+from lockdiag.render import Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
     entry_data,
@@ -30,6 +30,8 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
         return Output(lambda: [Text([nagios_line(incident, policy)])], dict)
     if fmt == "prometheus":
         return Output(lambda: [Text(exposition(check_metrics(incident)))], dict)
+    if fmt == "markdown":
+        return Output(lambda: markdown_blocks(incident), dict)
 
     def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
         """Every cause in full, worst first, its findings and the waits it causes under it; on
@@ -78,6 +80,43 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
 
 
 Style = Literal["critical", "warning"]
+CAUSE_HEADERS = ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED", "LONGEST WAIT",
+                 "NEXT STEP"]  # fmt: skip
+
+
+def markdown_blocks(incident: Incident) -> list[Block]:
+    """For a ticket or a channel: the verdict, one pipe table of causes in the incident's
+    order (then the waits no cause accounts for), the notes."""
+    rows = [_cause_row(c) for c in incident.alerting]
+    rows += [
+        [f.severity.upper(), f.kind.value, clean(f.lock), _pid(f.pid), "", "", "",
+         clean(f.next_step)]
+        for f in incident.unattached
+    ]  # fmt: skip
+    return [
+        Text([f"{incident.status}: {incident.summary()}"], "verdict"),
+        Table(CAUSE_HEADERS, rows, title="Causes (worst first)", empty="no causes"),
+        *notes_block(incident.report.notes),
+    ]
+
+
+def _cause_row(cause: Cause) -> list[str]:
+    more = f" (+{cause.locks - 1} more)" if cause.locks > 1 else ""
+    blocked = f"{cause.blocked} ({cause.blocked_directly} directly)" if cause.blocked else "0"
+    return [
+        (cause.severity or "warning").upper(),
+        cause.kind.value if cause.kind is not None else "root-blocker",
+        f"{clean(cause.label)}{more}",
+        _pid(cause.pid),
+        clean(cause.session.application_name) if cause.session else "",
+        blocked,
+        format_duration(cause.longest_wait) if cause.longest_wait is not None else "",
+        clean(cause.next_step),
+    ]
+
+
+def _pid(pid: int | None) -> str:
+    return str(pid) if pid is not None else ""
 
 
 def cause_heading(cause: Cause) -> tuple[str, Style]:
@@ -320,7 +359,8 @@ def fleet_check_output(
             if report is None or not (report.alerting or report.unattached):
                 continue
             out.append(Text([f"== {clean(target)}"], "verdict"))
-            out += check_output(report, "plain", policy).blocks()[1:]
+            part = "markdown" if fmt == "markdown" else "plain"
+            out += check_output(report, part, policy).blocks()[1:]
         return out
 
     def data() -> dict[str, Any]:

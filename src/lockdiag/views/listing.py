@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import Any
 
-from lockdiag.core.analysis import Flag, LockEntry
+from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import ListReport
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
-from lockdiag.render import Block, Output, Text, clean
+from lockdiag.render import Block, Output, Text, clean, pick, screen_budget
 from lockdiag.views.columns import (
     LIST_COLUMNS,
     LIST_DATABASE,
@@ -48,8 +49,8 @@ def fleet_list_output(
     """One table for one server or many; with many, every row carries its target."""
     fleet = len(parts) + len(failures) > 1 or any(target for target, _ in parts)
 
-    def blocks(terminal: bool = False) -> list[Block]:
-        return _blocks(parts, failures, fleet, terminal)
+    def blocks(terminal: bool = False, columns: int = 0, lines: int = 0) -> list[Block]:
+        return _blocks(parts, failures, fleet, terminal, columns, lines)
 
     def data() -> dict[str, Any]:
         if not fleet:
@@ -79,7 +80,7 @@ def fleet_list_output(
             yield from map(encode, report.entries)
 
     return Output(
-        blocks, data, ("locks", items), screen=lambda _columns, _lines: blocks(terminal=True)
+        blocks, data, ("locks", items), screen=lambda columns, lines: blocks(True, columns, lines)
     )
 
 
@@ -88,8 +89,11 @@ def _blocks(
     failures: list[tuple[str, str]],
     fleet: bool,
     terminal: bool,
+    screen_columns: int = 0,
+    screen_lines: int = 0,
 ) -> list[Block]:
-    """The lock table and its summary; on a terminal, most urgent first and folded."""
+    """The lock table and its summary; on a terminal, most urgent first and folded, and on a
+    screen of ``screen_lines`` lines cut to what fits, the summary saying how many it shows."""
     rows: list[ListRow] = []
     if terminal:  # a screenful: ordered by urgency, folded
         roots = {target: report.roots() for target, report in parts}
@@ -107,7 +111,7 @@ def _blocks(
     if fleet:
         columns.insert(0, LIST_TARGET)
     label = columns.index(LIST_LOCK)
-    folded = fold(rows) if terminal else {}
+    folded, sizes = _folds(rows) if terminal else ({}, {})
     cells: list[list[str]] = []
     lines: list[ListRow] = []  # the row behind each line of cells (for one-line rows)
     important: list[bool] = []  # rows a capped terminal view keeps first
@@ -138,28 +142,93 @@ def _blocks(
         important.append(True)
         waiting[target] += not lock.granted
 
+    view = _Rows(cells, lines, important)  # on a screen, cut to the rows that fit
+
     def compact(index: int) -> str:
-        return compact_line(lines[index], cells[index][label], fleet)
+        return compact_line(view.lines[index], view.cells[index][label], fleet)
 
     shown_flags = sorted(set(chain.from_iterable(map(_FLAGS, entries))))
+    empty = _empty(parts)
+
+    def assemble(shown: dict[str | None, int] | None) -> list[Block]:
+        return [
+            table(
+                columns,
+                view.cells,
+                important=view.important,
+                empty=empty,
+                compact=compact,
+                # on a terminal the table explains the flags of the rows it shows, only those
+                legend={flag.value: flag.meaning for flag in shown_flags},
+            ),
+            Text(
+                [
+                    _summary(report, waiting[target], target, _get(shown, target))
+                    for target, report in parts
+                ]
+            ),
+            Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
+            Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
+            *notes_block([n for _, report in parts for n in report.notes]),
+        ]
+
+    if not screen_lines:  # not a screen: every row
+        return assemble(None)
+    return _screenful(view, assemble, sizes, screen_columns, screen_lines)
+
+
+def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
     total = sum(report.total for _, report in parts)
     scope = "advisory lock" if parts and parts[0][1].snapshot.scope == "advisory" else "lock"
-    empty = f"no {scope}s" if not total else f"none of the {total} {scope}(s) matches the filters"
-    return [
-        table(
-            columns,
-            cells,
-            important=important,
-            empty=empty,
-            compact=compact,
-            legend={flag.value: flag.meaning for flag in Flag},
-        ),
-        Text([_summary(report, waiting[target], target) for target, report in parts]),
-        Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
-        # on a terminal the table explains the flags of the rows it shows
-        Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
-        *notes_block([n for _, report in parts for n in report.notes]),
-    ]
+    return f"no {scope}s" if not total else f"none of the {total} {scope}(s) matches the filters"
+
+
+@dataclass
+class _Rows:
+    cells: list[list[str]]
+    lines: list[ListRow]  # the row behind each line of cells
+    important: list[bool]
+
+
+def _screenful(
+    view: _Rows,
+    assemble: Callable[[dict[str | None, int] | None], list[Block]],
+    sizes: dict[int, int],
+    columns: int,
+    lines: int,
+) -> list[Block]:
+    """A screenful: the rows that fit, the most urgent first, and one count of the locks
+    shown (``sizes``: the locks behind a folded row), so the table is never cut again and no
+    second "more rows" count can disagree with the summary. The first guess counts the legend
+    of every row; fewer rows have fewer legend lines, so then more while they still fit."""
+    every = _Rows(view.cells, view.lines, view.important)
+    rows = len(every.cells)
+
+    def on_screen(chosen: list[int]) -> list[Block]:
+        view.cells = [every.cells[i] for i in chosen]
+        view.lines = [every.lines[i] for i in chosen]
+        view.important = [every.important[i] for i in chosen]
+        shown: dict[str | None, int] = {}
+        for row in view.lines:
+            shown[row.target] = shown.get(row.target, 0) + sizes.get(id(row.entry), 1)
+        return assemble(shown)
+
+    budget = screen_budget(on_screen(list(range(rows))), columns, lines)
+    if rows <= budget:
+        view.cells, view.lines, view.important = every.cells, every.lines, every.important
+        return assemble(None)
+    best = pick(every.important, budget)
+    more = screen_budget(on_screen(best), columns, lines)
+    for size in range(min(more, rows - 1), len(best), -1):
+        trial = pick(every.important, size)
+        if screen_budget(on_screen(trial), columns, lines) >= len(trial):
+            best = trial
+            break
+    return on_screen(best)
+
+
+def _get(shown: dict[str | None, int] | None, target: str | None) -> int | None:
+    return shown.get(target, 0) if shown is not None else None
 
 
 def _triples(
@@ -203,6 +272,12 @@ def fold(rows: list[ListRow]) -> dict[int, str]:
     """For a terminal: groups of FOLD_AT or more uncontested locks of one session, namespace,
     mode and flags become one row. The first row of a group gets its label
     ("300 x tenant_summary 1000..1299"); the others an empty string (left out)."""
+    return _folds(rows)[0]
+
+
+def _folds(rows: list[ListRow]) -> tuple[dict[int, str], dict[int, int]]:
+    """:func:`fold`'s labels, and the locks behind the first row of each group (by the id
+    of its entry)."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for index, row in enumerate(rows):
         entry = row.entry
@@ -213,6 +288,7 @@ def fold(rows: list[ListRow]) -> dict[int, str]:
                entry.lock.mode, entry.flags)  # fmt: skip
         groups.setdefault(key, []).append(index)
     labels: dict[int, str] = {}
+    sizes: dict[int, int] = {}
     for members in groups.values():
         if len(members) < FOLD_AT:
             continue
@@ -222,7 +298,8 @@ def fold(rows: list[ListRow]) -> dict[int, str]:
         span = f"{resources[0]}..{resources[-1]}" if resources else ""
         labels[members[0]] = f"{len(members)} x {first.namespace.name} {span}".rstrip()
         labels.update(dict.fromkeys(members[1:], ""))
-    return labels
+        sizes[id(rows[members[0]].entry)] = len(members)
+    return labels, sizes
 
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
@@ -236,7 +313,9 @@ def compact_line(row: ListRow, label: str, fleet: bool) -> str:
     return f"{clean(row.target)}: {text}" if fleet else text
 
 
-def _summary(report: ListReport, waiting: int, target: str | None = None) -> str:
+def _summary(
+    report: ListReport, waiting: int, target: str | None = None, on_screen: int | None = None
+) -> str:
     entries = report.entries
     server = report.snapshot.server
     shown = (
@@ -245,7 +324,12 @@ def _summary(report: ListReport, waiting: int, target: str | None = None) -> str
     where = f"{target}: " if target else ""
     if report.narrowed:
         shown += " (waiters, their holders and long-idle holders first; --format plain for all)"
+    screen = (
+        f"; {on_screen} shown here, the most urgent first (--format plain or json gives all)"
+        if on_screen is not None
+        else ""
+    )
     return (
-        f"{where}{shown} lock(s), {waiting} waiting; {report.snapshot.source}, "
+        f"{where}{shown} lock(s), {waiting} waiting{screen}; {report.snapshot.source}, "
         f"PostgreSQL {server.version}, at {server.now:%Y-%m-%d %H:%M:%S %Z}"
     )

@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING
 
 from lockdiag.core.analysis import Filters, Flag, LockEntry
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.findings import CheckPolicy, CheckReport
+from lockdiag.core.findings import CheckPolicy, CheckReport, Finding
 from lockdiag.core.graph import Blockers, Root, tree_pids
+from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Text, clean, pick
-from lockdiag.views.blockers import tree_lines
+from lockdiag.views.blockers import ordered_roots, root_heading, tree_lines
+from lockdiag.views.check import Style, cause_heading
 from lockdiag.views.columns import WATCH_COLUMNS, WatchRow, cells_of, table, watch_line
 from lockdiag.views.common import lock_label
 
@@ -40,7 +42,7 @@ class State:
     registry: Registry
     tracker: Tracker = field(default_factory=Tracker)
     snapshot: Snapshot | None = None
-    report: CheckReport | None = None  # findings and wait graph of the last snapshot
+    incident: Incident | None = None  # causes, findings and wait graph of the last snapshot
     entries: list[LockEntry] = field(default_factory=list)  # its advisory locks
     paused: bool = False
     namespace: str | None = None
@@ -55,13 +57,31 @@ class State:
     cost: float = 0.0
     source: str = ""
     refreshes: int = 0
+    taken_at: float | None = None  # time.monotonic() the last snapshot was taken in
+
+    @property
+    def report(self) -> CheckReport | None:
+        return self.incident.report if self.incident is not None else None
+
+    @property
+    def stale(self) -> bool:
+        """Whether the frame may no longer be true: the last refresh failed or is late."""
+        return self.snapshot is not None and (self.lost is not None or self.late_since is not None)
+
+    def age(self) -> str:
+        """``frame of 14:03:07, 42s old``."""
+        if self.snapshot is None:
+            return "no frame yet"
+        old = time.monotonic() - (self.taken_at or time.monotonic())
+        return f"frame of {self.snapshot.server.now:%H:%M:%S}, {format_duration(old)} old"
 
     def take(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
         # one analysis a refresh, not one per redraw: check() analyses every lock type and
         # builds the wait graph; the advisory rows of the same analysis fill the table
         diagnosis = Diagnosis(snapshot, self.registry, CHECK.analysis_policy())
-        self.report = diagnosis.findings(CHECK)
+        self.incident = diagnosis.incident(CHECK)
+        self.taken_at = time.monotonic()
         self.entries = diagnosis.advisory
         self.tracker.update(self.entries, snapshot.server.now)
         self.cost = snapshot.query_seconds
@@ -82,6 +102,22 @@ class State:
             namespace = entry.decoded.namespace if entry and entry.decoded else None
             return namespace is not None and namespace.name == self.namespace
         return True
+
+    def shows_cause(self, cause: Cause) -> bool:
+        """Whether a cause belongs to what the user narrowed the view to: the pid is it or in
+        its chain; a lock of the namespace is the one others wait for, or its findings'."""
+        chain = tree_pids(cause.root.tree) if cause.root is not None else [cause.pid]
+        if self.pid is not None and self.pid not in chain:
+            return False
+        if self.namespace is None:
+            return True
+        entries = [c.entry for c in cause.contended] + [cause.entry]
+        entries += [f.entry for f in cause.findings]
+        return any(self._in_namespace(e) for e in entries)
+
+    def _in_namespace(self, entry: LockEntry | None) -> bool:
+        namespace = entry.decoded.namespace if entry and entry.decoded else None
+        return namespace is not None and namespace.name == self.namespace
 
     def shows_chain(self, root: Root, graph: Blockers) -> bool:
         """Whether a wait chain belongs to what the user narrowed the view to: the pid is in
@@ -163,6 +199,9 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
     if state.late_since is not None:
         waited = format_duration(time.monotonic() - state.late_since)
         blocks.append(Text([f"refresh late: no answer from the server for {waited}"], "warning"))
+    if state.stale:  # the screen draws it dimmed: what follows may no longer be true
+        why = "failed" if state.lost is not None else "is late"
+        blocks.append(Text([f"stale: {state.age()} (the last refresh {why})"], "note"))
     if state.paused:
         status = f"paused {format_duration(time.monotonic() - (state.paused_at or 0.0))}"
     else:
@@ -173,7 +212,7 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
     if narrowed:
         header += " · only " + ", ".join(narrowed)
     blocks.append(Text([header], "verdict"))
-    if snapshot is not None and state.report is not None:
+    if snapshot is not None and state.incident is not None:
         blocks += _findings_and_chains(state, screen)
         blocks += _lock_table(state, snapshot, screen)
     footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
@@ -185,30 +224,61 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
 
 
 def _findings_and_chains(state: State, screen: int | None) -> list[Block]:
-    assert state.report is not None
-    # findings and chains take at most a quarter of the screen each: the lock table and the
-    # footer (keys, messages) must stay on it
-    most = max(3, screen // 4) if screen is not None else 8
-    findings = [f for f in state.report.findings if state.shows(f.entry, f.pid)]
-    blocks: list[Block] = [
-        Text([f"{f.severity.upper()} {f.kind}: {clean(f.lock)} · {clean(f.evidence)}"], f.severity)
-        for f in findings[:most]
-    ]
-    if len(findings) > most:
-        blocks.append(Text([f"... {len(findings) - most} more (lockdiag check)"]))
-    if not findings:
+    """The causes in the incident's order, each by its `check` heading, then every root's
+    chain under its heading: on a screen, causes and chain lines take at most a quarter of it
+    each (the lock table and the footer must stay on it); every root's heading stays, the rest
+    of a chain is counted."""
+    incident = state.incident
+    assert incident is not None
+    most = max(3, screen // 4) if screen is not None else None
+    causes = [c for c in incident.alerting if state.shows_cause(c)]
+    unattached = [f for f in incident.unattached if state.shows(f.entry, f.pid)]
+    lines: list[tuple[str, Style]] = [_cause_line(c) for c in causes]
+    lines += [_unattached_line(f) for f in unattached]
+    blocks: list[Block] = []
+    shown = lines if most is None else lines[:most]
+    blocks += [Text([text], style) for text, style in shown]
+    if len(lines) > len(shown):
+        blocks.append(Text([f"... {len(lines) - len(shown)} more cause(s) (lockdiag check)"]))
+    if not lines:
         blocks.append(Text(["no findings"]))
-    graph = state.report.graph
+    graph = incident.report.graph
+    kept = {c.pid for c in causes}
+    roots = [
+        r for r in ordered_roots(graph, incident)
+        if r.tree.pid in kept or state.shows_chain(r, graph)
+    ]  # fmt: skip
+    by_pid = {c.pid: c for c in incident.causes}
+    room = most
     chains: list[str] = []
-    for root in [r for r in graph.roots if state.shows_chain(r, graph)][:3]:
-        chains += tree_lines(root.tree, graph)
+    for number, root in enumerate(roots, start=1):
+        chains.append(root_heading(number, root, graph, by_pid.get(root.tree.pid)))
+        rows = tree_lines(root.tree, graph)
+        if room is not None and len(rows) > room:
+            fits = max(1, room - 1)  # the holder's line at least, then the count
+            rows = [*rows[:fits], f"… {len(rows) - fits} more session(s) in this chain"]
+        chains += rows
+        if room is not None:
+            room = max(0, room - len(rows))
     if state.pid is None and state.namespace is None:
         chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
-    if screen is not None and len(chains) > most:
-        chains = [*chains[:most], f"... {len(chains) - most} more lines (lockdiag blockers)"]
     if chains:
         blocks.append(Text(chains))
     return blocks
+
+
+def _cause_line(cause: Cause) -> tuple[str, Style]:
+    heading, style = cause_heading(cause)
+    return f"{heading} · {cause.impact or clean(cause.evidence)}", style
+
+
+def _unattached_line(finding: Finding) -> tuple[str, Style]:
+    pid = f"  pid {finding.pid}" if finding.pid is not None else ""
+    return (
+        f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid} · "
+        f"{clean(finding.evidence)}",
+        finding.severity,
+    )
 
 
 def _urgency(entry: LockEntry) -> int:

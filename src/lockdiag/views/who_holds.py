@@ -6,6 +6,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import WhoHolds
+from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
@@ -19,7 +20,14 @@ from lockdiag.views.columns import (
     table,
     waiter_line,
 )
-from lockdiag.views.common import JSON_VERSION, entry_data, known_data, notes_block, server_data
+from lockdiag.views.common import (
+    JSON_VERSION,
+    entry_data,
+    known_data,
+    lock_label,
+    notes_block,
+    server_data,
+)
 from lockdiag.views.keys import key_data, lock_sql
 
 
@@ -35,6 +43,92 @@ def verdict(report: WhoHolds) -> str:
         longest = max((w.waited or 0.0) for w in report.waiters)
         text += f"; {len(report.waiters)} waiting (longest {format_duration(longest)})"
     return text
+
+
+def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
+    """The key in the incident's terms, and one next step: whether its holder is a cause, or
+    in a cause's chain, or waits for something else, or whether nobody waits at all."""
+    label = clean(f"{report.decoded.label}")
+    if not report.holders:
+        if report.waiters:
+            return (
+                f"{label}: nobody holds it, but {len(report.waiters)} session(s) wait for it",
+                "see what they wait for: lockdiag blockers",
+            )
+        return f"{label}: nobody holds it: nothing to do", None
+    found = report.incident() if report.incident is not None else None
+    if found is None:
+        return f"{label}: {_held_by(report.holders)}", None
+    ranked = [(found.cause_of(e.lock.pid), e) for e in report.holders]
+    causes = [(c, e) for c, e in ranked if c is not None]
+    if causes:  # the holder worst ranked in the incident speaks for the key
+        cause, entry = min(causes, key=lambda pair: found.causes.index(pair[0]))
+        return _in_cause_terms(label, report, found, cause, entry), cause.next_step
+    waits = _waits(found, report.holders)
+    if waits:
+        return f"{label}: {_held_by(report.holders)}, which {waits}", (
+            "see the chain: lockdiag blockers"
+        )
+    if report.waiters:  # waiters nobody's chain accounts for (a wait not yet in the graph)
+        return (
+            f"{label}: {_held_by(report.holders)}; {len(report.waiters)} session(s) wait",
+            "see the chain: lockdiag blockers",
+        )
+    return f"{label}: {_held_by(report.holders)}, nobody waits: nothing to do", None
+
+
+def _in_cause_terms(
+    label: str, report: WhoHolds, found: Incident, cause: Cause, entry: LockEntry
+) -> str:
+    rank = found.causes.index(cause)
+    place = f"cause {rank + 1} of {len(found.causes)}"
+    severity = (
+        f" ({cause.severity.upper()} {cause.kind.value if cause.kind else 'root-blocker'})"
+        if cause.severity is not None
+        else ""
+    )
+    who = _who(cause.pid, cause.session.application_name if cause.session else None)
+    if cause.root is not None:
+        what = "the worst root blocker" if rank == 0 else f"a root blocker ({place})"
+    else:
+        what = "the first cause" if rank == 0 else f"a cause ({place})"
+    if cause.pid != entry.lock.pid:  # the holder is inside the chain of another cause
+        holder = _who(entry.lock.pid, entry.session.application_name if entry.session else None)
+        waits = _waits(found, [entry])
+        return (
+            f"{label}: held by {holder}, which {waits or 'is in the chain of ' + who}; "
+            f"{who} is {what}: {cause.impact or clean(cause.evidence)}{severity}"
+        )
+    through = "" if clean(cause.label) == label else f" through {clean(cause.label)}"
+    if not report.waiters:
+        nobody = f"{label}: held by {who}, nobody waits for it"
+        if cause.blocked:
+            return f"{nobody}; but that session is {what}{through}: {cause.impact}{severity}"
+        return f"{nobody}; that session is {what}: {clean(cause.evidence)}{severity}"
+    return f"{label}: {who} is {what}{through}: {cause.impact or clean(cause.evidence)}{severity}"
+
+
+def _who(pid: int | None, app: str | None) -> str:
+    who = f"pid {pid}" if pid is not None else "a prepared transaction"
+    return who + (f" ({clean(app)})" if app else "")
+
+
+def _held_by(holders: list[LockEntry]) -> str:
+    return "held by " + ", ".join(
+        _who(e.lock.pid, e.session.application_name if e.session else None) for e in holders
+    )
+
+
+def _waits(found: Incident, holders: list[LockEntry]) -> str:
+    """What the holders themselves wait for: ``waits for invoice_export 5 (held by pid 7)``."""
+    server = found.report.snapshot.server
+    pids = {e.lock.pid for e in holders}
+    waiting = [e for e in found.report.entries if not e.lock.granted and e.lock.pid in pids]
+    return "; ".join(
+        f"waits for {lock_label(e, server)}"
+        + (f" (held by pid {', '.join(map(str, e.waits_for))})" if e.waits_for else "")
+        for e in waiting
+    )
 
 
 def _holder_summary(entry: LockEntry) -> str:
@@ -65,6 +159,7 @@ def _holder_summary(entry: LockEntry) -> str:
 def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     now = snapshot.server.now
     key = report.key
+    answer, next_step = cause_verdict(report)
 
     def blocks() -> list[Block]:
         holding = [HolderRow(e, now) for e in report.holders]
@@ -73,6 +168,8 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         waiters = [cells_of(WAITER_COLUMNS, row) for row in queue]
         return [
             Text([clean(verdict(report))], "verdict"),
+            Text([answer], "verdict"),
+            Text([f"next: {clean(next_step)}"] if next_step else []),
             Text(
                 [
                     f"key: pg_locks {key}, {key.form} {key.describe()}; "
@@ -106,7 +203,9 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "known": known_data(decoded.known) if decoded.known else None,
             "key": key_data(key, report.decoded),
             "held": report.held,
-            "verdict": verdict(report),
+            "verdict": answer,
+            "next_step": next_step,
+            "summary": verdict(report),
             "holders": [entry_data(e) for e in report.holders],
             "waiters": [entry_data(e) for e in report.waiters],
             "notes": report.notes,
