@@ -304,10 +304,12 @@ def _folds(rows: list[ListRow]) -> tuple[dict[int, str], dict[int, int]]:
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
     """One lock on one line, for a screen too narrow for the table: the essentials first and
-    whole (pid, status, age, the lock's whole name), then who and how, cut at the edge."""
+    whole (pid, status, age, the lock's whole name), then whom it blocks or waits for and the
+    session's state (a root's line says what it does to others before anything optional),
+    then who and how, cut at the edge."""
     entry = row.entry
     essentials = f"{pid_text(entry.lock)}  {status(entry)} {age(entry)}  {label}"
-    parts = (application(entry), state(entry), entry.lifetime or "", relation(entry))
+    parts = (relation(entry), state(entry), application(entry), entry.lifetime or "")
     text = f"{essentials}  {' · '.join(part for part in parts if part)}"
     text += f"  [{flags(entry)}]" if entry.flags else ""
     return f"{clean(row.target)}: {text}" if fleet else text
