@@ -313,8 +313,8 @@ def phases(cluster: Cluster, repeats: int) -> dict[str, float]:
         timed("aligning", lambda: sink.write(plain(blocks)))
         timed("json", lambda: render(list_output(diagnosis.listing()), "json", sink))
         checked = Diagnosis(snapshot, registry, policy.analysis_policy())
-        report = timed("findings", lambda: checked.findings(policy))
-        timed("metrics", lambda: exposition(check_metrics(report)))
+        incident = timed("findings", lambda: checked.incident(policy))
+        timed("metrics", lambda: exposition(check_metrics(incident)))
 
     gc.disable()
     try:
