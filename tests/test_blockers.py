@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.graph import Blockers, behind
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.session import take_snapshot
@@ -228,7 +229,7 @@ def test_chains_in_the_incident_order_named_as_check_names_them() -> None:
     graph = diagnosis.graph
     roots = [c.pid for c in incident.causes if c.root is not None]
     assert [r.tree.pid for r in graph.roots] == roots  # the graph's order is the incident's
-    lines = plain(blockers_output(graph, incident).blocks())
+    lines = plain(blockers_output(incident).blocks())
     headings = [line for line in lines.splitlines() if line.startswith("root blocker")]
     assert len(headings) == len(roots)
     first, _ = cause_heading(incident.alerting[0])
@@ -239,8 +240,7 @@ def test_chains_in_the_incident_order_named_as_check_names_them() -> None:
 def test_a_small_screen_keeps_every_heading_and_counts_the_rest() -> None:
     from lockdiag.views.blockers import blockers_output
 
-    graph = bundled().graph
-    output = blockers_output(graph)
+    output = blockers_output(bundled().incident(CheckPolicy()))
     assert output.screen is not None
     fitted = plain(output.screen(60, 12)).splitlines()
     assert sum(line.startswith("root blocker") for line in fitted) == 2
@@ -258,8 +258,7 @@ def test_markdown_is_a_pipe_table_of_every_session() -> None:
     from lockdiag.render import markdown
     from lockdiag.views.blockers import blockers_output
 
-    graph = bundled().graph
-    text = markdown(blockers_output(graph, fmt="markdown").blocks())
+    text = markdown(blockers_output(bundled().incident(CheckPolicy()), fmt="markdown").blocks())
     assert "```" not in text, text
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert [cell.strip() for cell in rows[0].split("|")[1:-1]] == [

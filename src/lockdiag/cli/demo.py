@@ -93,7 +93,7 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
     key = names.key("tenant_summary", 74).triple
     show(who_holds_output(diagnosis.who_holds(key), snapshot), "auto")
     heading("$ lockdiag blockers  # where the wait chains start, worst first.")
-    show(blockers_output(diagnosis.graph, diagnosis.incident(CheckPolicy())), "auto")
+    show(blockers_output(diagnosis.incident(CheckPolicy())), "auto")
     heading("$ lockdiag check  # what deserves an alert (thresholds at zero for the demo).")
     thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
     show(check_output(diagnosis.incident(thresholds), "auto", thresholds), "auto")

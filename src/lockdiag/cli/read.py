@@ -208,7 +208,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
 
 def _blockers(diagnosis: Diagnosis, fmt: str) -> Output:
     """The chains in the incident's order, the one `check` gives (its default thresholds)."""
-    return blockers_output(diagnosis.graph, diagnosis.incident(CheckPolicy()), fmt)
+    return blockers_output(diagnosis.incident(CheckPolicy()), fmt)
 
 
 @click.command("snapshot")

@@ -56,6 +56,11 @@ class Cause:
     root: Root | None  # its place in the wait-for graph, for a root blocker
 
     @property
+    def kind_name(self) -> str:
+        """Its headline finding's kind, or ``root-blocker`` for a root no finding is about."""
+        return self.kind.value if self.kind is not None else "root-blocker"
+
+    @property
     def evidence(self) -> str:
         return self.findings[0].evidence if self.findings else self.impact
 

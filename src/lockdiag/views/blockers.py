@@ -110,35 +110,25 @@ def _tree_data(tree: Tree) -> dict[str, Any]:
     }
 
 
-def ordered_roots(report: Blockers, incident: Incident | None = None) -> list[Root]:
-    """The roots in the incident's order (impact, then severity, then age), when there is
-    one; else the graph's (impact, then pid): the same but for ties."""
-    if incident is None:
-        return list(report.roots)
-    place = {c.pid: i for i, c in enumerate(incident.causes) if c.root is not None}
-    return sorted(report.roots, key=lambda r: place.get(r.tree.pid, len(place)))
+def ordered_roots(incident: Incident) -> list[Cause]:
+    """The root blockers, as causes, in the incident's one order."""
+    return [cause for cause in incident.causes if cause.root is not None]
 
 
-def root_heading(number: int, root: Root, report: Blockers, cause: Cause | None = None) -> str:
+def root_heading(number: int, cause: Cause) -> str:
     """``root blocker 1: tenant_summary 73 (+1 more)  pid 4163 (billing-worker) · blocks 2
     directly, 2 in total, longest wait 7m28s``: named, as `check` names it, by the lock
     others wait for."""
-    server = report.snapshot.server
-    node = report.nodes.get(root.tree.pid)
-    if cause is not None:
-        label, more = clean(cause.label), cause.locks - 1
-    else:
-        held = sorted(node.holds if node else [], key=lambda e: -len(e.blocks))
-        labels = list(dict.fromkeys(lock_label(e, server) for e in held))
-        label, more = (labels[0], len(labels) - 1) if labels else ("?", 0)
-    name = f"{label}{f' (+{more} more)' if more > 0 else ''}"
-    session = node.session if node else None
+    root = cause.root
+    assert root is not None
+    more = f" (+{cause.locks - 1} more)" if cause.locks > 1 else ""
+    session = cause.session
     app = clean(session.application_name) if session and session.application_name else ""
-    who = f"pid {root.tree.pid}" + (f" ({app})" if app else "")
+    who = f"pid {cause.pid}" + (f" ({app})" if app else "")
     longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
     return (
-        f"root blocker {number}: {name}  {who} · blocks {root.direct} directly, {root.total} in "
-        f"total, longest wait {longest}"
+        f"root blocker {number}: {clean(cause.label)}{more}  {who} · blocks {root.direct} "
+        f"directly, {root.total} in total, longest wait {longest}"
     )
 
 
@@ -150,11 +140,12 @@ def _cycle_line(cycle: list[int]) -> str:
     )
 
 
-def blockers_output(report: Blockers, incident: Incident | None = None, fmt: str = "") -> Output:
-    """The chains, worst root first (the incident's order when given). ``fmt`` "markdown":
-    one pipe table of every session in the chains instead of the trees."""
-    roots = ordered_roots(report, incident)
-    causes = {c.pid: c for c in incident.causes} if incident is not None else {}
+def blockers_output(incident: Incident, fmt: str = "") -> Output:
+    """The chains, worst root first, in the incident's order. ``fmt`` "markdown": one pipe
+    table of every session in the chains instead of the trees."""
+    report = incident.report.graph
+    causes = ordered_roots(incident)
+    roots = [cause.root for cause in causes if cause.root is not None]
 
     def nothing() -> list[Block]:
         waiting = sum(1 for n in report.nodes.values() if n.waits)
@@ -162,10 +153,7 @@ def blockers_output(report: Blockers, incident: Incident | None = None, fmt: str
                       "no session waits for a lock"], "verdict")]  # fmt: skip
 
     def headings() -> list[str]:
-        return [
-            root_heading(n, root, report, causes.get(root.tree.pid))
-            for n, root in enumerate(roots, start=1)
-        ]
+        return [root_heading(n, cause) for n, cause in enumerate(causes, start=1)]
 
     def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
         """Every chain in full; on a screen of ``lines`` lines, every root's heading and as
@@ -187,12 +175,18 @@ def blockers_output(report: Blockers, incident: Incident | None = None, fmt: str
         room -= sum(len(heading) for heading, _ in chains)
         # and each chain's holder, with a count of the rest: a later chain is never left out
         least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
+        # a screen too short even for that: each heading (it names the holder) and a count
+        bare = bool(lines) and sum(least) > room
         room -= sum(least)
         out: list[Block] = []
         folded = 0
         for (heading, rows), reserved in zip(chains, least, strict=True):
             room += reserved
             out.append(Text(heading, "verdict"))
+            if bare:
+                out.append(Text([f"… {len(rows) - 1} more session(s) in this chain"]))
+                folded += 1
+                continue
             shown: list[str] = []
             for index, row in enumerate(rows):
                 left = len(rows) - index

@@ -39,7 +39,7 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
         summary again at the end."""
         summary = Text([f"{incident.status}: {incident.summary()}"], "verdict")
         shown = [(cause_heading(c), cause_detail(c)) for c in incident.alerting]
-        shown += [(_finding_heading(f), _finding_detail(f)) for f in incident.unattached]
+        shown += [(finding_heading(f), _finding_detail(f)) for f in incident.unattached]
         notes = notes_block(report.notes)
         noted = [line for block in notes if isinstance(block, Text) for line in block.lines]
         room = lines - 4 - text_height(noted, columns)  # two summaries, a note, a prompt
@@ -105,7 +105,7 @@ def _cause_row(cause: Cause) -> list[str]:
     blocked = f"{cause.blocked} ({cause.blocked_directly} directly)" if cause.blocked else "0"
     return [
         (cause.severity or "warning").upper(),
-        cause.kind.value if cause.kind is not None else "root-blocker",
+        cause.kind_name,
         f"{clean(cause.label)}{more}",
         _pid(cause.pid),
         clean(cause.session.application_name) if cause.session else "",
@@ -124,7 +124,7 @@ def cause_heading(cause: Cause) -> tuple[str, Style]:
     named by the lock others wait for, with the cause's severity (never below its waits')."""
     severity: Style = cause.severity or "warning"
     more = f" (+{cause.locks - 1} more)" if cause.locks > 1 else ""
-    kind = cause.kind.value if cause.kind is not None else "root-blocker"
+    kind = cause.kind_name
     return f"{severity.upper()} {kind}: {clean(cause.label)}{more}{_who(cause)}", severity
 
 
@@ -146,7 +146,7 @@ def cause_detail(cause: Cause) -> list[str]:
     return detail
 
 
-def _finding_heading(finding: Finding) -> tuple[str, Style]:
+def finding_heading(finding: Finding) -> tuple[str, Style]:
     pid = f"  pid {finding.pid}" if finding.pid is not None else ""
     return (
         f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}",
@@ -181,7 +181,7 @@ def _cause_data(cause: Cause) -> dict[str, Any]:
     return {
         "pid": cause.pid,
         "application_name": cause.session.application_name if cause.session else None,
-        "kind": cause.kind.value if cause.kind is not None else "root-blocker",
+        "kind": cause.kind_name,
         "severity": cause.severity,
         "lock": cause.label,
         "locks": cause.locks,

@@ -150,7 +150,7 @@ def _down_since(target: TargetState, scraped: datetime | None) -> str:
 def _cause(cause: Cause, incident: Incident) -> str:
     """`check`'s heading and detail, in its order, with the holder's session as facts."""
     severity = cause.severity or "warning"
-    kind = cause.kind.value if cause.kind is not None else "root-blocker"
+    kind = cause.kind_name
     more = f" <span class='more'>(+{cause.locks - 1} more)</span>" if cause.locks > 1 else ""
     heading = (
         f"<h3><span class='sev'>{severity.upper()}</span> {_e(kind)}: "

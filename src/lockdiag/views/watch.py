@@ -24,7 +24,7 @@ from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Text, clean, pick
 from lockdiag.views.blockers import ordered_roots, root_heading, tree_lines
-from lockdiag.views.check import Style, cause_heading
+from lockdiag.views.check import Style, cause_heading, finding_heading
 from lockdiag.views.columns import WATCH_COLUMNS, WatchRow, cells_of, table, watch_line
 from lockdiag.views.common import lock_label
 
@@ -245,15 +245,15 @@ def _findings_and_chains(state: State, screen: int | None) -> list[Block]:
     graph = incident.report.graph
     kept = {c.pid for c in causes}
     roots = [
-        r for r in ordered_roots(graph, incident)
-        if r.tree.pid in kept or state.shows_chain(r, graph)
+        c for c in ordered_roots(incident)
+        if c.pid in kept or (c.root is not None and state.shows_chain(c.root, graph))
     ]  # fmt: skip
-    by_pid = {c.pid: c for c in incident.causes}
     room = most
     chains: list[str] = []
-    for number, root in enumerate(roots, start=1):
-        chains.append(root_heading(number, root, graph, by_pid.get(root.tree.pid)))
-        rows = tree_lines(root.tree, graph)
+    for number, cause in enumerate(roots, start=1):
+        assert cause.root is not None
+        chains.append(root_heading(number, cause))
+        rows = tree_lines(cause.root.tree, graph)
         if room is not None and len(rows) > room:
             fits = max(1, room - 1)  # the holder's line at least, then the count
             rows = [*rows[:fits], f"… {len(rows) - fits} more session(s) in this chain"]
@@ -273,12 +273,8 @@ def _cause_line(cause: Cause) -> tuple[str, Style]:
 
 
 def _unattached_line(finding: Finding) -> tuple[str, Style]:
-    pid = f"  pid {finding.pid}" if finding.pid is not None else ""
-    return (
-        f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid} · "
-        f"{clean(finding.evidence)}",
-        finding.severity,
-    )
+    heading, style = finding_heading(finding)
+    return f"{heading} · {clean(finding.evidence)}", style
 
 
 def _urgency(entry: LockEntry) -> int:

@@ -83,9 +83,7 @@ def _in_cause_terms(
     rank = found.causes.index(cause)
     place = f"cause {rank + 1} of {len(found.causes)}"
     severity = (
-        f" ({cause.severity.upper()} {cause.kind.value if cause.kind else 'root-blocker'})"
-        if cause.severity is not None
-        else ""
+        f" ({cause.severity.upper()} {cause.kind_name})" if cause.severity is not None else ""
     )
     who = _who(cause.pid, cause.session.application_name if cause.session else None)
     if cause.root is not None:
