@@ -386,6 +386,8 @@ def test_a_pooler_that_rejects_the_options_is_one_line_with_the_fix(
     assert lines[1].startswith("lockdiag: hint: ")
     assert "ignore_startup_parameters = options" in lines[1]
     assert "connect to PostgreSQL directly" in lines[1]
+    # the setting is the pooler's, for all its clients: the hint says what it costs them
+    assert "drops every client's options silently" in lines[1]
     assert len(lines) == 2 and "Traceback" not in result.output
 
 

@@ -214,7 +214,7 @@ class DiagnosticSession:
 
 _REFUSED_HINT = (
     "connect to PostgreSQL directly, or through a pooler in session or transaction mode "
-    "(with PgBouncer, ignore_startup_parameters = options)"
+    "(with PgBouncer, ignore_startup_parameters = options, which drops every client's options)"
 )
 
 
@@ -302,8 +302,10 @@ def _connect_hint(message: str) -> str | None:
     if "unsupported startup parameter" in lowered:
         return (
             "a pooler refuses lockdiag's startup options (which carry its read-only setting and "
-            "timeouts): set ignore_startup_parameters = options in pgbouncer.ini (lockdiag then "
-            "applies them per transaction), or connect to PostgreSQL directly"
+            "timeouts): connect to PostgreSQL directly (best: pg_locks is the server's anyway); "
+            "ignore_startup_parameters = options in pgbouncer.ini would let lockdiag apply them "
+            "per transaction, but it drops every client's options silently, so first check that "
+            "no application of that pooler sends any"
         )
     if "timeout expired" in lowered:
         return "the server did not answer in time; raise --timeout or check the network"
