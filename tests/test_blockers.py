@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -91,6 +92,31 @@ def test_three_level_chain_mixing_table_and_advisory_locks(
         (b.pid, a.pid, "holds"), (c.pid, b.pid, "holds")
     }  # fmt: skip
     assert document["roots"][0]["tree"]["children"][0]["children"][0]["pid"] == c.pid
+
+
+def test_who_holds_sees_that_the_holder_waits_for_a_table_lock(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """The holder of the key waits for a table lock: the verdict names the table lock's
+    owner as the root, and the next step is no step against the holder (ending it would
+    free the leaf for a moment and leave the cause in place)."""
+    a, b, c = three_level_chain(sessions)
+    result = CliRunner().invoke(cli, ["who-holds", "tenant_summary", "1", "--dsn", cluster.dsn()])
+    verdict = result.stdout.splitlines()
+    text = "\n".join(verdict)
+    cause = next(line for line in verdict if "root blocker" in line)
+    assert f"held by pid {b.pid} (middle), which waits for" in cause, text
+    assert f"pid {a.pid} (table-owner) is the worst root blocker" in cause, text
+    assert f"terminate {b.pid}" not in text, text
+    document = json.loads(
+        CliRunner()
+        .invoke(cli, ["who-holds", "tenant_summary", "1", "--dsn", cluster.dsn(), "--format",
+                      "json"])
+        .stdout
+    )  # fmt: skip
+    assert str(a.pid) in document["verdict"] and f"terminate {b.pid}" not in str(
+        document["next_step"]
+    )
 
 
 def test_waiter_queued_behind_a_waiter_is_not_a_holder(
@@ -255,10 +281,12 @@ def test_a_small_screen_keeps_every_heading_and_counts_the_rest() -> None:
 
 
 def test_markdown_is_a_pipe_table_of_every_session() -> None:
-    from lockdiag.render import markdown
+    from lockdiag.render import render
     from lockdiag.views.blockers import blockers_output
 
-    text = markdown(blockers_output(bundled().incident(CheckPolicy()), fmt="markdown").blocks())
+    document = io.StringIO()
+    render(blockers_output(bundled().incident(CheckPolicy())), "markdown", document)
+    text = document.getvalue()
     assert "```" not in text, text
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert [cell.strip() for cell in rows[0].split("|")[1:-1]] == [

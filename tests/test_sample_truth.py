@@ -6,6 +6,7 @@ then one run against real sessions."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -21,7 +22,7 @@ from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
 from lockdiag.core.observe import Episodes, Sampler, patterns
 from lockdiag.demo.cluster import Cluster
 from lockdiag.registry import parse_registry
-from lockdiag.render import plain
+from lockdiag.render import plain, render
 from lockdiag.views.sample import sample_output
 
 from conftest import Sessions
@@ -160,7 +161,7 @@ def test_the_header_and_callouts_come_before_a_folded_table() -> None:
     many = [lock(40, 4200, key) for key in range(10000, 10500)]
     people, locks = stuck_owner(1)[0]
     sampler = sampled([([*people, holder], [*locks, *many])] * 5)
-    text = plain(sample_output(sampler, "plain", 0.25).blocks()).splitlines()
+    text = plain(sample_output(sampler, 0.25).blocks()).splitlines()
     assert text[0].startswith("sampled 1s") and "5 sample(s), every 250ms" in text[0]
     assert sum("500 x invoice_pdf_export 10000..10499" in line for line in text) == 1
     assert not any("invoice_pdf_export 10250" in line for line in text)
@@ -168,9 +169,10 @@ def test_the_header_and_callouts_come_before_a_folded_table() -> None:
     table = next(i for i, line in enumerate(text) if line.startswith("Per key"))
     assert callout < table
     assert len(text) < 20
-    csv_rows = sample_output(sampler, "csv", 0.25).blocks()[-1].rows  # type: ignore[union-attr]
-    assert len(csv_rows) == 501  # CSV: every row
-    asked = plain(sample_output(sampler, "plain", 0.25, duration=1.25).blocks()).splitlines()
+    spreadsheet = io.StringIO()
+    render(sample_output(sampler, 0.25), "csv", spreadsheet)
+    assert len(spreadsheet.getvalue().splitlines()) == 1 + 501  # CSV: the header, every row
+    asked = plain(sample_output(sampler, 0.25, duration=1.25).blocks()).splitlines()
     assert "of 1.25s asked for" in asked[0] and "5 of 5 expected sample(s)" in asked[0]
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-Format = Literal["table", "plain", "json", "markdown", "csv"]
+Format = Literal["table", "plain", "json", "markdown", "csv", "nagios", "prometheus"]
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
 VALUE_STYLES = {"WAITING": "bold red"}
 NARROW_LIMIT = 32  # a short column never shrinks below its content, up to this width
@@ -52,17 +52,30 @@ Block = Table | Text
 
 @dataclass
 class Output:
-    """A result: ``blocks`` for people, ``data`` for JSON. Both are built only when needed.
+    """A result, as data: ``blocks`` for people, ``data`` for JSON, and the other forms a
+    view has. Each is built only when its format is asked for, and only :func:`render` knows
+    which format takes which (a view never sees the format's name).
 
     ``items`` names a list that JSON output streams after the keys of ``data``, one item at a
     time, so a hundred thousand locks never sit in memory as JSON-ready dicts all at once.
     """
 
     blocks: Callable[[], list[Block]]
-    data: Callable[[], Any]
+    data: Callable[[], Any]  # None: nothing to say in JSON (an error said on stderr)
     items: tuple[str, Callable[[], Iterable[Any]]] | None = None
     # for a terminal, when it differs: given the screen's (columns, lines), 0 when not a tty
     screen: Callable[[int, int], list[Block]] | None = None
+    # for a ticket or a spreadsheet (markdown, csv), when it differs: tables in place of
+    # trees and folded rows, every row kept
+    document: Callable[[], list[Block]] | None = None
+    status: Callable[[], str] | None = None  # a monitoring plugin's one line (nagios)
+    metrics: Callable[[], list[str]] | None = None  # the Prometheus text exposition
+
+
+def status_only(line: str) -> Output:
+    """What an alerting command prints when it cannot answer: its status line, for a
+    monitoring plugin, and nothing in any other format (the error goes to stderr)."""
+    return Output(list, lambda: None, status=lambda: line)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -85,18 +98,29 @@ def resolve(fmt: str, stream: TextIO) -> Format:
 
 
 def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """The one place that maps ``--format`` to a renderer."""
     stream = stream or sys.stdout
-    chosen = resolve(fmt, stream)
-    if chosen == "json":
-        _json(output, stream)
-    elif chosen == "plain":
-        stream.write(plain(output.blocks()))
-    elif chosen == "markdown":
-        stream.write(markdown(output.blocks()))
-    elif chosen == "csv":
-        _csv(output.blocks(), stream)
-    else:
-        _rich(output, stream)
+    RENDERERS[resolve(fmt, stream)](output, stream)
+
+
+def _plain(output: Output, stream: TextIO) -> None:
+    stream.write(plain(output.blocks()))
+
+
+def _markdown(output: Output, stream: TextIO) -> None:
+    stream.write(markdown((output.document or output.blocks)()))
+
+
+def _status(output: Output, stream: TextIO) -> None:
+    if output.status is None:
+        raise ValueError("this result has no status line")
+    stream.write(output.status() + "\n")
+
+
+def _metrics(output: Output, stream: TextIO) -> None:
+    if output.metrics is None:
+        raise ValueError("this result has no metrics")
+    stream.write("".join(f"{line}\n" for line in output.metrics()))
 
 
 def _json(output: Output, stream: TextIO) -> None:
@@ -106,6 +130,8 @@ def _json(output: Output, stream: TextIO) -> None:
     import orjson
 
     head = output.data()
+    if head is None:
+        return
     if output.items is None or stream.isatty():  # a terminal gets it whole and indented
         if output.items is not None:
             key, items = output.items
@@ -207,12 +233,13 @@ def markdown(blocks: list[Block]) -> str:
     return "\n".join(parts).rstrip("\n") + "\n" if parts else ""
 
 
-def _csv(blocks: list[Block], stream: TextIO) -> None:
+def _csv(output: Output, stream: TextIO) -> None:
     """The first table, every row, as CSV (the header first); text blocks are left out.
     Every cell passes through :func:`csv_cell`: none is a formula when opened in a
     spreadsheet."""
     import csv
 
+    blocks = (output.document or output.blocks)()
     table = next((b for b in blocks if isinstance(b, Table)), None)
     if table is None:
         return
@@ -272,6 +299,17 @@ def _rich(output: Output, stream: TextIO) -> None:
     budget = screen_budget(blocks, console.width, lines) if lines else 0
     for renderable in rich_renderables(blocks, console, budget):
         console.print(renderable)
+
+
+RENDERERS: dict[Format, Callable[[Output, TextIO], None]] = {
+    "table": _rich,
+    "plain": _plain,
+    "json": _json,
+    "markdown": _markdown,
+    "csv": _csv,
+    "nagios": _status,
+    "prometheus": _metrics,
+}
 
 
 def screen_budget(blocks: list[Block], width: int, height: int) -> int:

@@ -25,6 +25,7 @@ from lockdiag.core.model import Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
 from lockdiag.registry import Registry
+from lockdiag.render import status_only
 from lockdiag.views.check import NAGIOS_EXIT, STATUS_EXIT, check_output, fleet_check_output
 
 
@@ -103,7 +104,6 @@ def check_command(
       lockdiag check --format prometheus > /var/lib/node_exporter/lockdiag.prom
     """
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
-    machine = fmt in ("nagios", "prometheus")
     try:
         names = get_registry(registry)
         captures = get_captures("all", names)
@@ -112,16 +112,15 @@ def check_command(
                 (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.error)
                 for c in captures
             ]
-            output, status = fleet_check_output(results, fmt, policy)
-            show(output, "plain" if machine else fmt)
+            output, status = fleet_check_output(results, policy)
+            show(output, fmt)
             sys.exit(STATUS_EXIT[status])
         snapshot = get_snapshot("all", names)
     except LockdiagError as error:
-        if fmt == "nagios":
-            click.echo(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}")
+        show(status_only(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}"), fmt)
         raise UnknownStatus(str(error), error.hint) from None
     report = _check(snapshot, names, policy)
-    show(check_output(report, fmt, policy), "plain" if machine else fmt)
+    show(check_output(report, policy), fmt)
     sys.exit(NAGIOS_EXIT[report.status])
 
 

@@ -96,4 +96,4 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
     show(blockers_output(diagnosis.incident(CheckPolicy())), "auto")
     heading("$ lockdiag check  # what deserves an alert (thresholds at zero for the demo).")
     thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
-    show(check_output(diagnosis.incident(thresholds), "auto", thresholds), "auto")
+    show(check_output(diagnosis.incident(thresholds), thresholds), "auto")

@@ -119,10 +119,7 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
             interrupted = True
     if sampler.samples == 0 and errors and not interrupted:
         raise ServerError(errors[-1])
-    show(
-        sample_output(sampler, fmt, interval, duration=duration),
-        "plain" if fmt == "prometheus" else fmt,
-    )
+    show(sample_output(sampler, interval, duration=duration), fmt)
     if interrupted:
         click.echo("lockdiag: interrupted: the figures cover what was sampled", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -154,7 +154,9 @@ def who_holds_command(
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, *resource).triple
-    captures = get_captures("advisory", names)
+    # every lock type: the verdict places the holder in the incident, and a holder that waits
+    # for a table lock is no root blocker
+    captures = get_captures("all", names)
     if captures is not None:
         reports = [
             (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None)
@@ -167,7 +169,7 @@ def who_holds_command(
         show(fleet_sections(parts), fmt)
         fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
         sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
-    snapshot = get_snapshot("advisory", names)
+    snapshot = get_snapshot("all", names)
     report = Diagnosis(snapshot, names).who_holds(key)
     show(who_holds_output(report, snapshot), fmt)
     sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
@@ -194,7 +196,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
         parts = [
             (
                 c.target,
-                _blockers(Diagnosis(c.snapshot, names), fmt) if c.snapshot else None,
+                _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None,
                 c.error,
             )
             for c in captures
@@ -203,12 +205,12 @@ def blockers_command(registry: str | None, fmt: str) -> None:
         fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
         return
     snapshot = get_snapshot("all", names)
-    show(_blockers(Diagnosis(snapshot, names), fmt), fmt)
+    show(_blockers(Diagnosis(snapshot, names)), fmt)
 
 
-def _blockers(diagnosis: Diagnosis, fmt: str) -> Output:
+def _blockers(diagnosis: Diagnosis) -> Output:
     """The chains in the incident's order, the one `check` gives (its default thresholds)."""
-    return blockers_output(diagnosis.incident(CheckPolicy()), fmt)
+    return blockers_output(diagnosis.incident(CheckPolicy()))
 
 
 @click.command("snapshot")

@@ -140,9 +140,9 @@ def _cycle_line(cycle: list[int]) -> str:
     )
 
 
-def blockers_output(incident: Incident, fmt: str = "") -> Output:
-    """The chains, worst root first, in the incident's order. ``fmt`` "markdown": one pipe
-    table of every session in the chains instead of the trees."""
+def blockers_output(incident: Incident) -> Output:
+    """The chains, worst root first, in the incident's order; for a ticket, one pipe table
+    of every session in the chains instead of the trees."""
     report = incident.report.graph
     causes = ordered_roots(incident)
     roots = [cause.root for cause in causes if cause.root is not None]
@@ -160,8 +160,6 @@ def blockers_output(incident: Incident, fmt: str = "") -> Output:
         much of each chain as fits, worst first, the rest of a chain counted."""
         if not roots and not report.cycles:
             return nothing()
-        if fmt == "markdown":
-            return _markdown_blocks(report, roots, headings())
         chains = [
             (
                 TreeRow("", heading, "  ").wrapped(columns),
@@ -225,7 +223,12 @@ def blockers_output(incident: Incident, fmt: str = "") -> Output:
             "cycles": report.cycles,
         }
 
-    return Output(blocks, data, screen=blocks)
+    def document() -> list[Block]:
+        if not roots and not report.cycles:
+            return nothing()
+        return _markdown_blocks(report, roots, headings())
+
+    return Output(blocks, data, screen=blocks, document=document)
 
 
 MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "blocked by",

@@ -4,6 +4,7 @@ server or a fleet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
@@ -24,14 +25,10 @@ NAGIOS_EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2}
 # -- check -------------------------------------------------------------------------------------
 
 
-def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
+def check_output(incident: Incident, policy: CheckPolicy) -> Output:
+    """The causes worst first as text (fitted to a screen), JSON, a table of causes for a
+    ticket, a Nagios line and Prometheus metrics: one incident, every form."""
     report = incident.report
-    if fmt == "nagios":
-        return Output(lambda: [Text([nagios_line(incident, policy)])], dict)
-    if fmt == "prometheus":
-        return Output(lambda: [Text(exposition(check_metrics(incident)))], dict)
-    if fmt == "markdown":
-        return Output(lambda: markdown_blocks(incident), dict)
 
     def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
         """Every cause in full, worst first, its findings and the waits it causes under it; on
@@ -76,7 +73,14 @@ def check_output(incident: Incident, fmt: str, policy: CheckPolicy) -> Output:
             "notes": report.notes,
         }
 
-    return Output(blocks, data, screen=blocks)
+    return Output(
+        blocks,
+        data,
+        screen=blocks,
+        document=lambda: markdown_blocks(incident),
+        status=lambda: nagios_line(incident, policy),
+        metrics=lambda: exposition(check_metrics(incident)),
+    )
 
 
 Style = Literal["critical", "warning"]
@@ -313,7 +317,7 @@ def worst(statuses: list[str]) -> str:
 
 
 def fleet_check_output(
-    results: list[tuple[str, Incident | None, str | None]], fmt: str, policy: CheckPolicy
+    results: list[tuple[str, Incident | None, str | None]], policy: CheckPolicy
 ) -> tuple[Output, str]:
     """Every target's findings, and the worst status of all (a failed target is UNKNOWN)."""
     statuses = [report.status if report else "UNKNOWN" for _, report, _ in results]
@@ -324,7 +328,7 @@ def fleet_check_output(
             return f"{target} UNKNOWN ({error})"
         return f"{target} {report.status} ({report.summary()})"
 
-    if fmt == "nagios":
+    def nagios() -> str:
         reports = [report for _, report, _ in results if report]
         metrics = [_metrics(report) for report in reports]
         findings = sum(len(report.report.findings) for report in reports)
@@ -337,21 +341,19 @@ def fleet_check_output(
             f"longest_wait={max((m['longest_wait'] for m in metrics), default=0):.3f}s;;;0",
             f"failed_targets={statuses.count('UNKNOWN')};;;0",
         ]
-        return Output(lambda: [Text([f"{clean(line)} | {' '.join(perfdata)}"])], dict), status
-    if fmt == "prometheus":
+        return f"{clean(line)} | {' '.join(perfdata)}"
 
-        def metrics_lines() -> list[str]:
-            up = Metric("lockdiag_target_up", "Whether the target could be read (1) or not (0).")
-            groups = [[up]]
-            for target, report, _ in results:
-                up.add(1 if report else 0, target=target)
-                if report is not None:
-                    groups.append(labelled(check_metrics(report), "target", target))
-            return exposition(merged(groups))
+    def metrics_lines() -> list[str]:
+        up = Metric("lockdiag_target_up", "Whether the target could be read (1) or not (0).")
+        groups = [[up]]
+        for target, report, _ in results:
+            up.add(1 if report else 0, target=target)
+            if report is not None:
+                groups.append(labelled(check_metrics(report), "target", target))
+        return exposition(merged(groups))
 
-        return Output(lambda: [Text(metrics_lines())], dict), status
-
-    def blocks() -> list[Block]:
+    def sections(part: Callable[[Incident], list[Block]]) -> list[Block]:
+        """The verdict over every target, then each target's own blocks under its name."""
         out: list[Block] = [
             Text([f"{status}: " + "; ".join(summary(*r) for r in results)], "verdict")
         ]
@@ -359,8 +361,7 @@ def fleet_check_output(
             if report is None or not (report.alerting or report.unattached):
                 continue
             out.append(Text([f"== {clean(target)}"], "verdict"))
-            part = "markdown" if fmt == "markdown" else "plain"
-            out += check_output(report, part, policy).blocks()[1:]
+            out += part(report)[1:]  # its own verdict is in the first line already
         return out
 
     def data() -> dict[str, Any]:
@@ -382,4 +383,11 @@ def fleet_check_output(
             ],
         }
 
-    return Output(blocks, data), status
+    output = Output(
+        lambda: sections(lambda report: check_output(report, policy).blocks()),
+        data,
+        document=lambda: sections(markdown_blocks),
+        status=nagios,
+        metrics=metrics_lines,
+    )
+    return output, status

@@ -267,11 +267,14 @@ def notes_block(notes: list[str]) -> list[Block]:
 def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output:
     """One section per target, for answers that do not merge into one table."""
 
-    def blocks() -> list[Block]:
+    def sections(document: bool) -> list[Block]:
         out: list[Block] = []
         for target, output, error in parts:
             out.append(Text([f"== {clean(target)}"], "verdict"))
-            out += output.blocks() if output else [Text([f"FAILED: {clean(error)}"], "error")]
+            if output is None:
+                out.append(Text([f"FAILED: {clean(error)}"], "error"))
+                continue
+            out += ((document and output.document) or output.blocks)()
         return out
 
     def data() -> dict[str, Any]:
@@ -284,7 +287,7 @@ def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output
             ],
         }  # fmt: skip
 
-    return Output(blocks, data)
+    return Output(lambda: sections(False), data, document=lambda: sections(True))
 
 
 def _complete(output: Output) -> Any:

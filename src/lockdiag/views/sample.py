@@ -64,12 +64,11 @@ def _seconds(value: float) -> str:
     return f"{round(value, 2):g}s" if value < 60 else format_duration(value)
 
 
-def sample_output(
-    sampler: Sampler, fmt: str, interval: float, duration: float | None = None
-) -> Output:
+def sample_output(sampler: Sampler, interval: float, duration: float | None = None) -> Output:
     """The report: the header (duration, samples achieved, interval) first, then the callouts,
-    then the per-key table, folded except in CSV (every row). ``duration`` is the one asked
-    for, when the caller passes it; the header always gives the time the samples spanned."""
+    then the per-key table, folded for reading, every row for a ticket or a spreadsheet.
+    ``duration`` is the one asked for, when the caller passes it; the header always gives the
+    time the samples spanned."""
     found = patterns(sampler)
     ordered = sorted(
         sampler.keys.values(), key=lambda s: (-s.samples_waited, -s.samples_held, s.label)
@@ -82,10 +81,7 @@ def sample_output(
         else 0.0
     )
 
-    if fmt == "prometheus":
-        return Output(lambda: [Text(_sample_metrics(sampler, found, median_ms))], dict)
-
-    def blocks() -> list[Block]:
+    def blocks(folded: bool = True) -> list[Block]:
         def percent(count: int) -> str:
             return f"{100 * count / sampler.samples:.0f}%" if sampler.samples else "-"
 
@@ -117,7 +113,7 @@ def sample_output(
                 "0%",
             ]
 
-        grouped = [(s.label, [s]) for s in ordered] if fmt == "csv" else fold(ordered)
+        grouped = fold(ordered) if folded else [(s.label, [s]) for s in ordered]
         rows = [row(label, group) for label, group in grouped]
         asked = f" of {_seconds(duration)} asked for" if duration is not None else ""
         expected = f" of {max(1, int(duration / interval))} expected" if duration else ""
@@ -198,7 +194,12 @@ def sample_output(
             "patterns": [{"kind": p.kind, "key": p.label, "evidence": p.evidence} for p in found],
         }
 
-    return Output(blocks, data)
+    return Output(
+        blocks,
+        data,
+        document=lambda: blocks(folded=False),
+        metrics=lambda: _sample_metrics(sampler, found, median_ms),
+    )
 
 
 def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) -> list[str]:
