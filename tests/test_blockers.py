@@ -100,7 +100,7 @@ def test_who_holds_sees_that_the_holder_waits_for_a_table_lock(
     """The holder of the key waits for a table lock: the verdict names the table lock's
     owner as the root, and the next step is no step against the holder (ending it would
     free the leaf for a moment and leave the cause in place)."""
-    a, b, c = three_level_chain(sessions)
+    a, b, _ = three_level_chain(sessions)
     result = CliRunner().invoke(cli, ["who-holds", "tenant_summary", "1", "--dsn", cluster.dsn()])
     verdict = result.stdout.splitlines()
     text = "\n".join(verdict)

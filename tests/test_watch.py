@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -10,17 +11,21 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import psycopg
+import pyte
 import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
+from lockdiag.core.model import Snapshot
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import parse_registry
 from lockdiag.render import plain
+from lockdiag.views.blockers import tree_lines
 from lockdiag.views.watch import State, frame
 
 from conftest import Sessions, ctrl_c_reaches_child
@@ -375,3 +380,202 @@ def test_narrowing_to_a_namespace_keeps_its_root_cause() -> None:
     assert any("tenant_summary 74" in line and "pid 9932" in line for line in narrowed)
     assert not any("unregistered pair (-5, 7)  pid 4164" in line for line in narrowed)
     assert "root blocker 1: tenant_summary 73" in "\n".join(narrowed)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+INCIDENT, BUNDLED_REGISTRY = EXAMPLES / "incident.json", EXAMPLES / "lockdiag.toml"
+SIZES = [(24, 80), (40, 120), (50, 200)]
+
+
+def bundled_snapshot(renumbered: bool = False) -> Snapshot:
+    """The bundled incident; ``renumbered``: the second root's tenant_summary 74 is 72, so
+    its locks sort before the worst root's tenant_summary 73 in pg_locks' (the key's) order."""
+    from lockdiag.core.snapshot_file import load
+
+    snapshot = load(INCIDENT)
+    if renumbered:
+        snapshot.locks[:] = [
+            lock._replace(objid=72) if (lock.classid, lock.objid) == (4102, 74) else lock
+            for lock in snapshot.locks
+        ]
+    return snapshot
+
+
+def bundled_state(renumbered: bool = False) -> State:
+    registry, _ = parse_registry(BUNDLED_REGISTRY.read_text())
+    assert registry is not None
+    state = State(registry)
+    state.take(bundled_snapshot(renumbered))
+    return state
+
+
+def chain_lines(lines: list[str]) -> list[str]:
+    """The frame's chains: from the first root's heading to the lock table's header."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("root blocker 1:"))
+    end = next(i for i, line in enumerate(lines) if line.lstrip().startswith("LOCK "))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("height", [56, 40, 24])
+def test_frame_wraps_long_chain_rows_under_the_tree_and_fits_the_room(height: int) -> None:
+    """At 80 columns a tree row longer than the screen wraps under the tree's indent, as in
+    `blockers`, instead of losing its end; the chains (headings and wrapped lines counted)
+    take no more than their quarter of the screen, every root's heading stays, and the rest
+    of a chain is counted."""
+    state = bundled_state()
+    assert state.incident is not None
+    graph = state.incident.report.graph
+    long_rows = [
+        line for root in graph.roots for line in tree_lines(root.tree, graph) if len(line) > 80
+    ]
+    assert long_rows, "the bundled incident has a tree row longer than 80 columns"
+    chains = chain_lines(plain(frame(state, height, 80)).splitlines())
+    assert all(len(line) <= 80 for line in chains), chains
+    assert len(chains) <= max(3, height // 4), chains
+    assert sum(line.startswith("root blocker ") for line in chains) == len(graph.roots), chains
+    sizes = [len(tree_lines(root.tree, graph)) for root in graph.roots]
+    counted = []
+    for segment, size in zip(per_root(chains), sizes, strict=True):
+        shown = sum(starts_a_row(line) for line in segment)
+        more = [int(line.split()[1]) for line in segment if line.startswith("… ")]
+        counted += more
+        # every session shown or counted; too little room: the heading names the holder
+        assert shown + sum(more) == size or (shown == 0 and more == [size - 1]), segment
+    if height == 56:  # room for every chain in full: each long row whole, wrapped
+        assert not counted, chains
+        index = next(i for i, line in enumerate(chains) if line.startswith("├─ pid 9933"))
+        assert chains[index].endswith("waits 7m28s for tenant_summary 73"), chains
+        assert chains[index + 1] == "│     (ExclusiveLock)", chains  # under the tree's bar
+        joined = " ".join(line.lstrip("│└├─ ") for line in chains)
+        for row in long_rows:
+            assert row.lstrip("│└├─ ") in joined, (row, chains)
+    else:
+        assert counted, chains  # cut to the room: the rest is counted
+
+
+def test_frame_without_a_width_keeps_chain_rows_whole_on_one_line() -> None:
+    """--once (no screen): every chain row on one line, as before."""
+    state = bundled_state()
+    assert state.incident is not None
+    graph = state.incident.report.graph
+    lines = plain(frame(state)).splitlines()
+    for root in graph.roots:
+        for row in tree_lines(root.tree, graph):
+            assert row in lines, row
+
+
+def per_root(chains: list[str]) -> list[list[str]]:
+    """The chain lines after each root's heading (and its wrapped lines)."""
+    segments: list[list[str]] = []
+    for line in chains:
+        if line.startswith("root blocker "):
+            segments.append([])
+        elif not line.startswith("  "):  # not the heading's wrapped line
+            segments[-1].append(line)
+    return segments
+
+
+def starts_a_row(line: str) -> bool:
+    """A tree row's first line: the holder's, or a waiter's under the tree's bars."""
+    return line.startswith("pid ") or line.lstrip("│ ").startswith(("├─ ", "└─ "))
+
+
+def first_lock_row(lines: list[str]) -> str:
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("LOCK "))
+    return lines[header + 1]
+
+
+@pytest.mark.parametrize("renumbered", [False, True], ids=["recorded", "renumbered"])
+def test_lock_table_follows_the_incident_like_list(renumbered: bool, monkeypatch: Any) -> None:
+    """The first lock row under the chains is the worst root's contended lock (pid 4163,
+    tenant_summary 73), as `list` shows first on a terminal, even when another root's lock
+    sorts first by its key; then the rest of that chain, then the next root's."""
+    from lockdiag.core.diagnosis import Diagnosis
+    from lockdiag.registry import load_registry
+    from lockdiag.render import render
+    from lockdiag.views.listing import list_output
+
+    lines = plain(frame(bundled_state(renumbered), 50, 200)).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("LOCK "))
+    rows = [line.split() for line in lines[header + 1 : header + 6]]
+    second = "72" if renumbered else "74"
+    expected = [("73", "held", "4163"), ("73", "WAITING", "9933"), ("73", "WAITING", "13302"),
+                (second, "held", "9932"), (second, "WAITING", "9935")]  # fmt: skip
+    assert [(row[0], *row[1:4]) for row in rows] == [("tenant_summary", *e) for e in expected]
+    monkeypatch.setenv("COLUMNS", "220")
+    monkeypatch.setenv("LINES", "40")
+    diagnosis = Diagnosis(bundled_snapshot(renumbered), load_registry(str(BUNDLED_REGISTRY)))
+    terminal = Terminal()
+    render(list_output(diagnosis.listing()), "table", terminal)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", terminal.getvalue())
+    listed = [line for line in text.splitlines() if line.strip()]
+    assert listed[0].startswith("LOCK")
+    first = listed[2].split()  # after the header and its rule
+    assert first[:2] == rows[0][:2] and "4163" in first, (listed[2], rows[0])
+
+
+def test_lock_table_keeps_chains_and_flagged_locks_first_when_capped() -> None:
+    """A table cut to a few rows keeps the locks in a chain and the flagged ones."""
+    state = bundled_state()
+    lines = plain(frame(state, 6, 200)).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("LOCK "))
+    rows = lines[header + 1 : header + 7]
+    assert "more row(s) not shown" in "\n".join(lines)
+    assert not any("leader 1" in row or "tenant_summary 80" in row for row in rows), rows
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def screen_of(
+    args: list[str], size: tuple[int, int], keys: str = "", codes: tuple[int, ...] = (0, 1)
+) -> list[str]:
+    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
+    rows, columns = size
+    child = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
+        env={**TERMINAL_ENV, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    screen = pyte.Screen(columns, rows)
+    stream = pyte.ByteStream(screen)
+    if keys:
+        child.expect("q quit")  # the whole frame is drawn
+        stream.feed(child.before + child.after)
+        child.send(keys)
+    child.expect(pexpect.EOF)
+    stream.feed(child.before)
+    child.close()
+    assert child.exitstatus in codes, "\n".join(screen.display)
+    return [line.rstrip() for line in screen.display]
+
+
+LOCK_ROW = re.compile(r"\b(held|WAITING)\b")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_watch_on_a_terminal_names_the_cause_first_and_wraps_its_chains(
+    size: tuple[int, int], tmp_path: Path
+) -> None:
+    """In a real pty: the first line after the header that names a lock and a pid is pid
+    4163's tenant_summary 73, and so is the first row of the lock table under the chains;
+    chain lines wrap (none is cut with an ellipsis); the header and footer are on screen."""
+    recording = tmp_path / "incident.jsonl"
+    recording.write_text(json.dumps(json.loads(INCIDENT.read_text())) + "\n")
+    args = ["watch", "--from", str(recording), "--registry", str(BUNDLED_REGISTRY),
+            "--interval", "60s"]  # fmt: skip
+    screen = screen_of(args, size, keys="q")
+    text = "\n".join(screen)
+    header = next(i for i, line in enumerate(screen) if line.startswith("lockdiag watch"))
+    assert header < 2, text
+    assert any(line.startswith("q quit") for line in screen[header:]), text  # the footer
+    naming = [line for line in screen[header + 1 :] if re.search(r"\d{3,}", line)]
+    assert "pid 4163" in naming[0] and "tenant_summary 73" in naming[0], text
+    start = next(i for i, line in enumerate(screen) if line.startswith("root blocker 1:"))
+    rows = [i for i, line in enumerate(screen) if i > start and LOCK_ROW.search(line)]
+    chains = screen[start : rows[0]]  # and the table's header, when it has one
+    assert not any(line.endswith("…") for line in chains), text  # wrapped, not cut
+    assert sum(line.startswith("root blocker ") for line in chains) == 2, text
+    first = screen[rows[0]]  # the table's first row
+    assert "4163" in first.split() and "tenant_summary 73" in first, text

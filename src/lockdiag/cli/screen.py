@@ -232,7 +232,7 @@ def _loop(
             state.late_since = late
             # the first frame waits a moment for the first snapshot (keys are read meanwhile)
             if changed and (state.refreshes or state.lost or time.monotonic() >= first):
-                shown = frame(state, console.height)  # never more rows than the screen
+                shown = frame(state, console.height, console.width)  # rows and wraps to fit it
                 drawn = Group(*rich_renderables(shown, console))
                 # a frame that may no longer be true is dimmed (it says its age)
                 live.update(Styled(drawn, "dim") if state.stale else drawn, refresh=True)

@@ -161,42 +161,16 @@ def blockers_output(incident: Incident) -> Output:
         if not roots and not report.cycles:
             return nothing()
         chains = [
-            (
-                TreeRow("", heading, "  ").wrapped(columns),
-                [row.wrapped(columns) for row in tree_rows(root.tree, report)],
-            )
+            chain_lines(heading, root, report, columns)
             for heading, root in zip(headings(), roots, strict=True)
         ]
         cycles = [_cycle_line(cycle) for cycle in report.cycles]
-        # every heading and every cycle stays; then the chains, worst first, while they fit
-        room = lines - 2 - text_height(cycles, columns)  # a fold note, the shell's prompt
-        room -= sum(len(heading) for heading, _ in chains)
-        # and each chain's holder, with a count of the rest: a later chain is never left out
-        least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
-        # a screen too short even for that: each heading (it names the holder) and a count
-        bare = bool(lines) and sum(least) > room
-        room -= sum(least)
+        # every heading and every cycle stays; a fold note and the shell's prompt
+        room = lines - 2 - text_height(cycles, columns) if lines else None
+        fitted, folded = fit_chains(chains, room)
         out: list[Block] = []
-        folded = 0
-        for (heading, rows), reserved in zip(chains, least, strict=True):
-            room += reserved
-            out.append(Text(heading, "verdict"))
-            if bare:
-                out.append(Text([f"… {len(rows) - 1} more session(s) in this chain"]))
-                folded += 1
-                continue
-            shown: list[str] = []
-            for index, row in enumerate(rows):
-                left = len(rows) - index
-                need = len(row) + (1 if left > 1 else 0)  # and a fold line for the rest
-                if lines and need > room and index:
-                    shown.append(f"… {left} more session(s) in this chain")
-                    room -= 1
-                    folded += 1
-                    break
-                shown += row
-                room -= len(row)
-            out.append(Text(shown))
+        for heading, shown in fitted:
+            out += [Text(heading, "verdict"), Text(shown)]
         out += [Text([line], "error") for line in cycles]
         if folded:
             out.append(Text(["(chains cut to fit: --format plain | less shows all)"], "note"))
@@ -229,6 +203,56 @@ def blockers_output(incident: Incident) -> Output:
         return _markdown_blocks(report, roots, headings())
 
     return Output(blocks, data, screen=blocks, document=document)
+
+
+Chain = tuple[list[str], list[list[str]]]  # a heading's screen lines, each tree row's
+
+
+def chain_lines(heading: str, root: Root, graph: Blockers, columns: int) -> Chain:
+    """A root's heading and tree rows as screen lines ``columns`` wide (0: unwrapped), a
+    wrapped row kept under the tree's indent."""
+    rows = [row.wrapped(columns) for row in tree_rows(root.tree, graph)]
+    return TreeRow("", heading, "  ").wrapped(columns), rows
+
+
+def fit_chains(
+    chains: list[Chain], room: int | None
+) -> tuple[list[tuple[list[str], list[str]]], int]:
+    """Chains fitted to ``room`` screen lines (None: in full), worst first, as `blockers` and
+    `watch` show them: every heading stays, then each chain's holder with a count of the rest
+    (a later chain is never left out), then the rest of each chain while it fits; too few lines
+    even for that, each heading (it names the holder) and a count. Returns each chain's heading
+    and the lines shown under it, and how many chains were cut."""
+    if room is None:
+        return [(heading, [line for row in rows for line in row]) for heading, rows in chains], 0
+    room -= sum(len(heading) for heading, _ in chains)
+    least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
+    bare = sum(least) > room
+    room -= sum(least)
+    fitted: list[tuple[list[str], list[str]]] = []
+    cut = 0
+    for (heading, rows), reserved in zip(chains, least, strict=True):
+        room += reserved
+        if bare:
+            fitted.append((heading, [more_sessions(len(rows) - 1)] if len(rows) > 1 else []))
+            cut += len(rows) > 1
+            continue
+        shown: list[str] = []
+        for index, row in enumerate(rows):
+            left = len(rows) - index
+            if index and len(row) + (left > 1) > room:  # the row, and a count of the rest
+                shown.append(more_sessions(left))
+                room -= 1
+                cut += 1
+                break
+            shown += row
+            room -= len(row)
+        fitted.append((heading, shown))
+    return fitted, cut
+
+
+def more_sessions(count: int) -> str:
+    return f"… {count} more session(s) in this chain"
 
 
 MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "blocked by",

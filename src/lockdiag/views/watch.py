@@ -23,10 +23,24 @@ from lockdiag.core.observe import Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import Block, Text, clean, pick
-from lockdiag.views.blockers import ordered_roots, root_heading, tree_lines
+from lockdiag.views.blockers import (
+    TreeRow,
+    chain_lines,
+    fit_chains,
+    ordered_roots,
+    root_heading,
+)
 from lockdiag.views.check import Style, cause_heading, finding_heading
-from lockdiag.views.columns import WATCH_COLUMNS, WatchRow, cells_of, table, watch_line
+from lockdiag.views.columns import (
+    WATCH_COLUMNS,
+    ListRow,
+    WatchRow,
+    cells_of,
+    table,
+    watch_line,
+)
 from lockdiag.views.common import lock_label
+from lockdiag.views.listing import by_urgency
 
 if TYPE_CHECKING:
     pass
@@ -183,12 +197,13 @@ class State:
         self.prompt, self.typed = None, ""
 
 
-def frame(state: State, screen: int | None = None) -> list[Block]:
+def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Block]:
     """A banner when the connection is lost, findings first (causes before symptoms), then
-    root blockers, then holders and waiters, most urgent first. ``screen``: the height of the
-    screen it is for; findings and chains then take a quarter of it each, and no more lock
+    root blockers, then holders and waiters in the incident's order. ``screen``: the height of
+    the screen it is for; findings and chains then take a quarter of it each, and no more lock
     rows are built than it has (the table says how many it left out). None: everything, as
-    text."""
+    text. ``columns``: its width, which chain lines wrap at (under the tree's indent, as in
+    `blockers`); 0: unwrapped."""
     snapshot = state.snapshot
     blocks: list[Block] = []
     if state.lost is not None:
@@ -213,7 +228,7 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
         header += " · only " + ", ".join(narrowed)
     blocks.append(Text([header], "verdict"))
     if snapshot is not None and state.incident is not None:
-        blocks += _findings_and_chains(state, screen)
+        blocks += _findings_and_chains(state, screen, columns)
         blocks += _lock_table(state, snapshot, screen)
     footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
     footer += f" · {state.cost * 1000:.1f} ms"
@@ -223,7 +238,7 @@ def frame(state: State, screen: int | None = None) -> list[Block]:
     return blocks
 
 
-def _findings_and_chains(state: State, screen: int | None) -> list[Block]:
+def _findings_and_chains(state: State, screen: int | None, columns: int) -> list[Block]:
     """The causes in the incident's order, each by its `check` heading, then every root's
     chain under its heading: on a screen, causes and chain lines take at most a quarter of it
     each (the lock table and the footer must stay on it); every root's heading stays, the rest
@@ -248,23 +263,28 @@ def _findings_and_chains(state: State, screen: int | None) -> list[Block]:
         c for c in ordered_roots(incident)
         if c.pid in kept or (c.root is not None and state.shows_chain(c.root, graph))
     ]  # fmt: skip
-    room = most
-    chains: list[str] = []
-    for number, cause in enumerate(roots, start=1):
-        assert cause.root is not None
-        chains.append(root_heading(number, cause))
-        rows = tree_lines(cause.root.tree, graph)
-        if room is not None and len(rows) > room:
-            fits = max(1, room - 1)  # the holder's line at least, then the count
-            rows = [*rows[:fits], f"… {len(rows) - fits} more session(s) in this chain"]
-        chains += rows
-        if room is not None:
-            room = max(0, room - len(rows))
-    if state.pid is None and state.namespace is None:
-        chains += [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
+    cycles = [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
+    if state.pid is not None or state.namespace is not None:
+        cycles = []
+    chains = _chain_lines(roots, graph, cycles, columns, most)
     if chains:
         blocks.append(Text(chains))
     return blocks
+
+
+def _chain_lines(
+    roots: list[Cause], graph: Blockers, cycles: list[str], columns: int, most: int | None
+) -> list[str]:
+    """Each root's heading and chain, wrapped and fitted to ``most`` lines as `blockers`
+    fits them (:func:`fit_chains`), then the cycles."""
+    chains = [
+        chain_lines(root_heading(number, cause), cause.root, graph, columns)
+        for number, cause in enumerate(roots, start=1)
+        if cause.root is not None
+    ]
+    ends = [line for cycle in cycles for line in TreeRow("", cycle, "  ").wrapped(columns)]
+    fitted, _ = fit_chains(chains, None if most is None else most - len(ends))
+    return [line for heading, shown in fitted for line in heading + shown] + ends
 
 
 def _cause_line(cause: Cause) -> tuple[str, Style]:
@@ -277,17 +297,16 @@ def _unattached_line(finding: Finding) -> tuple[str, Style]:
     return f"{heading} · {clean(finding.evidence)}", style
 
 
-def _urgency(entry: LockEntry) -> int:
-    if entry.blocks or not entry.lock.granted:
-        return 0
-    return 1 if entry.flags else 2
-
-
 def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Block]:
     now = snapshot.server.now
     filters = state.filters()
-    shown = sorted((e for e in state.entries if filters.accept(e)), key=_urgency)
-    important = [_urgency(e) < 2 for e in shown]
+    assert state.incident is not None
+    # the incident's order, as `list` shows it: each root (worst first) with its chain, then
+    # other waits, then flagged locks, then the rest
+    roots = [cause.root for cause in ordered_roots(state.incident) if cause.root is not None]
+    accepted = [ListRow(None, e, snapshot.server) for e in state.entries if filters.accept(e)]
+    shown = [row.entry for row in by_urgency(accepted, {None: roots})]
+    important = [bool(e.blocks or not e.lock.granted or e.flags) for e in shown]  # chain, flags
     left_out = 0
     if screen is not None and len(shown) > screen:
         chosen = pick(important, screen)
