@@ -95,14 +95,15 @@ def list_command(
     policy = Policy(session_age=session_age)
     captures = get_captures(scope, names)
     if captures is None:
-        snapshot, total = get_snapshot(scope, names), None
+        snapshot, total, census = get_snapshot(scope, names), None, None
         if filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty():
-            # a terminal shows a screenful: analyse only the locks worth it
+            # a terminal shows a screenful: analyse only the locks worth it (and count the
+            # rest, so that folded rows say how many locks they stand for)
             rows = max(10, shutil.get_terminal_size().lines - 8)
             narrowed = narrow(snapshot, rows, policy, all_types)
             if narrowed is not None:
-                snapshot, total = narrowed
-        diagnosis = Diagnosis(snapshot, names, policy, total)
+                snapshot, total, census = narrowed
+        diagnosis = Diagnosis(snapshot, names, policy, total, census)
         show(list_output(diagnosis.listing(filters, all_types)), fmt)
         return
     parts = [

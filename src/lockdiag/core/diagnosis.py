@@ -8,9 +8,12 @@ carried here, so no view can drop one. Nothing here knows about screens or forma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from operator import attrgetter
+from typing import NamedTuple
 
 from lockdiag.core.analysis import (
     DEFAULT_POLICY,
@@ -26,15 +29,41 @@ from lockdiag.core.catalogue import snapshot_catalogue
 from lockdiag.core.findings import CheckPolicy, CheckReport, check
 from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
-from lockdiag.core.model import Snapshot
-from lockdiag.keys import LockTriple
-from lockdiag.registry import Registry
+from lockdiag.core.model import LockRow, Snapshot
+from lockdiag.keys import BIGINT_SUBID, INT4_MAX, PAIR_SUBID, LockTriple, to_int4
+from lockdiag.registry import Namespace, Registry
 
 NO_FILTERS = Filters()
 
 
 def _no_roots() -> list[Root]:
     return []
+
+
+# a backend's granted advisory locks of one key space in one database and mode:
+# (pid, database, mode, objsubid, classid), the space being a key form and its high word
+Space = tuple[int | None, int | None, str, int | None, int | None]
+# the objids of the uncontested locks of each space, in the whole lock table (see narrow)
+Census = Mapping[Space, list[int]]
+
+
+class Span(NamedTuple):
+    """The uncontested locks of one space of a backend, in the whole lock table: the
+    namespace naming the space, how many, and the smallest and largest resource."""
+
+    namespace: Namespace
+    locks: int
+    first: int
+    last: int
+
+
+class Narrowed(NamedTuple):
+    """What :func:`narrow` keeps: the snapshot of the chosen locks, the size of the whole
+    lock table and its census."""
+
+    snapshot: Snapshot
+    total: int
+    census: Census
 
 
 @dataclass(frozen=True)
@@ -44,6 +73,9 @@ class ListReport:
     notes: list[str]
     total: int  # entries before filters (of the whole lock table, when narrowed)
     narrowed: bool = False  # only a part of a larger lock table was analysed
+    # when narrowed: the uncontested locks of the whole lock table in each space a namespace
+    # names, so that a view folding them counts them all, not only the rows analysed
+    spans: Mapping[Space, Span] | None = None
     # the root blockers, worst first (the incident's order), asked only by a view that ranks
     roots: Callable[[], list[Root]] = _no_roots
 
@@ -64,8 +96,8 @@ class WhoHolds:
 
 
 class Diagnosis:
-    """One snapshot, analysed once. ``total``: the size of the lock table the snapshot was
-    narrowed from (see :func:`narrow`), when it was."""
+    """One snapshot, analysed once. ``total`` and ``census``: the size and the census of the
+    lock table the snapshot was narrowed from (see :func:`narrow`), when it was."""
 
     def __init__(
         self,
@@ -73,10 +105,11 @@ class Diagnosis:
         registry: Registry,
         policy: Policy = DEFAULT_POLICY,
         total: int | None = None,
+        census: Census | None = None,
     ) -> None:
         self.snapshot, self.registry, self.policy = snapshot, registry, policy
         self.entries = analyse(snapshot, registry, policy, advisory_only=False)
-        self.total = total
+        self.total, self.census = total, census
         self._incidents: dict[CheckPolicy, Incident] = {}
 
     @cached_property
@@ -109,12 +142,44 @@ class Diagnosis:
         roots = self._roots
         if self.total is None:
             return ListReport(self.snapshot, selected, self.notes, len(entries), roots=roots)
+        spans = self._spans() if self.census is not None and filters == NO_FILTERS else None
         return ListReport(
-            self.snapshot, selected, self.notes, self.total, narrowed=True, roots=roots
+            self.snapshot,
+            selected,
+            self.notes,
+            self.total,
+            narrowed=True,
+            roots=roots,
+            spans=spans,
         )
 
+    def _spans(self) -> dict[Space, Span]:
+        """The census of the whole lock table, for the spaces a namespace names (every key of
+        such a space is the namespace's: no well-known key is decoded alone there), with the
+        analysed locks it leaves out: uncontested ones on an object somebody waits for."""
+        assert self.census is not None
+        spans = {
+            space: span
+            for space, objids in self.census.items()
+            if (span := _span(self.registry, space, objids)) is not None
+        }
+        waited = {e.lock.lock_object for e in self.advisory if not e.lock.granted}
+        for e in self.advisory if waited else ():
+            lock, resource = e.lock, e.decoded.resource if e.decoded else None
+            if not lock.granted or e.blocks or resource is None or lock.lock_object not in waited:
+                continue
+            space = (lock.pid, lock.database, lock.mode, lock.objsubid, lock.classid)
+            span = spans.get(space)
+            if span is not None:
+                spans[space] = span._replace(locks=span.locks + 1, first=min(span.first, resource),
+                                             last=max(span.last, resource))  # fmt: skip
+        return spans
+
     def _roots(self) -> list[Root]:
-        return self.graph.roots
+        """The root blockers in the incident's order (under `check`'s default thresholds, as
+        `blockers` and `watch` rank them)."""
+        causes = self.incident(CheckPolicy()).causes
+        return [cause.root for cause in causes if cause.root is not None]
 
     def who_holds(self, key: LockTriple) -> WhoHolds:
         entries = [e for e in self.advisory if e.decoded and e.decoded.triple == key]
@@ -145,13 +210,50 @@ class Diagnosis:
         return self.incident(CheckPolicy())
 
 
+def _span(registry: Registry, space: Space, objids: list[int]) -> Span | None:
+    """The span of a census space, when a namespace names it: the resources of its smallest
+    and largest keys, decoded as every key is."""
+    _, _, _, objsubid, classid = space
+    if objsubid not in (BIGINT_SUBID, PAIR_SUBID) or classid is None:
+        return None
+    if registry.decode(LockTriple.of_row(classid, 0, objsubid)) is None:
+        return None  # unregistered, or well-known software's: every key is decoded alone
+    low, high = min(objids), max(objids)
+    if objsubid == PAIR_SUBID and low <= INT4_MAX < high:  # a pair's objid is a signed int4
+        low, high = min(objids, key=to_int4), max(objids, key=to_int4)
+    first = registry.decode(LockTriple.of_row(classid, low, objsubid))
+    last = registry.decode(LockTriple.of_row(classid, high, objsubid))
+    assert first is not None and last is not None  # a namespace names its space's every key
+    return Span(first[0], len(objids), first[1], last[1])
+
+
+_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a LockRow's Space
+
+
+def _census(
+    locks: Iterable[LockRow], waited: set[tuple[object, ...]], objects: set[int | None]
+) -> dict[Space, list[int]]:
+    """The objids of the granted advisory locks nobody waits for, by backend, database, mode
+    and key space: one pass over the raw rows, a tuple and a dict lookup per lock (``objects``:
+    the objids of the ``waited`` lock objects, which tell most rows apart by themselves)."""
+    found: defaultdict[Space, list[int]] = defaultdict(list)
+    for row in locks:
+        objid = row.objid
+        if not row.granted or row.locktype != "advisory" or objid is None:
+            continue
+        if objid not in objects or row.lock_object not in waited:
+            found[_SPACE(row)].append(objid)
+    return dict(found)
+
+
 def narrow(
     snapshot: Snapshot, rows: int, policy: Policy = DEFAULT_POLICY, all_types: bool = False
-) -> tuple[Snapshot, int] | None:
-    """The locks worth ``rows`` rows when there are far more, and the full count: waiters and
-    the holders they wait for, then locks of sessions idle longer than ``policy.session_age``
-    (certain session locks), then the rest in pg_locks order. Chosen from raw rows, without
-    analysing every lock; None when the lock table is small enough already."""
+) -> Narrowed | None:
+    """The locks worth ``rows`` rows when there are far more, the full count and the census
+    of the uncontested advisory locks: waiters and the holders they wait for, then locks of
+    sessions idle longer than ``policy.session_age`` (certain session locks), then the rest
+    in pg_locks order. Chosen from raw rows, without analysing every lock; None when the lock
+    table is small enough already."""
     locks = snapshot.locks if all_types else [r for r in snapshot.locks if r.locktype == "advisory"]
     if len(locks) <= rows:
         return None
@@ -164,11 +266,13 @@ def narrow(
         and s.state_change is not None
         and (now - s.state_change).total_seconds() >= policy.session_age
     }
-    first = [r for r in locks if not r.granted or (waited and r.lock_object in waited)]
+    objects = {r.objid for r in locks if not r.granted}  # most rows are told apart by it alone
+    first = [r for r in locks if not r.granted or (r.objid in objects and r.lock_object in waited)]
     chosen = {id(r) for r in first}
     second = [r for r in locks if r.pid in idle and id(r) not in chosen][
         : max(0, rows - len(first))
     ]
     chosen.update(id(r) for r in second)
     rest = [r for r in locks[: rows * 2] if id(r) not in chosen][: max(0, rows - len(chosen))]
-    return replace(snapshot, locks=[*first, *second, *rest]), len(locks)
+    kept = replace(snapshot, locks=[*first, *second, *rest])
+    return Narrowed(kept, len(locks), _census(locks, waited, objects))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.diagnosis import ListReport
+from lockdiag.core.diagnosis import ListReport, Space, Span
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
 from lockdiag.render import Block, Output, Text, clean, pick, screen_budget
@@ -111,7 +111,9 @@ def _blocks(
     if fleet:
         columns.insert(0, LIST_TARGET)
     label = columns.index(LIST_LOCK)
-    folded, sizes = _folds(rows) if terminal else ({}, {})
+    # a fold counts the locks of the whole lock table, when only a part was analysed
+    spans = {target: report.spans for target, report in parts}
+    folded, sizes = _folds(rows, spans) if terminal else ({}, {})
     cells: list[list[str]] = []
     lines: list[ListRow] = []  # the row behind each line of cells (for one-line rows)
     important: list[bool] = []  # rows a capped terminal view keeps first
@@ -173,8 +175,9 @@ def _blocks(
         ]
 
     if not screen_lines:  # not a screen: every row
-        return assemble(None)
-    return _screenful(view, assemble, sizes, screen_columns, screen_lines)
+        return assemble(_every(parts, view.lines, sizes, terminal))
+    # a narrowed table always says how many locks its rows stand for: never all of them
+    return _screenful(view, assemble, sizes, screen_columns, screen_lines, _narrowed(parts))
 
 
 def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
@@ -196,11 +199,13 @@ def _screenful(
     sizes: dict[int, int],
     columns: int,
     lines: int,
+    counted: bool = False,
 ) -> list[Block]:
     """A screenful: the rows that fit, the most urgent first, and one count of the locks
     shown (``sizes``: the locks behind a folded row), so the table is never cut again and no
-    second "more rows" count can disagree with the summary. The first guess counts the legend
-    of every row; fewer rows have fewer legend lines, so then more while they still fit."""
+    second "more rows" count can disagree with the summary; ``counted``: the count even when
+    every row fits. The first guess counts the legend of every row; fewer rows have fewer
+    legend lines, so then more while they still fit."""
     every = _Rows(view.cells, view.lines, view.important)
     rows = len(every.cells)
 
@@ -208,12 +213,11 @@ def _screenful(
         view.cells = [every.cells[i] for i in chosen]
         view.lines = [every.lines[i] for i in chosen]
         view.important = [every.important[i] for i in chosen]
-        shown: dict[str | None, int] = {}
-        for row in view.lines:
-            shown[row.target] = shown.get(row.target, 0) + sizes.get(id(row.entry), 1)
-        return assemble(shown)
+        return assemble(_shown(view.lines, sizes))
 
     budget = screen_budget(on_screen(list(range(rows))), columns, lines)
+    if rows <= budget and counted:
+        return on_screen(list(range(rows)))
     if rows <= budget:
         view.cells, view.lines, view.important = every.cells, every.lines, every.important
         return assemble(None)
@@ -225,6 +229,35 @@ def _screenful(
             best = trial
             break
     return on_screen(best)
+
+
+def _narrowed(parts: Sequence[tuple[str | None, ListReport]]) -> bool:
+    """Whether only a part of some lock table was analysed."""
+    return any(report.narrowed for _, report in parts)
+
+
+def _every(
+    parts: Sequence[tuple[str | None, ListReport]],
+    lines: list[ListRow],
+    sizes: dict[int, int],
+    folded: bool,
+) -> dict[str | None, int] | None:
+    """The locks behind every row of a table that is not a screen, for each target (None,
+    every lock, unless narrowed): one a row, unless ``folded`` (a terminal's table, whose
+    ``lines`` are its rows)."""
+    if not _narrowed(parts):
+        return None
+    if not folded:
+        return {target: len(report.entries) for target, report in parts}
+    return {**dict.fromkeys((t for t, _ in parts), 0), **_shown(lines, sizes)}
+
+
+def _shown(lines: list[ListRow], sizes: dict[int, int]) -> dict[str | None, int]:
+    """The locks behind each target's rows: a folded row stands for its group."""
+    shown: dict[str | None, int] = {}
+    for row in lines:
+        shown[row.target] = shown.get(row.target, 0) + sizes.get(id(row.entry), 1)
+    return shown
 
 
 def _get(shown: dict[str | None, int] | None, target: str | None) -> int | None:
@@ -268,14 +301,20 @@ def by_urgency(rows: list[ListRow], roots: dict[str | None, list[Root]]) -> list
     return sorted(rows, key=urgency)
 
 
-def fold(rows: list[ListRow]) -> dict[int, str]:
+_Spans = Mapping[str | None, Mapping[Space, Span] | None]  # by target; None: not narrowed
+
+
+def fold(rows: list[ListRow], spans: _Spans | None = None) -> dict[int, str]:
     """For a terminal: groups of FOLD_AT or more uncontested locks of one session, namespace,
     mode and flags become one row. The first row of a group gets its label
-    ("300 x tenant_summary 1000..1299"); the others an empty string (left out)."""
-    return _folds(rows)[0]
+    ("300 x tenant_summary 1000..1299"); the others an empty string (left out). ``spans``:
+    each target's census of its whole lock table, when only a part of it was analysed."""
+    return _folds(rows, spans)[0]
 
 
-def _folds(rows: list[ListRow]) -> tuple[dict[int, str], dict[int, int]]:
+def _folds(
+    rows: list[ListRow], spans: _Spans | None = None
+) -> tuple[dict[int, str], dict[int, int]]:
     """:func:`fold`'s labels, and the locks behind the first row of each group (by the id
     of its entry)."""
     groups: dict[tuple[object, ...], list[int]] = {}
@@ -290,16 +329,29 @@ def _folds(rows: list[ListRow]) -> tuple[dict[int, str], dict[int, int]]:
     labels: dict[int, str] = {}
     sizes: dict[int, int] = {}
     for members in groups.values():
-        if len(members) < FOLD_AT:
+        first = rows[members[0]]
+        count, span = _extent([rows[i].entry for i in members], (spans or {}).get(first.target))
+        if count < FOLD_AT:
             continue
-        resources = sorted(r for i in members if (r := rows[i].entry.decoded.resource) is not None)  # type: ignore[union-attr]
-        first = rows[members[0]].entry.decoded
-        assert first is not None and first.namespace is not None
-        span = f"{resources[0]}..{resources[-1]}" if resources else ""
-        labels[members[0]] = f"{len(members)} x {first.namespace.name} {span}".rstrip()
+        namespace = first.entry.decoded.namespace  # type: ignore[union-attr]
+        assert namespace is not None
+        labels[members[0]] = f"{count} x {namespace.name} {span}".rstrip()
         labels.update(dict.fromkeys(members[1:], ""))
-        sizes[id(rows[members[0]].entry)] = len(members)
+        sizes[id(first.entry)] = count
     return labels, sizes
+
+
+def _extent(members: list[LockEntry], spans: Mapping[Space, Span] | None) -> tuple[int, str]:
+    """How many locks a group stands for and their span ("1000..1299"): from the census of
+    the whole lock table when there is one for the group's space, else from its rows."""
+    lock, decoded = members[0].lock, members[0].decoded
+    span = (spans or {}).get((lock.pid, lock.database, lock.mode, lock.objsubid, lock.classid))
+    if span is not None and decoded is not None and span.namespace == decoded.namespace:
+        return span.locks, f"{span.first}..{span.last}"
+    if len(members) < FOLD_AT:
+        return len(members), ""  # not folded: no span needed
+    resources = sorted(r for e in members if e.decoded and (r := e.decoded.resource) is not None)
+    return len(members), f"{resources[0]}..{resources[-1]}" if resources else ""
 
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
@@ -320,12 +372,15 @@ def _summary(
 ) -> str:
     entries = report.entries
     server = report.snapshot.server
-    shown = (
-        f"{len(entries)} of {report.total}" if len(entries) != report.total else str(len(entries))
-    )
+    if report.narrowed:  # the whole lock table; the screen's count says what is shown
+        shown = str(report.total)
+    else:
+        shown = (
+            f"{len(entries)} of {report.total}"
+            if len(entries) != report.total
+            else str(len(entries))
+        )
     where = f"{target}: " if target else ""
-    if report.narrowed:
-        shown += " (waiters, their holders and long-idle holders first; --format plain for all)"
     screen = (
         f"; {on_screen} shown here, the most urgent first (--format plain or json gives all)"
         if on_screen is not None
