@@ -350,6 +350,232 @@ def test_terminate_a_waiter_names_its_blocker_and_cancel_spares_an_idle_session(
     assert holder.run("SELECT 1") == [(1,)] and not waiter.done(0.1)
 
 
+def running(sessions: Sessions, worker: Any, text: str) -> None:
+    """Block until ``worker`` runs a statement containing ``text`` (state active)."""
+    sessions.until(
+        lambda admin: (
+            admin.execute(
+                "SELECT state = 'active' AND position(%s in query) > 0 FROM pg_stat_activity "
+                "WHERE pid = %s",
+                (text, worker.pid),
+            ).fetchone()
+            == (True,)
+        ),
+        10,
+        f"{worker.name} (pid {worker.pid}) to run {text}",
+    )
+
+
+def activity(cluster: Cluster, pid: int) -> tuple[Any, ...]:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT state, state_change, query_start, xact_start FROM pg_stat_activity "
+            "WHERE pid = %s",
+            (pid,),
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def advisory_held(cluster: Cluster, pid: int) -> set[int]:
+    """The second halves of the (4102, N) advisory keys ``pid`` holds."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT objid FROM pg_locks WHERE pid = %s AND locktype = 'advisory' AND granted "
+            "AND classid = 4102",
+            (pid,),
+        ).fetchall()
+    return {row[0] for row in rows}
+
+
+def test_cancel_refuses_a_session_idle_in_transaction(
+    cluster: Cluster, sessions: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pg_cancel_backend on an idle-in-transaction backend returns true and does nothing (seen
+    on the server): lockdiag refuses before sending anything, and says the locks stay."""
+    holder = sessions.open("stuck-owner", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(4102, 20)")
+    before = activity(cluster, holder.pid)
+    assert before[0] == "idle in transaction"
+    sent: list[int] = []
+    real_act = act
+
+    def spy(session: DiagnosticSession, plan: Any, cancel: bool, wait: float) -> Any:
+        sent.append(plan.pid)
+        return real_act(session, plan, cancel, wait)
+
+    monkeypatch.setattr("lockdiag.cli.actions.act", spy)
+    result = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 1, result.output
+    assert (
+        f"nothing to cancel: pid {holder.pid} is idle in transaction; cancelling releases "
+        "nothing — its locks stay until the transaction ends"
+    ) in result.stderr
+    assert "it runs no query: cancelling releases nothing below" in result.stdout  # preview
+    assert "cancelling its query releases" not in result.stdout
+    assert sent == []  # refused before the signalling statement
+    assert advisory_held(cluster, holder.pid) == {20}
+    assert activity(cluster, holder.pid) == before  # same state, since the same moment
+    assert holder.run("SELECT 1") == [(1,)]  # the transaction goes on, unharmed
+
+
+def test_cancel_rechecks_that_a_query_still_runs_at_the_act_step(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Active in the preview, idle in transaction at the confirmation: nothing is sent."""
+    holder = sessions.open("short-query", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(4102, 21)")
+    holder.start("SELECT pg_sleep(2)")
+    running(sessions, holder, "pg_sleep")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "lockdiag", "terminate", str(holder.pid), "--cancel", "--dsn", cluster.dsn()],
+        timeout=30, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    child.expect_exact("state active")
+    child.expect_exact(f"cancel the query of pid {holder.pid}? [y/N]:")
+    assert holder.done()  # the query ended: idle in transaction, the same locks held
+    assert holder.error is None
+    child.sendline("y")
+    child.expect_exact(f"nothing to cancel: pid {holder.pid} is now idle in transaction")
+    assert exit_status(child) == 1
+    assert advisory_held(cluster, holder.pid) == {21}
+    assert holder.run("SELECT 1") == [(1,)]  # not cancelled: the transaction is not aborted
+
+
+def test_cancel_of_a_query_says_the_session_lock_stays(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    holder = sessions.open("sleeper")
+    holder.run("SELECT pg_advisory_lock(4102, 22)")
+    holder.start("SELECT pg_sleep(30)")
+    running(sessions, holder, "pg_sleep")
+    result = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"cancel request sent to pid {holder.pid}: its query stopped; it is now idle" in (
+        result.stdout
+    )
+    assert "still held: tenant_summary 22 (session-level locks stay after a cancel)" in (
+        result.stdout
+    )
+    assert "released: virtualxid" in result.stdout  # its (implicit) transaction ended
+    assert holder.done() and "canceling statement" in str(holder.error)
+    assert advisory_held(cluster, holder.pid) == {22}  # as reported
+
+
+def test_cancel_in_a_transaction_releases_its_locks_at_the_abort(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Seen on the server: the cancelled statement aborts the transaction, and the abort
+    releases its locks at once (the waiter gets the lock before any ROLLBACK); the
+    transaction stays aborted until the client rolls back."""
+    holder = sessions.open("in-transaction", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(4102, 23)")
+    holder.start("SELECT pg_sleep(30)")
+    running(sessions, holder, "pg_sleep")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 23)")
+    sessions.waiting(waiter)
+    result = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "its query stopped; it is now idle in transaction (aborted), until the client rolls "
+        "back: released: tenant_summary 23, virtualxid "
+    ) in result.stdout
+    assert "still held: nothing" in result.stdout
+    assert waiter.done() and waiter.error is None  # it got the lock: released indeed
+    assert activity(cluster, holder.pid)[0] == "idle in transaction (aborted)"
+    assert advisory_held(cluster, holder.pid) == set()
+    holder.connection.rollback()
+
+
+def test_cancel_after_a_savepoint_keeps_the_outer_transaction_locks(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Inside a savepoint, a cancel aborts the subtransaction only: the locks taken before
+    the savepoint stay until the client rolls back, and the report says so."""
+    holder = sessions.open("savepoint", autocommit=False)
+    holder.run("SELECT pg_advisory_xact_lock(4102, 24)")
+    holder.run("SAVEPOINT inner_work")
+    holder.run("SELECT pg_advisory_xact_lock(4102, 25)")
+    holder.start("SELECT pg_sleep(30)")
+    running(sessions, holder, "pg_sleep")
+    result = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
+    )
+    assert result.exit_code == 0, result.output
+    assert "it is now idle in transaction (aborted)" in result.stdout
+    assert "released: tenant_summary 25; still held: tenant_summary 24, virtualxid " in (
+        result.stdout
+    )
+    assert "its transaction is aborted and keeps its other locks until the client rolls back" in (
+        result.stdout
+    )
+    assert advisory_held(cluster, holder.pid) == {24}  # as reported
+    holder.connection.rollback()
+    assert advisory_held(cluster, holder.pid) == set()
+
+
+def test_terminate_without_a_terminal_previews_the_waiter_then_refuses(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 26)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 26)")
+    sessions.waiting(waiter)
+    result = CliRunner().invoke(cli, ["terminate", str(waiter.pid), "--dsn", cluster.dsn()])
+    assert result.exit_code == 2
+    assert f"pid {waiter.pid} (waiter)" in result.stdout
+    assert f"pid {waiter.pid} is a waiter, not a blocker: ending it frees nobody." in (
+        result.stdout
+    )
+    assert f"it waits for pid {holder.pid} (holder), idle: lockdiag terminate {holder.pid}" in (
+        result.stdout
+    )
+    assert (
+        f"not confirmed: run with --yes to terminate the waiter pid {waiter.pid} without a prompt"
+    ) in result.stderr
+    assert not waiter.done(0.1)  # still waiting: nothing was done
+
+
+def test_terminate_json_is_one_document_with_the_outcome(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    holder = sessions.open("sleeper")
+    holder.run("SELECT pg_advisory_lock(4102, 27)")
+    holder.start("SELECT pg_sleep(30)")
+    running(sessions, holder, "pg_sleep")
+    runner = CliRunner()
+    base = ["--format", "json", "--dsn", cluster.dsn()]
+    unconfirmed = runner.invoke(cli, ["terminate", str(holder.pid), "--cancel", *base])
+    assert unconfirmed.exit_code == 2
+    refused = json.loads(unconfirmed.stdout)
+    assert refused["pid"] == holder.pid and refused["action"] == "cancel"
+    assert refused["done"] is False and refused["message"].startswith("not confirmed")
+    assert refused["released"] is None and refused["still_held"] is None
+    assert f"pid {holder.pid} (sleeper)" in unconfirmed.stderr  # the preview, for people
+    cancelled = runner.invoke(cli, ["terminate", str(holder.pid), "--cancel", "--yes", *base])
+    assert cancelled.exit_code == 0, cancelled.output
+    document = json.loads(cancelled.stdout)
+    assert document["done"] is True and document["state"] == "active"
+    assert "session-level locks stay after a cancel" in document["message"]
+    assert [e["key"] for e in document["still_held"]] == [[4102, 27]]
+    assert [e["locktype"] for e in document["released"]] == ["virtualxid"]
+    assert [e["key"] for e in document["holds"] if e["locktype"] == "advisory"] == [[4102, 27]]
+    assert "its query stopped" in cancelled.stderr
+    assert holder.done()
+    idle = runner.invoke(cli, ["terminate", str(holder.pid), "--cancel", "--yes", *base])
+    assert idle.exit_code == 1
+    assert json.loads(idle.stdout)["message"].startswith(f"pid {holder.pid} is idle")
+
+
 LOWER_BOUND = {
     "outlived-client": True, "session-lock": True, "stuck-owner": True, "expect-violated": True,
     "max-hold": True, "long-wait": False, "max-wait": False, "blocked-many": False,

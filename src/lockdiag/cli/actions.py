@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from typing import NoReturn
 
 import click
 
@@ -17,15 +19,22 @@ from lockdiag.cli.common import (
     show,
     source,
 )
+from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.termination import preview
+from lockdiag.core.model import Snapshot
+from lockdiag.core.termination import AfterCancel, Preview, after_cancel, nothing_to_cancel, preview
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.pg.actions import act
 from lockdiag.pg.pooltest import run
 from lockdiag.pg.session import DiagnosticSession
+from lockdiag.render import render
 from lockdiag.views.pooltest import pooltest_output
-from lockdiag.views.terminate import terminate_preview_output
+from lockdiag.views.terminate import (
+    cancel_report,
+    terminate_outcome_output,
+    terminate_preview_output,
+)
 
 
 @click.command("terminate")
@@ -55,6 +64,8 @@ def terminate_command(
     It refuses lockdiag's own session, non-client backends and sessions that hold no lock.
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
+    --cancel acts only while a query runs (an idle session's cancel releases nothing), then
+    says which locks the cancel released and which stayed.
 
     \b
     Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the session shown);
@@ -69,32 +80,64 @@ def terminate_command(
     names = get_registry(registry)
     where = source()
     poolers = names.poolers.merged(where.pgbouncer, where.pooler_addr)
+    machine = fmt == "json"  # one JSON document on stdout at the end; people's text on stderr
     with DiagnosticSession(where.dsn, where.timeout, names, poolers) as session:
         snapshot = session.snapshot("all")
         plan = preview(Diagnosis(snapshot, names), pid)
-        show(terminate_preview_output(plan, snapshot, cancel), fmt if fmt != "json" else "plain")
-        if cancel and plan.session.state == "idle":
-            click.echo(
-                f"pid {pid} is idle: it runs no query to cancel, and cancelling releases none "
-                "of its session-level locks; nothing done (without --cancel, ending the "
-                "session releases them)",
-                err=True,
-            )
-            sys.exit(EXIT_NEGATIVE)
+        shown = terminate_preview_output(plan, snapshot, cancel)
+        if machine:
+            render(shown, "plain", sys.stderr)
+        else:
+            show(shown, fmt)
+
+        def document(
+            done: bool,
+            message: str,
+            released: list[LockEntry] | None = None,
+            still_held: list[LockEntry] | None = None,
+        ) -> None:
+            if machine:
+                show(terminate_outcome_output(shown, done, message, released, still_held), fmt)
+
+        def finish(done: bool, message: str, *locks: list[LockEntry] | None) -> NoReturn:
+            click.echo(message, err=machine or not done)
+            document(done, message, *locks)
+            sys.exit(EXIT_OK if done else EXIT_NEGATIVE)
+
+        if cancel and (why := nothing_to_cancel(plan.session)):
+            finish(False, why)
         verb = "cancel the query of" if cancel else "terminate"
         if plan.waits is not None and not plan.blocked:
             verb += " the waiter"
         if not yes:
             if not sys.stdin.isatty():
-                raise InputError(
-                    f"not confirmed: run with --yes to {verb} pid {pid} without a prompt"
-                )
+                refusal = f"not confirmed: run with --yes to {verb} pid {pid} without a prompt"
+                document(False, refusal)
+                raise InputError(refusal)
             if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
-                click.echo("nothing done", err=True)
-                sys.exit(EXIT_NEGATIVE)
+                finish(False, "nothing done")
         outcome = act(session, plan, cancel, wait)
-    click.echo(outcome.message, err=not outcome.done)
-    sys.exit(EXIT_OK if outcome.done else EXIT_NEGATIVE)
+        if not outcome.done:
+            finish(False, outcome.message)
+        if not cancel:
+            finish(True, outcome.message, list(plan.releases), [])
+        check, now = _after_cancel(session, plan, wait)
+    finish(check.stopped, cancel_report(plan, now, check, wait), check.released, check.still_held)
+
+
+def _after_cancel(
+    session: DiagnosticSession, plan: Preview, wait: float
+) -> tuple[AfterCancel, Snapshot]:
+    """New reads of the server (each under the session's deadline) until the query shown has
+    stopped, or ``wait`` seconds have passed: a backend acts on a cancel at its next check for
+    interrupts, not at once."""
+    ends = time.monotonic() + wait
+    while True:
+        now = session.snapshot("all")
+        check = after_cancel(plan, now)
+        if check.stopped or time.monotonic() >= ends:
+            return check, now
+        time.sleep(0.05)
 
 
 @click.command("pooltest")

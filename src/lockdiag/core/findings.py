@@ -16,6 +16,7 @@ from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
 from lockdiag.core.catalogue import Known, collisions
 from lockdiag.core.graph import Blockers, tree_pids
 from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
+from lockdiag.core.ownership import Ownership, ownership, tell_apart
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Namespace
@@ -90,6 +91,8 @@ class Finding:
     locks: int = 1  # the locks it is about: one backend's, in one namespace where it matters
     root: int | None = None  # a wait's: the root blocker at the head of its chain
     caused: tuple[Finding, ...] = ()  # a cause's: the wait findings of its chains
+    # a held lock's: the evidence that its owner's work is over (see core.ownership)
+    owner: Ownership | None = None
 
     @property
     def lower_bound(self) -> bool:
@@ -182,9 +185,9 @@ def check(
     flagged, software = found.flagged, found.software
     findings = [
         *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software),
-        *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software),
+        *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software, snapshot),
         *_waits(found.waiters, policy, snapshot.server),
-        *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot.server, software),
+        *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot, software),
         *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
         *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
@@ -320,11 +323,12 @@ def _outlived_clients(leaked: list[LockEntry], software: dict[int, Known]) -> It
             entry,
             held,
             count,
+            owner=ownership(group),
         )
 
 
 def _session_locks(
-    old: list[LockEntry], policy: CheckPolicy, software: dict[int, Known]
+    old: list[LockEntry], policy: CheckPolicy, software: dict[int, Known], snapshot: Snapshot
 ) -> Iterator[Finding]:
     # the flag: a certain session lock held past --session-age's warning level, in a namespace
     # not declared long-lived (a leader lock never raises an alert)
@@ -337,6 +341,7 @@ def _session_locks(
         what = (
             "certain session-level lock" if count == 1 else f"{count} certain session-level locks"
         )
+        owner = ownership(group)
         yield Finding(
             Kind.SESSION_LOCK,
             severity,
@@ -346,13 +351,30 @@ def _session_locks(
             + _listed(group),
             software_step(software[entry.lock.pid], entry.lock.pid)
             if entry.lock.pid in software
-            else "its work is over but the lock was never released: look for a missing "
-            "pg_advisory_unlock in that application, or a lock taken through a pooled "
-            f"connection; last resort: lockdiag terminate {entry.lock.pid}",
+            else _idle_holder_step(entry, owner, snapshot),
             entry,
             held,
             count,
+            owner=owner,
         )
+
+
+def _idle_holder_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) -> str:
+    """For an idle holder of session locks: with no evidence that its work is over, both
+    possibilities and the step that tells them apart; ending it only once that is known."""
+    apart = tell_apart(entry, snapshot)
+    if not owner.allows_ending:
+        return (
+            "idle proves only that it is idle: its work may go on elsewhere (on another "
+            "connection, or outside the database), or the unlock was missed (a missing "
+            "pg_advisory_unlock, a lock taken through a pooled connection). Tell them apart: "
+            f"{apart}. Do not end the session before you know: mid-work, a second instance "
+            "would take the lock"
+        )
+    return (
+        f"{owner.sentence}. Check the owning process first: {apart}. Once its work is known "
+        f"to be over: lockdiag terminate {entry.lock.pid}"
+    )
 
 
 def _waits(waiters: list[LockEntry], policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
@@ -388,8 +410,9 @@ def _wait_finding(
 
 
 def _stuck_owners(
-    stuck: list[LockEntry], policy: CheckPolicy, server: ServerInfo, software: dict[int, Known]
+    stuck: list[LockEntry], policy: CheckPolicy, snapshot: Snapshot, software: dict[int, Known]
 ) -> Iterator[Finding]:
+    server = snapshot.server
     reported: set[int | None] = set()
     for entry in stuck:
         session = entry.session
@@ -400,6 +423,7 @@ def _stuck_owners(
         if severity is None or idle is None:
             continue
         reported.add(entry.lock.pid)
+        owner = ownership([entry])
         yield Finding(
             Kind.STUCK_OWNER,
             severity,
@@ -409,12 +433,33 @@ def _stuck_owners(
             f"{len(entry.blocks)} session(s) wait for its lock",
             software_step(software[entry.lock.pid], entry.lock.pid)
             if entry.lock.pid in software
-            else "the application keeps a transaction open without working: fix that code "
-            "path, or set idle_in_transaction_session_timeout; last resort: lockdiag "
-            f"terminate {entry.lock.pid}",
+            else _stuck_owner_step(entry, owner, snapshot),
             entry,
             idle,
+            owner=owner,
         )
+
+
+def _stuck_owner_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) -> str:
+    """For a holder idle in transaction while others wait: what its idleness can mean, the
+    step that tells it apart, and a timeout for that program's role only (a server-wide one
+    would also end every other program's normal pauses)."""
+    session = entry.session
+    role = session.user if session and session.user and not session.hidden else "ROLE"
+    step = (
+        "idle in transaction proves only that it is idle: the program keeps its transaction "
+        "open between statements, working elsewhere (another connection, a call outside the "
+        f"database) or having lost track of it. Tell them apart: {tell_apart(entry, snapshot)}. "
+        f"To bound such pauses for that program only: ALTER ROLE {role} SET "
+        "idle_in_transaction_session_timeout to more than its longest normal pause (not "
+        "server-wide)"
+    )
+    if owner.allows_ending:
+        step += (
+            f". {owner.sentence}: once its work is known to be over, lockdiag terminate "
+            f"{entry.lock.pid} (rolls back its transaction)"
+        )
+    return step
 
 
 def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:

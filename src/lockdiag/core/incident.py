@@ -20,6 +20,7 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.findings import CAUSES, WAITS, CheckReport, Finding, Kind, Severity
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo, Session, describe_lock
+from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
 
 Status = Literal["OK", "WARNING", "CRITICAL"]
@@ -75,6 +76,12 @@ class Cause:
             else ""
         )
         return f"blocks {self.blocked} session(s) ({self.blocked_directly} directly){longest}"
+
+    @property
+    def owner(self) -> Ownership | None:
+        """The evidence that its owner's work is over, where a finding about a held lock
+        weighed it (see core.ownership)."""
+        return next((f.owner for f in self.findings if f.owner is not None), None)
 
     @property
     def next_step(self) -> str:

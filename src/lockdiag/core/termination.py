@@ -1,9 +1,10 @@
 """`lockdiag terminate PID`: what ending one session would release, or why lockdiag refuses.
 
-Pure: the preview is read from a Diagnosis. The action itself (one pg_cancel_backend or
-pg_terminate_backend on the one pid asked for) is :mod:`lockdiag.pg.actions`'. lockdiag never
-releases locks in bulk: ``pg_advisory_unlock_all()`` on a shared connection is the
-anti-pattern it warns about.
+Pure: the preview is read from a Diagnosis, and so are the checks around a cancel (whether the
+session still runs a query to cancel; what a new read after the cancel shows released). The
+action itself (one pg_cancel_backend or pg_terminate_backend on the one pid asked for) is
+:mod:`lockdiag.pg.actions`'. lockdiag never releases locks in bulk: ``pg_advisory_unlock_all()``
+on a shared connection is the anti-pattern it warns about.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.graph import behind
-from lockdiag.core.model import LockRow, Session
+from lockdiag.core.model import IDLE_STATES, LockRow, Session, Snapshot
 from lockdiag.errors import InputError
+
+RUNNING = frozenset({"active", "fastpath function call"})  # states in which a query runs
 
 
 class Refused(InputError):
@@ -62,3 +65,69 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
     blocked = behind(diagnosis.graph, pid)
     releases = sorted(holds, key=lambda e: (not e.blocks, e.lock.locktype != "advisory"))
     return Preview(pid, session, holds, waits, blocked, releases)
+
+
+def nothing_to_cancel(session: Session, now: bool = False) -> str | None:
+    """Why a cancel would do nothing to ``session`` (no query runs: pg_cancel_backend still
+    returns true, and nothing is released), or None. A hidden state is not refused: the
+    check after the cancel says what it could see. ``now``: at the act step, after the
+    preview."""
+    pid, state = session.pid, session.state
+    if state not in IDLE_STATES:
+        return None
+    was = f"pid {pid} is now {state} (it ran a query in the preview)" if now else ""
+    if state == "idle":
+        return (
+            f"{was or f'pid {pid} is idle'}: it runs no query to cancel, and cancelling releases "
+            "none of its session-level locks; nothing done (without --cancel, ending the "
+            "session releases them)"
+        )
+    return (
+        f"nothing to cancel: {was or f'pid {pid} is {state}'}; cancelling releases nothing — "
+        "its locks stay until the transaction ends; nothing done (without --cancel, ending "
+        "the session releases them)"
+    )
+
+
+@dataclass(frozen=True)
+class AfterCancel:
+    """What a new read shows after a cancel request, against the preview."""
+
+    state: str | None  # its state now; None when hidden or when it is gone
+    gone: bool  # the backend ended (or its pid is now another session's): every lock released
+    stopped: bool  # the query shown no longer runs (cancelled, or it ended meanwhile)
+    released: list[LockEntry]  # previewed granted locks no longer held
+    still_held: list[LockEntry]  # previewed granted locks still held
+    still_waits: bool  # it still waits for the lock it waited for in the preview
+
+    @property
+    def aborted(self) -> bool:
+        return self.state == "idle in transaction (aborted)"
+
+
+def after_cancel(plan: Preview, now: Snapshot) -> AfterCancel:
+    """Compare a read taken after the cancel with the preview: which of the locks shown are
+    gone, and whether the query stopped (its state left active, or its query or transaction
+    is another one). A hidden state shows no evidence: never counted as stopped."""
+    session = now.session(plan.pid)
+    if session is None or session.backend_start != plan.session.backend_start:
+        return AfterCancel(None, True, True, list(plan.releases), [], False)
+    held = {_identity(lock) for lock in now.locks if lock.pid == plan.pid}
+    released = [e for e in plan.releases if _identity(e.lock) not in held]
+    still_held = [e for e in plan.releases if _identity(e.lock) in held]
+    still_waits = plan.waits is not None and _identity(plan.waits.lock) in held
+    before = plan.session
+    stopped = not session.hidden and (
+        session.state not in RUNNING
+        or session.query_start != before.query_start
+        or session.xact_start != before.xact_start
+    )
+    return AfterCancel(session.state, False, stopped, released, still_held, still_waits)
+
+
+def _identity(lock: LockRow) -> tuple[object, ...]:
+    """A lock as pg_locks names it, for this pid: its object, mode and whether granted."""
+    return (
+        lock.locktype, lock.database, lock.relation, lock.page, lock.tuple, lock.virtualxid,
+        lock.transactionid, lock.classid, lock.objid, lock.objsubid, lock.mode, lock.granted,
+    )  # fmt: skip

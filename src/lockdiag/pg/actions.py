@@ -10,11 +10,11 @@ what changed. Nothing here releases a lock in any other way.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lockdiag.core.model import LockRow
-from lockdiag.core.termination import Preview
+from lockdiag.core.termination import Preview, nothing_to_cancel
 from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.session import DiagnosticSession
 
@@ -51,7 +51,7 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
             hint=f"look before trying again: lockdiag list, or lockdiag terminate {pid} (it "
             "previews first); " + (error.hint or ""),
         ) from None
-    alive, backend_start, missing, signalled = row or (False, None, 0, None)
+    alive, backend_start, missing, state, signalled = row or (False, None, 0, None, None)
     if not alive:
         return Outcome(False, f"pid {pid} is gone: nothing to {'cancel' if cancel else 'end'}")
     if backend_start != plan.session.backend_start:
@@ -67,6 +67,9 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
             f"done; run lockdiag terminate {pid} again to see it as it is now",
         )
     if cancel:
+        now_idle = nothing_to_cancel(replace(plan.session, state=state), now=True)
+        if now_idle is not None:  # the query ended after the preview: nothing was sent
+            return Outcome(False, now_idle)
         if signalled:
             return Outcome(True, f"cancel request sent to pid {pid}: its current query stops, "
                            "its session and session-level locks stay")  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
 from lockdiag.core.incident import Cause, Incident
+from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
@@ -146,8 +147,19 @@ def cause_detail(cause: Cause) -> list[str]:
     detail += [f"  also {f.kind} ({f.severity}): {clean(f.evidence)}" for f in cause.findings[1:]]
     if cause.symptoms:
         detail.append(f"  {caused_line(cause.symptoms)}")
+    if cause.owner is not None:
+        detail.append(f"  {owner_line(cause.owner)}")
     detail.append(f"  next: {clean(cause.next_step)}")
     return detail
+
+
+def owner_line(owner: Ownership) -> str:
+    """``evidence that its work is over: unknown (the session is idle: ...)``."""
+    return f"evidence that its work is over: {owner.level} ({clean(owner.evidence)})"
+
+
+def owner_data(owner: Ownership | None) -> dict[str, str] | None:
+    return {"level": owner.level, "evidence": owner.evidence} if owner is not None else None
 
 
 def finding_heading(finding: Finding) -> tuple[str, Style]:
@@ -198,6 +210,7 @@ def _cause_data(cause: Cause) -> dict[str, Any]:
         "longest_wait": cause.longest_wait,
         "held_at_least": cause.age,
         "evidence": cause.evidence,
+        "owner_done": owner_data(cause.owner),
         "next_step": cause.next_step,
         "findings": [f.kind.value for f in cause.findings],
         "symptoms": [
@@ -214,6 +227,7 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
         "pid": finding.pid,
         "lock": finding.lock,
         "evidence": finding.evidence,
+        "owner_done": owner_data(finding.owner),
         "next_step": finding.next_step,
         "value": finding.value,
         "lower_bound": finding.lower_bound,

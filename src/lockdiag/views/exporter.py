@@ -23,7 +23,7 @@ from lockdiag.core.findings import Finding
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
 from lockdiag.render import clean
-from lockdiag.views.check import caused_line
+from lockdiag.views.check import caused_line, owner_line
 
 REFRESH_FLOOR = 15  # seconds: the page takes a scrape per load, so never faster than this
 SYMPTOMS_OPEN = 3  # a cause's waits are listed open up to this many, folded beyond
@@ -171,6 +171,8 @@ def _cause(cause: Cause, incident: Incident) -> str:
         )
     if cause.symptoms:
         detail.append(_symptoms(cause.symptoms))
+    if cause.owner is not None:
+        detail.append(f"<p class='owner'>{_e(owner_line(cause.owner))}</p>")
     detail.append(f"<p class='next'><b>next:</b> {_e(cause.next_step)}</p>")
     return (
         f"<article class='cause {severity}'>{heading}{_facts(cause, incident)}"

@@ -17,31 +17,40 @@ from lockdiag.views.common import (
 # -- registry, key, decode ---------------------------------------------------------------------
 
 
-def lock_sql(decoded: Decoded) -> str:
-    """The SQL that takes this key as its owner does: a namespace's expected lifetime (both
-    calls when it expects either), well-known software's own function, else a transaction
-    lock (the safe default)."""
+def lock_sql(decoded: Decoded, seen: str | None = None) -> str:
+    """The SQL that takes this key as its owner does: for a lock held now with a certain
+    lifetime (``seen``, "session"), that lifetime's function; else a namespace's expected
+    lifetime (both calls when it expects either), well-known software's own function, else
+    a transaction lock (the safe default)."""
     key = decoded.triple
     namespace, known = decoded.namespace, decoded.known
+    behaviour = known.behaviour if known is not None else None
+    if seen == "session" and (behaviour is None or "xact" in behaviour.function):
+        taken = key.sql("pg_advisory_lock")
+        if namespace is not None and namespace.expect == "xact":
+            return f"{taken} (as held now; {namespace.name} expects {key.sql()})"
+        return f"{taken} (as held now: a session lock)"
     if namespace is not None:
         if namespace.expect == "session":
             return key.sql("pg_try_advisory_lock")
         if namespace.expect == "any":
             return f"{key.sql()} or {key.sql('pg_try_advisory_lock')}"
         return key.sql()
-    if known is not None and known.behaviour is not None:
-        return f"{key.sql(known.behaviour.function)} (as {known.software} takes it)"
+    if known is not None and behaviour is not None:
+        return f"{key.sql(behaviour.function)} (as {known.software} takes it)"
     return key.sql()
 
 
-def key_data(key: LockTriple, decoded: Decoded | None = None) -> dict[str, Any]:
+def key_data(
+    key: LockTriple, decoded: Decoded | None = None, seen: str | None = None
+) -> dict[str, Any]:
     return {
         "form": key.form,
         "args": list(key.args),
         "classid": key.classid,
         "objid": key.objid,
         "objsubid": key.objsubid,
-        "sql": lock_sql(decoded) if decoded is not None else key.sql(),
+        "sql": lock_sql(decoded, seen) if decoded is not None else key.sql(),
     }
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockdiag.core.model import Snapshot
-from lockdiag.core.termination import Preview
+from lockdiag.core.analysis import LockEntry
+from lockdiag.core.model import IDLE_STATES, Snapshot
+from lockdiag.core.termination import AfterCancel, Preview
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
@@ -50,12 +51,15 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
             ]
             for e in preview.releases
         ]
-        action = (
-            "cancelling its query releases its transaction-level locks only; session-level "
-            "locks stay held"
-            if cancel
-            else "ending the session releases every lock below"
-        )
+        if not cancel:
+            action = "ending the session releases every lock below"
+        elif session.state in IDLE_STATES:
+            action = "it runs no query: cancelling releases nothing below"
+        else:
+            action = (
+                "cancelling its query releases its transaction-level locks only; session-level "
+                "locks stay held"
+            )
         out: list[Block] = [
             Text(details),
             Table(["LOCK", "MODE", "LIFETIME", "BLOCKS"], rows, title=action, empty="no locks"),
@@ -94,3 +98,74 @@ def waiter_warning(preview: Preview, snapshot: Snapshot) -> list[str]:
         state = f", {clean(session.state)}" if session and session.state else ""
         lines.append(f"  it waits for pid {pid}{name}{state}: lockdiag terminate {pid}")
     return lines
+
+
+# -- after the action --------------------------------------------------------------------------
+
+LISTED = 10  # locks named at most in a report line
+
+
+def cancel_report(preview: Preview, snapshot: Snapshot, check: AfterCancel, wait: float) -> str:
+    """After a cancel request: what a new read shows it did, said as it is."""
+    pid, server = preview.pid, snapshot.server
+
+    def names(entries: list[LockEntry]) -> str:
+        shown = ", ".join(lock_label(e, server) for e in entries[:LISTED])
+        more = f" and {len(entries) - LISTED} more" if len(entries) > LISTED else ""
+        return (shown + more) or "nothing"
+
+    sent = f"cancel request sent to pid {pid}"
+    if check.gone:
+        return f"{sent}; the backend is gone now: every lock it held is released"
+    locks = f"released: {names(check.released)}; still held: {names(check.still_held)}"
+    if check.still_held:
+        if check.aborted:
+            locks += (
+                " (session-level locks stay after a cancel; its transaction is aborted and "
+                "keeps its other locks until the client rolls back)"
+            )
+        elif check.state in ("idle", None):
+            locks += " (session-level locks stay after a cancel)"
+        else:
+            locks += (
+                " (session-level locks stay after a cancel; transaction-level ones until its "
+                "transaction ends)"
+            )
+    if preview.waits is not None:
+        waits = lock_label(preview.waits, server)
+        locks += f"; {'still waits' if check.still_waits else 'no longer waits'} for {waits}"
+    if not check.stopped:
+        why = (
+            "its state is hidden from this role, so whether its query stopped cannot be seen"
+            if check.state is None
+            else f"after {wait:g}s it still runs the same query ({check.state})"
+        )
+        nothing = "" if check.released else "; nothing was released"
+        return f"{sent}, but {why}{nothing}: {locks}"
+    now = f"its query stopped; it is now {check.state}"
+    if check.aborted:
+        now += ", until the client rolls back"
+    nothing = "" if check.released else "; nothing was released"
+    return f"{sent}: {now}{nothing}: {locks}"
+
+
+def terminate_outcome_output(
+    shown: Output,
+    done: bool,
+    message: str,
+    released: list[LockEntry] | None,
+    still_held: list[LockEntry] | None,
+) -> Output:
+    """The preview's data and the outcome, for one JSON document at the end; ``released`` and
+    ``still_held``: None when not read."""
+
+    def data() -> dict[str, Any]:
+        return {
+            **shown.data(),
+            "done": done,
+            "message": message,
+            "released": None if released is None else [entry_data(e) for e in released],
+            "still_held": None if still_held is None else [entry_data(e) for e in still_held],
+        }
+
+    return Output(lambda: [Text([message])], data)

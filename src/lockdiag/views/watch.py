@@ -289,7 +289,8 @@ def _chain_lines(
 
 def _cause_line(cause: Cause) -> tuple[str, Style]:
     heading, style = cause_heading(cause)
-    return f"{heading} · {cause.impact or clean(cause.evidence)}", style
+    owner = f" · owner done: {cause.owner.level}" if cause.owner else ""
+    return f"{heading} · {cause.impact or clean(cause.evidence)}{owner}", style
 
 
 def _unattached_line(finding: Finding) -> tuple[str, Style]:

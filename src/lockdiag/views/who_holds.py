@@ -8,6 +8,7 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import WhoHolds
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
+from lockdiag.core.ownership import ownership
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 from lockdiag.views.columns import (
@@ -150,8 +151,19 @@ def _holder_summary(entry: LockEntry) -> str:
             + (": the lock outlived the client that took it" if not pool.client else "")
         )
     if entry.lifetime == "session":
-        return f"{who}, {state}, session lock: outlived its work"
+        known = entry.decoded.known if entry.decoded else None
+        if known is not None and known.behaviour is not None:
+            return f"{who}, {state}, session lock of {known.software} ({known.behaviour.normal})"
+        owner = ownership([entry])
+        if owner.level == "unknown":  # idle proves only that it is idle
+            return f"{who}, {state}, session lock (whether its work is over: unknown)"
+        return f"{who}, {state}, session lock ({owner.evidence})"
     return f"{who}, {state}, lifetime unknown (transaction or session lock)"
+
+
+def _seen(holders: list[LockEntry]) -> str | None:
+    """ "session" when a holder certainly holds it as a session lock."""
+    return "session" if any(e.lifetime == "session" for e in holders) else None
 
 
 def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
@@ -171,7 +183,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             Text(
                 [
                     f"key: pg_locks {key}, {key.form} {key.describe()}; "
-                    f"SQL: {lock_sql(report.decoded)}"
+                    f"SQL: {lock_sql(report.decoded, _seen(report.holders))}"
                 ]
             ),
             table(
@@ -199,7 +211,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "namespace": decoded.namespace.name if decoded.namespace else None,
             "resource": decoded.resource,
             "known": known_data(decoded.known) if decoded.known else None,
-            "key": key_data(key, report.decoded),
+            "key": key_data(key, report.decoded, _seen(report.holders)),
             "held": report.held,
             "verdict": answer,
             "next_step": next_step,

@@ -2,9 +2,12 @@
 -- argument appeared in 14). One statement: the backend is signalled only if it is still the
 -- session the preview showed (the same backend_start: a pid can be reused by a new session)
 -- and still holds, or waits for, every lock the person decided on; otherwise nothing is sent
--- and the row says what changed. pg_locks is read once (a materialized CTE of this pid's rows).
+-- and the row says what changed. A cancel is sent only while a query runs (a cancel of an idle
+-- session returns true and releases nothing). pg_locks is read once (a materialized CTE of
+-- this pid's rows).
 WITH target AS (
-    SELECT a.backend_start FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = %(pid)s
+    SELECT a.backend_start, a.state
+    FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = %(pid)s
 ), now_held AS MATERIALIZED (
     SELECT l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
            l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid, l.mode,
@@ -19,6 +22,7 @@ WITH target AS (
 ), verdict AS (
     SELECT EXISTS (SELECT 1 FROM target) AS alive,
            (SELECT t.backend_start FROM target AS t) AS backend_start,
+           (SELECT t.state FROM target AS t) AS state,
            (SELECT count(*) FROM wanted AS w
             WHERE NOT EXISTS (
                 SELECT 1 FROM now_held AS h
@@ -35,10 +39,13 @@ WITH target AS (
                   AND h.mode = w.mode
                   AND h.granted = w.granted)) AS missing
 )
-SELECT v.alive, v.backend_start, v.missing,
+SELECT v.alive, v.backend_start, v.missing, v.state,
        CASE WHEN v.alive
              AND v.backend_start IS NOT DISTINCT FROM %(backend_start)s::timestamptz
              AND v.missing = 0
+             AND (NOT %(cancel)s OR v.state IS NULL
+                  OR v.state NOT IN ('idle', 'idle in transaction',
+                                     'idle in transaction (aborted)'))
             THEN CASE WHEN %(cancel)s THEN pg_catalog.pg_cancel_backend(%(pid)s)
                       ELSE pg_catalog.pg_terminate_backend(%(pid)s, %(wait_ms)s) END
        END AS signalled

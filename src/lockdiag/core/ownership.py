@@ -1,0 +1,139 @@
+"""Whether a lock's owner is done with it, and how strong the evidence is.
+
+An idle session proves only that it is idle. A coordinator keeps its lock on a dedicated idle
+connection while its work runs on others; a library sits between two statements inside its
+critical section; pg_repack keeps a connection idle in transaction for the whole repack. So
+the advice that follows a held lock states its evidence, at one of three levels:
+
+- ``proven``: the owner is gone: a pooled server connection with no client attached (read
+  from the pooler's console);
+- ``declared``: the team declared the lock should not be held like this (the namespace's
+  ``expect = "xact"`` for a certain session lock, or its ``max_hold`` exceeded);
+- ``unknown``: idle, nothing more.
+
+With ``unknown`` the advice names both possibilities and the step that tells them apart (the
+owning process, found from the client address and port; the program's other sessions now),
+and never offers to end the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from lockdiag.core.analysis import Flag, LockEntry
+from lockdiag.core.model import Session, Snapshot
+from lockdiag.durations import format_duration
+
+Level = Literal["proven", "declared", "unknown"]
+SIBLINGS_SHOWN = 3  # the program's other sessions named in the advice
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """The evidence that the owner's work is over: its level and what it rests on."""
+
+    level: Level
+    evidence: str
+
+    @property
+    def sentence(self) -> str:
+        """The evidence as a sentence of its own."""
+        return self.evidence[:1].upper() + self.evidence[1:]
+
+    @property
+    def allows_ending(self) -> bool:
+        """Whether ending the session may be offered (never as the first step)."""
+        return self.level != "unknown"
+
+
+def ownership(group: list[LockEntry]) -> Ownership:
+    """The strongest evidence any of one backend's locks gives that its work is over."""
+    for entry in group:
+        pool = entry.pool
+        if pool is not None and pool.via == "console" and pool.client is None:
+            return Ownership(
+                "proven",
+                f"a server connection of {pool.pooler} pool {pool.pool or '?'} with no client "
+                "attached: the client that took the lock is gone",
+            )
+    for entry in group:
+        namespace = entry.decoded.namespace if entry.decoded else None
+        if namespace is None:
+            continue
+        if Flag.MAX_HOLD in entry.flags and namespace.max_hold is not None:
+            return Ownership(
+                "declared",
+                f"held past {namespace.name}'s max_hold of {format_duration(namespace.max_hold)}",
+            )
+        if Flag.EXPECT_XACT in entry.flags:
+            return Ownership(
+                "declared",
+                f'{namespace.name} declares transaction-level locks (expect = "xact"), and this '
+                "one outlived its transaction",
+            )
+    return Ownership("unknown", "the session is idle: that proves only that it is idle")
+
+
+def tell_apart(entry: LockEntry, snapshot: Snapshot) -> str:
+    """The step that tells "its work goes on elsewhere" from "the unlock was missed": where
+    the owning process is, then what the same program's other sessions do now."""
+    return f"{locate(entry)}, and {siblings(entry, snapshot)}"
+
+
+def locate(entry: LockEntry) -> str:
+    """How to find the process that owns the session, from its client address and port."""
+    session, pool = entry.session, entry.pool
+    if pool is not None and pool.via == "console" and pool.client:
+        host, _, port = pool.client.rpartition(":")
+        return (
+            f"its client is the pool's {pool.client}: on {host}, "
+            f"`ss -tnp 'sport = :{port}'` names the owning process"
+        )
+    if session is None or session.hidden:
+        return "its client address is hidden (a role with pg_read_all_stats sees it)"
+    if session.client_addr and session.client_port and session.client_port > 0:
+        return (
+            f"on {session.client_addr}, `ss -tnp 'sport = :{session.client_port}'` names the "
+            "owning process"
+        )
+    return (
+        f"it came through the server's Unix socket: the owning process is on the database "
+        f"host (`ss -xp` pairs its socket with backend pid {entry.lock.pid})"
+    )
+
+
+def siblings(entry: LockEntry, snapshot: Snapshot) -> str:
+    """The program's other sessions now (same application name, same client host): work
+    going on there is work the lock may still guard."""
+    session = entry.session
+    if session is None or session.hidden:
+        return "then see what that program is doing"
+    app, host = session.application_name, session.client_addr
+    same = [
+        s
+        for s in snapshot.sessions.values()
+        if s.pid != session.pid
+        and s.backend_type in (None, "client backend")
+        and (s.application_name or None) == (app or None)
+        and s.client_addr == host
+    ]
+    # a session waiting for a lock does no work the lock guards (it may wait for this one)
+    others = [s for s in same if s.wait_event_type != "Lock"]
+    waiting = len(same) - len(others)
+    who = (f"of {app} " if app else "") + (f"from {host}" if host else "on the local socket")
+    blocked = f" ({waiting} more wait for a lock)" if waiting else ""
+    if not others:
+        return f"no other session {who} is at work now{blocked}: any work it guards runs elsewhere"
+    others.sort(key=lambda s: (s.state != "active", s.pid))
+    shown = ", ".join(_doing(s, snapshot) for s in others[:SIBLINGS_SHOWN])
+    more = f" and {len(others) - SIBLINGS_SHOWN} more" if len(others) > SIBLINGS_SHOWN else ""
+    return f"other sessions {who} now: {shown}{more}{blocked}"
+
+
+def _doing(session: Session, snapshot: Snapshot) -> str:
+    state = session.state or "state hidden"
+    since = ""
+    if session.state_change is not None:
+        since = f" {format_duration((snapshot.server.now - session.state_change).total_seconds())}"
+    return f"pid {session.pid} {state}{since}"
