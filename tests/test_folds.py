@@ -129,9 +129,11 @@ def test_a_narrowed_snapshot_folds_like_the_whole_one(
     whole = table(Diagnosis(snapshot, registry, DEFAULT_POLICY).listing())
     narrowed = narrow(snapshot, 16, DEFAULT_POLICY)
     assert narrowed is not None
-    narrowed_snapshot, *counts = narrowed
-    assert len(narrowed_snapshot.locks) < 502
-    part = table(Diagnosis(narrowed_snapshot, registry, DEFAULT_POLICY, *counts).listing())
+    assert len(narrowed.snapshot.locks) < 502
+    diagnosis = Diagnosis(
+        narrowed.snapshot, registry, DEFAULT_POLICY, narrowed.total, narrowed.census
+    )
+    part = table(diagnosis.listing())
     assert [m.group(0) for m in FOLD.finditer(whole)] == [TRUTH], whole
     assert [m.group(0) for m in FOLD.finditer(part)] == [TRUTH], part
     shown = SHOWN.search(part)
@@ -157,7 +159,10 @@ def test_a_fold_spans_negative_resources_in_their_order(monkeypatch: pytest.Monk
     whole = table(Diagnosis(snapshot, registry, DEFAULT_POLICY).listing())
     narrowed = narrow(snapshot, 16, DEFAULT_POLICY)
     assert narrowed is not None
-    part = table(Diagnosis(*narrowed[:1], registry, DEFAULT_POLICY, *narrowed[1:]).listing())
+    diagnosis = Diagnosis(
+        narrowed.snapshot, registry, DEFAULT_POLICY, narrowed.total, narrowed.census
+    )
+    part = table(diagnosis.listing())
     truth = "500 x tenant_summary -250..249"
     assert truth in whole and truth in part, part
     shown = SHOWN.search(part)
