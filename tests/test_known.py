@@ -25,7 +25,7 @@ from lockdiag.core.catalogue import (
     java_hash,
     name_keys,
 )
-from lockdiag.demo.cluster import Cluster
+from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, parse_registry
 
@@ -43,7 +43,7 @@ def test_reference_values() -> None:
         LockTriple(1310747230, 1655128355, 1): "Ruby on Rails",
         LockTriple(655373614, 3751769762, 1): "sqlx",
         LockTriple(0, 1545581028, 1): "golang-migrate",
-        LockTriple(2915364753, 2332063824, 1): "pg-boss v10",
+        LockTriple(2915364753, 2332063824, 1): "pg-boss v10+",
     }
     for triple, software in expected.items():
         assert lockdiag[triple].software == software
@@ -131,7 +131,7 @@ def test_migration_tools_with_their_real_formulas(
     worker.run(f"SELECT pg_advisory_lock({flyway_key('public').bigint})")
     found = by_software(listed(cluster, known_db))
     assert set(found) == {
-        "Ruby on Rails", "sqlx", "golang-migrate", "pg-boss v10", "pg-boss v7-v9", "Flyway"
+        "Ruby on Rails", "sqlx", "golang-migrate", "pg-boss v10+", "pg-boss v7-v9", "Flyway"
     }  # fmt: skip
     assert found["Ruby on Rails"]["known"] == {
         "software": "Ruby on Rails",
@@ -334,7 +334,7 @@ def test_keys_of_todays_releases(cluster: Cluster, sessions: Sessions, tmp_path:
     }
     assert labels == {
         "pg-boss v11+: failJobsByTimeout lock of table job",
-        "pg-boss v10: schema and maintenance lock (creates or migrates the schema too)",
+        "pg-boss v10+: schema lock (install and migrate; v10: maintenance too)",
         "django-pglocks: lock 'report:daily'",
         "advisory-lock (npm): lock 'send-invoices'",
         "@medusajs/locking-postgres: lock 'cart:42'",
@@ -395,3 +395,320 @@ def test_a_large_lock_table_decodes_each_lock_as_it_would_alone() -> None:
         names = {e.decoded.label for e in together if e.decoded}
         assert "tenant -3" in names and "hashtext: hashtext('jobs')" in names
         assert any(name.startswith("Ruby on Rails") for name in names)
+
+
+# -- pg_repack, pg-boss 11 and 12, graphile-migrate: run for real -----------------------------
+
+NPM_CACHE = Path.home() / ".cache" / "lockdiag-tests" / "npm"  # one install per spec, reused
+
+
+def npm_package(spec: str) -> Path:
+    """The directory where ``npm install <spec>`` was run (installed once, then reused). No
+    node or npm, or no network the first time: the test fails, it never skips."""
+    import shutil
+    import subprocess
+
+    npm, node = shutil.which("npm"), shutil.which("node")
+    assert npm and node, "node and npm are needed (Debian: apt-get install nodejs npm)"
+    where = NPM_CACHE / spec.replace("/", "_").replace("@", "_")
+    name = spec.rsplit("@", 1)[0] if spec.count("@") > spec.startswith("@") else spec
+    if not (where / "node_modules" / name / "package.json").is_file():
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "package.json").write_text('{"name": "lockdiag-test", "private": true}\n')
+        result = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", spec],
+            cwd=where, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, f"npm install {spec} failed:\n{result.stderr}"
+    return where
+
+
+def node(where: Path, script: str, *args: str, timeout: float = 60) -> str:
+    import subprocess
+
+    (where / "lockdiag-test.mjs").write_text(script)
+    result = subprocess.run(
+        ["node", "lockdiag-test.mjs", *args],
+        cwd=where, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_keys_of_pg_repack_graphile_migrate_and_pg_boss_versions() -> None:
+    """Offline: the triples as the programs' sources compute them, and labels that say which
+    versions take a key."""
+    from lockdiag.core.catalogue import REPACK_LOCK_PREFIX, pg_boss_keys
+
+    # graphile-migrate src/pgReal.ts: ADVISORY_LOCK_MIGRATE = "4727445306447283"
+    assert FIXED[LockTriple(1100694, 573543859, 1)].label == "graphile-migrate: migration lock"
+    # pg_repack: pg_try_advisory_lock(16185446, CAST(-2147483648 + oid AS integer))
+    repack = from_pair(REPACK_LOCK_PREFIX, -(2**31) + 16420)
+    assert repack == LockTriple(16185446, 2147500068, 2)
+    found = build_catalogue(Candidates()).lookup(repack, "shop")
+    assert found is not None and found.confidence == "exact"
+    assert found.label == "pg_repack: repack of table with OID 16420 (in the lock's database)"
+    assert found.behaviour is not None and found.behaviour.kind == "extension"
+    labels = {k.label for k in pg_boss_keys("lockdiag").values()}
+    assert "pg-boss v10+: schema lock (install and migrate; v10: maintenance too)" in labels
+    assert "pg-boss v11+: failJobsByTimeout lock of table job_common" in labels
+    assert "pg-boss v12: failJobsByHeartbeat lock of table job_common" in labels
+    assert "pg-boss v12: 'bamClaim' lock" in labels
+    assert "pg-boss v11+: 'create-queue' lock" in labels
+    assert all(" v1" in label.split(":")[0] for label in labels)  # every label names versions
+    # the reference example of known-locks.md, now under its versions
+    key = database_keys("lockdiag")[LockTriple(2915364753, 2332063824, 1)]
+    assert key.software == "pg-boss v10+"
+
+
+def _pg_locks(cluster: Cluster, where: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        return admin.execute(
+            "SELECT l.pid, l.classid, l.objid, l.objsubid, l.granted, a.application_name, "
+            f"a.state, a.xact_start IS NULL FROM pg_locks AS l JOIN pg_stat_activity AS a "
+            f"USING (pid) WHERE l.locktype = 'advisory' AND {where}"
+        ).fetchall()
+
+
+@pytest.fixture(scope="module")
+def repack_cluster(cluster: Cluster) -> Iterator[Cluster]:
+    """A server whose binaries have pg_repack: the suite's own when they do, else one started
+    from Debian's (postgresql-<major>-repack installs into /usr/lib/postgresql/<major>/bin;
+    the version matrix's PyPI builds have none). Missing everywhere: the test fails."""
+    if (cluster.bindir / "pg_repack").is_file():
+        yield cluster
+        return
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_repack"))
+    assert found, "pg_repack missing: apt-get install postgresql-15-repack (.ci/run does)"
+    server = create_cluster(bindir=found[-1].parent)
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def repack_sessions(repack_cluster: Cluster) -> Iterator[Sessions]:
+    helper = Sessions(repack_cluster)
+    try:
+        yield helper
+    finally:
+        helper.close()
+
+
+def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessions) -> None:
+    """A real pg_repack --table t waits for an older transaction: its main connection holds
+    (16185446, oid + 2^31, 2) idle (a session lock), its second connection sits idle in
+    transaction on purpose; lockdiag names the table and advises checking the repack, never
+    a timeout nor ending it. Needs Debian's postgresql-<major>-repack (binary and extension)."""
+    import subprocess
+
+    cluster, sessions = repack_cluster, repack_sessions
+    binary = cluster.bindir / "pg_repack"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE repack_db")
+    with psycopg.connect(cluster.dsn(dbname="repack_db"), autocommit=True) as setup:
+        setup.execute("CREATE EXTENSION pg_repack")  # fails loudly when it is not installed
+        setup.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        setup.execute("INSERT INTO t SELECT g, 'x' FROM generate_series(1, 1000) AS g")
+        setup.execute("CREATE TABLE other (id int)")
+        # the key as pg_repack computes it (its advisory_lock(), in SQL)
+        (classid, second) = setup.execute(
+            "SELECT 16185446, CAST(-2147483648 + 'public.t'::regclass::oid::bigint AS integer)"
+        ).fetchone()  # type: ignore[misc]
+    expected = from_pair(classid, second)
+    old = sessions.open("old-transaction", dbname="repack_db", autocommit=False)
+    old.run("SELECT count(*) FROM other")  # an older transaction pg_repack must wait for
+    repack = subprocess.Popen(
+        [str(binary), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
+         "-d", "repack_db", "--table", "t"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        sessions.until(
+            lambda admin: bool(
+                admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = 'pg_repack' "
+                    "AND state = 'idle in transaction'"
+                ).fetchall()
+            ),
+            30,
+            "pg_repack to wait for the older transaction",
+        )
+        rows = _pg_locks(cluster, f"l.classid = {classid}")
+        assert [(LockTriple(r[1], r[2], r[3]), r[4], r[5]) for r in rows] == [
+            (expected, True, "pg_repack")
+        ]
+        holder = rows[0][0]
+        document = listed(cluster, "repack_db")
+        (lock,) = [lock for lock in document["locks"] if lock["pid"] == holder]
+        assert lock["known"] == {
+            "software": "pg_repack",
+            "meaning": "repack of table public.t",
+            "confidence": "exact",
+        }
+        assert (lock["classid"], lock["objid"], lock["objsubid"]) == tuple(expected)
+        # from another database the table cannot be named, only its OID
+        (elsewhere,) = [lock for lock in listed(cluster, "postgres")["locks"]
+                        if lock["pid"] == holder]  # fmt: skip
+        assert elsewhere["known"]["meaning"].startswith("repack of table with OID ")
+        # saved to a file, the table's name survives offline
+        dsn = cluster.dsn(dbname="repack_db")
+        CliRunner().invoke(cli, ["snapshot", "-o", "repack.json", "--dsn", dsn])
+        offline = CliRunner().invoke(cli, ["list", "--from", "repack.json", "--format", "json"])
+        assert [lock["known"]["meaning"] for lock in json.loads(offline.stdout)["locks"]
+                if lock["pid"] == holder] == ["repack of table public.t"]  # fmt: skip
+        result = CliRunner().invoke(
+            cli, ["check", "--dsn", cluster.dsn(dbname="repack_db"), "--format", "json",
+                  "--idle-age", "0s", "--session-age", "0s", "--wait-age", "0s"],
+        )  # fmt: skip
+        steps = [f["next_step"] for f in json.loads(result.stdout)["findings"]
+                 if f["pid"] == holder]  # fmt: skip
+        assert steps, result.stdout
+        for step in steps:
+            assert "check the repack" in step and "repack.log_<oid>" in step, step
+            assert "timeout" not in step and "terminate" not in step, step
+    finally:
+        old.connection.commit()  # the older transaction ends: pg_repack goes on
+        output, _ = repack.communicate(timeout=60)
+    assert repack.returncode == 0, output
+    assert 'INFO: repacking table "public.t"' in output
+    assert _pg_locks(cluster, f"l.classid = {classid}") == []  # released at the end
+
+
+PG_BOSS_SCRIPT = """
+import * as module from 'pg-boss'
+import { createRequire } from 'node:module'
+const PgBoss = module.PgBoss ?? module.default
+const [mode, ...args] = process.argv.slice(2)
+if (mode === 'locked') {  // pg-boss's own SQL for a locked transaction, per key
+  const require = createRequire(import.meta.url)
+  let plans
+  try {
+    plans = await import('pg-boss/dist/plans.js')  // 12
+  } catch {
+    plans = require('pg-boss/src/plans')  // 11
+  }
+  const [schema, ...keys] = args
+  console.log(JSON.stringify(keys.map(k => plans.locked(schema, 'SELECT 1', k || undefined))))
+} else {
+  const [conn, seconds] = args
+  const boss = new PgBoss({ connectionString: conn, superviseIntervalSeconds: 1,
+    monitorIntervalSeconds: 1, maintenanceIntervalSeconds: 1, application_name: 'pgboss-test' })
+  boss.on('error', e => console.error('error', e.message))
+  await boss.start()
+  await boss.createQueue('common-q')
+  await boss.createQueue('part-q', { partition: true })
+  await boss.send('common-q', { a: 1 })
+  await new Promise(resolve => setTimeout(resolve, Number(seconds) * 1000))
+  await boss.stop({ graceful: false, wait: true })
+}
+"""
+
+
+@pytest.mark.parametrize("major", ["11", "12"])
+def test_pg_boss_run_for_real(cluster: Cluster, sessions: Sessions, major: str) -> None:
+    """Real pg-boss 11 and 12: installed, two queues created (one partitioned, with its own
+    table); a session holds every per-table key (pg-boss's own expression, from its
+    plans.locked()) and pg-boss's supervise waits on one. lockdiag names them all: job_common
+    from the catalogue, the partitioned queue's table from pgboss.queue.table_name."""
+    import re
+    import subprocess
+
+    from lockdiag.core.catalogue import PG_BOSS_TABLE_KEYS, pg_boss_key
+
+    where = npm_package(f"pg-boss@{major}")
+    dbname = f"boss{major}"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {dbname}")
+    url = f"postgres://postgres@127.0.0.1:{cluster.port}/{dbname}"
+    node(where, PG_BOSS_SCRIPT, "run", url, "0")  # installs the schema, creates the queues
+    with psycopg.connect(cluster.dsn(dbname=dbname), autocommit=True) as db:
+        tables = sorted(r[0] for r in db.execute("SELECT DISTINCT table_name FROM pgboss.queue"))
+    assert "job_common" in tables and len(tables) == 2, tables
+    names = ["", *(f"{t}{k}" for t in tables for k in PG_BOSS_TABLE_KEYS)]
+    statements = json.loads(node(where, PG_BOSS_SCRIPT, "locked", "pgboss", *names))
+    pattern = re.compile(r"SELECT pg_advisory_xact_lock\(\s*(.*?::bigint)\s*\)", re.S)
+    expressions = [pattern.search(s).group(1) for s in statements]  # type: ignore[union-attr]
+    holder = sessions.open("holds-pg-boss-keys", dbname=dbname, autocommit=False)
+    keys = holder.run("SELECT " + ", ".join(expressions))[0]
+    assert list(keys) == [pg_boss_key(dbname, "pgboss", n) for n in names]  # same formula
+    holder.run("SELECT " + ", ".join(f"pg_advisory_xact_lock({e})" for e in expressions[1:]))
+    boss = subprocess.Popen(
+        ["node", "lockdiag-test.mjs", "run", url, "6"], cwd=where,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        sessions.until(
+            lambda admin: bool(_pg_locks(cluster, "NOT l.granted AND "
+                                         "a.application_name = 'pgboss-test'")),
+            30,
+            "pg-boss to wait for its maintenance lock",
+        )  # fmt: skip
+        document = listed(cluster, dbname)
+        held = {
+            lock["known"]["meaning"]: lock["known"]["software"]
+            for lock in document["locks"]
+            if lock["pid"] == holder.pid and lock["known"]
+        }
+        assert held == {
+            f"{k} lock of table {t}": f"pg-boss {v}"
+            for t in tables
+            for k, v in PG_BOSS_TABLE_KEYS.items()
+        }
+        (waiting,) = [lock for lock in document["locks"] if not lock["granted"]]
+        assert waiting["application_name"] == "pgboss-test"
+        assert waiting["known"]["software"] == "pg-boss v11+"
+        assert re.fullmatch(r"failJobsByTimeout lock of table (job_common|j[0-9a-f]{56})",
+                            waiting["known"]["meaning"]), waiting["known"]  # fmt: skip
+    finally:
+        holder.connection.rollback()
+        output, _ = boss.communicate(timeout=60)
+    assert boss.returncode == 0, output
+
+
+def test_graphile_migrate_run_for_real(cluster: Cluster, sessions: Sessions) -> None:
+    """Real ``graphile-migrate migrate``, held inside its lock by a session that locks its
+    migrations table: lockdiag names its fixed key, the number graphile-migrate's own source
+    passes to pg_try_advisory_lock."""
+    import re
+    import subprocess
+
+    where = npm_package("graphile-migrate")
+    source = (where / "node_modules/graphile-migrate/dist/pgReal.js").read_text()
+    (constant,) = re.findall(r'ADVISORY_LOCK_MIGRATE = "(\d+)"', source)
+    assert FIXED[from_bigint(int(constant))].software == "graphile-migrate"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE gm_db")
+    project = where / "project"
+    (project / "migrations" / "committed").mkdir(parents=True, exist_ok=True)
+    (project / ".gmrc").write_text("{}\n")
+    command = [str(where / "node_modules/.bin/graphile-migrate"), "migrate"]
+    env = {"PATH": "/usr/bin:/bin", "DATABASE_URL":
+           f"postgres://postgres@127.0.0.1:{cluster.port}/gm_db"}  # fmt: skip
+    first = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True,
+                           timeout=60, check=False)  # fmt: skip
+    assert first.returncode == 0, first.stderr  # creates its schema graphile_migrate
+    blocker = sessions.open("blocks-graphile-migrate", dbname="gm_db", autocommit=False)
+    blocker.run("LOCK TABLE graphile_migrate.migrations IN ACCESS EXCLUSIVE MODE")
+    run = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        sessions.until(
+            lambda admin: bool(_pg_locks(cluster, "l.classid = 1100694 AND l.granted")),
+            30,
+            "graphile-migrate to take its lock",
+        )
+        ((pid, *triple, _granted, _app, _state, _idle),) = _pg_locks(cluster, "l.classid = 1100694")
+        assert LockTriple(*triple) == from_bigint(int(constant))
+        (lock,) = [lock for lock in listed(cluster, "gm_db")["locks"] if lock["pid"] == pid]
+        assert lock["known"] == {
+            "software": "graphile-migrate",
+            "meaning": "migration lock",
+            "confidence": "exact",
+        }
+    finally:
+        blocker.connection.rollback()
+        output, _ = run.communicate(timeout=60)
+    assert run.returncode == 0, output
+    assert _pg_locks(cluster, "l.classid = 1100694") == []  # unlocked at the end of the run

@@ -50,7 +50,7 @@ TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
     "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
-    "advisory_lock_npm", "medusa",
+    "advisory_lock_npm", "medusa", "slonik_migrator_tables", "dbos_apps",
 )  # fmt: skip
 KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
@@ -168,6 +168,8 @@ class Candidates:
     flyway_schemas: tuple[str, ...] = ("public",)
     advisory_lock_npm: tuple[str, ...] = ()  # names given to the npm package advisory-lock
     medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
+    slonik_migrator_tables: tuple[str, ...] = ()  # @slonik/migrator migrationTableName values
+    dbos_apps: tuple[str, ...] = ()  # DBOS application names (config "name")
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ the catalogue. Three confidences:
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Literal
 
 from lockdiag.core.model import DerivedKey, Snapshot
@@ -44,6 +45,7 @@ class Software:
     kind: SoftwareKind
     function: str  # the lock function it calls, as lockdiag key --function spells it
     normal: str  # one sentence: what holding the lock means for it
+    check: str = ""  # what to look at before acting, in its own terms (else its process)
 
     @property
     def runs(self) -> bool:
@@ -77,13 +79,26 @@ SOFTWARE: dict[str, Software] = {
                        "held by each migration's transaction"),
     "pg-boss v7-v9": Software("queue", "pg_advisory_xact_lock",
                               "held by one maintenance transaction"),
-    "pg-boss v10": Software("queue", "pg_advisory_xact_lock",
-                            "held while pg-boss creates or migrates its schema, and by "
-                            "maintenance transactions"),
     "pg-boss v10+": Software("queue", "pg_advisory_xact_lock",
-                             "held by one maintenance or queue transaction"),
+                             "held while pg-boss installs or migrates its schema (v10: also by "
+                             "each maintenance transaction)"),
     "pg-boss v11+": Software("queue", "pg_advisory_xact_lock",
-                             "held by one maintenance transaction (lock_timeout 30s)"),
+                             "held by one maintenance or queue transaction (lock_timeout 30s)"),
+    "pg-boss v12": Software("queue", "pg_advisory_xact_lock",
+                            "held by one maintenance, stats or claim transaction "
+                            "(lock_timeout 30s)"),
+    "pg_repack": Software(
+        "extension", "pg_try_advisory_lock",
+        "held by pg_repack's main connection for the whole repack of one table, while its "
+        "second connection stays idle in transaction on purpose (ACCESS SHARE on the table) "
+        "until older transactions end",
+        "check the repack (the pg_repack process, its output: 'Waiting for N transactions to "
+        "finish' names the oldest pid) before acting; a pg_repack killed mid-run leaves its "
+        "trigger repack_trigger and its table repack.log_<oid> behind (drop them, or DROP "
+        "EXTENSION pg_repack CASCADE and create it again)",
+    ),
+    "graphile-migrate": Software("migration", "pg_try_advisory_lock",
+                                 "held for the whole migrate run (and each migration it runs)"),
     "GoodJob": Software("queue", "pg_try_advisory_lock",
                         "held while a job or a process runs (concurrency keys: per transaction)"),
     "Que": Software("queue", "pg_try_advisory_lock", "held while the job runs"),
@@ -100,6 +115,38 @@ SOFTWARE: dict[str, Software] = {
                                     "held around a block of the application's code"),
     "@medusajs/locking-postgres": Software("library", "pg_advisory_xact_lock",
                                            "held by one transaction of the application"),
+    # checked by running each one against PostgreSQL 15 (tests/test_known_more.py)
+    "postgres-migrations": Software(
+        "migration", "pg_try_advisory_lock",
+        "held for the whole migrate run by the connection that runs each migration in a "
+        "transaction of its own",
+    ),
+    "@slonik/migrator": Software(
+        "migration", "pg_advisory_lock",
+        "held for the whole up or down by one pooled connection that stays idle while the "
+        "migrations run on another connection of the pool",
+    ),
+    "PgQueuer upgrade": Software("migration", "pg_advisory_lock",
+                                 "held for a whole pgq upgrade (statements one by one)"),
+    "PgQueuer": Software("queue", "pg_try_advisory_xact_lock",
+                         "held by one worker's log-aggregation statement; the others skip it"),
+    "SAQ": Software(
+        "queue", "pg_try_advisory_lock",
+        "never released: the pooled connection that ran init_db, and the one whose worker won "
+        "the sweep lock, keep it for the life of the connection while they sit idle in the "
+        "pool or serve other queries",
+    ),
+    "DBOS": Software(
+        "migration", "pg_try_advisory_lock",
+        "held while DBOS migrates its system database, by an idle autocommit connection while "
+        "the migrations run on another (application databases: one transaction's xact lock)",
+    ),
+    "DBOS background jobs": Software(
+        "scheduler", "pg_try_advisory_xact_lock",
+        "held nearly all the time by one process of the application: its connection stays "
+        "idle in transaction for each 1 s round (idle_in_transaction_session_timeout 5 s) "
+        "while the jobs run on other connections, then takes the lock again",
+    ),
 }  # fmt: skip
 
 
@@ -150,14 +197,31 @@ FIXED: dict[LockTriple, Known] = {
     ),
     from_bigint(1): Known("Apache Airflow", "migrations lock (DBLocks.MIGRATIONS)", "guess"),
     from_bigint(2): Known("Apache Airflow", "scheduler critical section", "guess"),
+    # postgres-migrations dist/with-lock.js: pg_try_advisory_lock(-8525285245963000605)
+    from_bigint(-8525285245963000605): Known("postgres-migrations", "migration lock", "exact"),
+    # PgQueuer schema_plan.advisory_key: zlib.crc32 of the (qualified) queue table, "pgqueuer"
+    from_bigint(crc32("pgqueuer")): Known(
+        "PgQueuer upgrade", "schema upgrade lock (queue table pgqueuer)", "exact"
+    ),
+    # DBOS _sys_db_postgres.py MIGRATION_LOCK_ID; a number other code may pick too
+    from_bigint(1234567890): Known("DBOS", "system database migration lock", "guess"),
+    # SAQ queue/postgres.py init_db: pg_try_advisory_lock(saq_lock_keyspace, 0), keyspace 0
+    from_pair(0, 0): Known("SAQ", "init_db lock (saq_lock_keyspace 0, never released)", "guess"),
+    # "GRAPHILE MIGRATE" on a phone keypad (graphile-migrate src/pgReal.ts, ADVISORY_LOCK_MIGRATE)
+    from_bigint(4727445306447283): Known("graphile-migrate", "migration lock", "exact"),
 }
 
 FLYWAY_BASE = 77431708279161  # "Flyway" in ASCII: 0x466C79776179
 FLYWAY_CLASSIDS = range(18027, 18030)  # FLYWAY_BASE + any int4, in the high 32 bits
-PG_BOSS_KEYS = ("create-queue", "delete-queue", "queue-stats", "queue-stats-insert")
-# pg-boss v11+ locks per table (<table> is "job", or a queue's own table); v12 adds the rest
-PG_BOSS_TABLE_KEYS = ("failJobsByTimeout", "deletion", "failJobsByHeartbeat",
-                      "cleanupDependencies")  # fmt: skip
+# pg-boss keys by the versions that take them (src/plans.js of 11.1, dist/plans.js of 12.x)
+PG_BOSS_KEYS = {"create-queue": "v11+", "delete-queue": "v11+", "queue-stats": "v11+",
+                "queue-stats-insert": "v12", "bamClaim": "v12"}  # fmt: skip
+# per table: <table> is a queue's pgboss.queue.table_name ("job_common" unless partitioned)
+PG_BOSS_TABLE_KEYS = {"failJobsByTimeout": "v11+", "deletion": "v11+",
+                      "failJobsByHeartbeat": "v12", "cleanupDependencies": "v12"}  # fmt: skip
+PG_BOSS_TABLES = ("job_common", "job")  # the default table (v11+), the partitioned parent
+# pg_repack's pg_try_advisory_lock(REPACK_LOCK_PREFIX, table OID - 2^31) (pg_repack bin/pg_repack.c)
+REPACK_LOCK_PREFIX = 16185446
 
 
 def database_keys(database: str) -> dict[LockTriple, Known]:
@@ -182,30 +246,35 @@ def database_keys(database: str) -> dict[LockTriple, Known]:
 
 
 def pg_boss_keys(
-    database: str, schema: str = "pgboss", tables: Iterable[str] = ("job",)
+    database: str, schema: str = "pgboss", tables: Iterable[str] = PG_BOSS_TABLES
 ) -> dict[LockTriple, Known]:
     """pg-boss: the first 8 bytes of sha224(database + ".pgboss." + schema + key), signed."""
 
     def key(name: str) -> LockTriple:
-        digest = hashlib.sha224(f"{database}.pgboss.{schema}{name}".encode()).digest()
-        return from_bigint(_signed64(digest))
+        return from_bigint(pg_boss_key(database, schema, name))
 
     found = {
         key(""): Known(
-            "pg-boss v10",
-            "schema and maintenance lock (creates or migrates the schema too)",
+            "pg-boss v10+",
+            "schema lock (install and migrate; v10: maintenance too)",
             "derived",
         ),
-        key("bamClaim"): Known("pg-boss v11+", "bamClaim lock (v12)", "derived"),
     }
-    for name in PG_BOSS_KEYS:
-        found[key(name)] = Known("pg-boss v10+", f"'{name}' lock", "derived")
+    for name, versions in PG_BOSS_KEYS.items():
+        found[key(name)] = Known(f"pg-boss {versions}", f"'{name}' lock", "derived")
     for table in tables:
-        for name in PG_BOSS_TABLE_KEYS:
+        for name, versions in PG_BOSS_TABLE_KEYS.items():
             found[key(f"{table}{name}")] = Known(
-                "pg-boss v11+", f"{name} lock of table {table}", "derived"
+                f"pg-boss {versions}", f"{name} lock of table {table}", "derived"
             )
     return found
+
+
+def pg_boss_key(database: str, schema: str, name: str) -> int:
+    """``('x' || encode(sha224((current_database() || '.pgboss.' || schema || name)::bytea),
+    'hex'))::bit(64)::bigint``, as pg-boss's advisoryLock() computes it."""
+    digest = hashlib.sha224(f"{database}.pgboss.{schema}{name}".encode()).digest()
+    return _signed64(digest)
 
 
 def collisions(namespace: Namespace) -> list[str]:
@@ -251,10 +320,20 @@ def name_keys(
     pals: Iterable[str] = (),
     advisory_lock_npm: Iterable[str] = (),
     medusa: Iterable[str] = (),
+    slonik_tables: Iterable[str] = (),
+    dbos_apps: Iterable[str] = (),
 ) -> dict[LockTriple, Known]:
     """Keys of names the team lists as candidates, for libraries that hash names in Python,
-    Ruby or JavaScript in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2)."""
+    Ruby or JavaScript in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2, MD5)."""
     found: dict[LockTriple, Known] = {}
+    for table in slonik_tables:
+        found[slonik_migrator_key(table)] = Known(
+            "@slonik/migrator", f"migration lock (table {table})", "derived"
+        )
+    for app in dbos_apps:
+        found[dbos_background_key(app)] = Known(
+            "DBOS background jobs", f"background jobs lock of application {app!r}", "derived"
+        )
     for name in advisory_lock_npm:
         digest = hashlib.sha256(name.encode()).digest()
         a, b = struct.unpack("<ii", digest[:8])  # readInt32LE(0), readInt32LE(4)
@@ -276,6 +355,36 @@ def name_keys(
         digest = hashlib.sha1(name.encode(), usedforsecurity=False).digest()
         found[from_bigint(_signed64(digest, "<"))] = Known("pals", f"lock {name!r}", "derived")
     return found
+
+
+# @slonik/migrator has no default migrationTableName; its README uses "migration"
+SLONIK_TABLES = ("migration", "migrations")
+
+
+def slonik_migrator_key(table: str) -> LockTriple:
+    """@slonik/migrator dist/index.js advisoryLockId(): ``parseInt(md5('@slonik/migrator
+    advisory lock:' + JSON.stringify(table)).hex.slice(0, 8), 16)``, an unsigned 32-bit bigint."""
+    text = "@slonik/migrator advisory lock:" + json.dumps(
+        table, ensure_ascii=False, separators=(",", ":")
+    )
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).digest()
+    return from_bigint(int.from_bytes(digest[:4], "big"))
+
+
+def dbos_key(name: str) -> LockTriple:
+    """DBOS: the first 8 bytes of sha256(name), big-endian signed."""
+    return from_bigint(_signed64(hashlib.sha256(name.encode()).digest()))
+
+
+def dbos_background_key(app: str, schema: str = "dbos") -> LockTriple:
+    """DBOS _sys_db_postgres.py background_job_lock("background_jobs"), per application."""
+    return dbos_key(f"dbos.background_job.{schema}.{app}.background_jobs")
+
+
+# DBOS _datasource_migration.py _migration_lock_key(schema), the default schema "dbos"
+FIXED[dbos_key("dbos.datasource_migrations.dbos")] = Known(
+    "DBOS", "migration lock of an application database (schema dbos)", "exact"
+)
 
 
 def goodjob_key(text: str) -> LockTriple:
@@ -313,7 +422,9 @@ class Catalogue:
         """The keys listed in one key space (form and high word), in any database: a key of
         the space not among them is named by none. None when a pair prefix covers the space
         (its every key is named)."""
-        if objsubid == PAIR_SUBID and any(c == classid for _, c in self.prefixes):
+        if objsubid == PAIR_SUBID and (
+            classid == REPACK_LOCK_PREFIX or any(c == classid for _, c in self.prefixes)
+        ):
             return None
         return self._spaces.get((objsubid, classid), frozenset())
 
@@ -323,6 +434,8 @@ class Catalogue:
             if found is not None:
                 return found
         found = self.anywhere.get(triple)
+        if found is None and triple.objsubid == PAIR_SUBID and triple.classid == REPACK_LOCK_PREFIX:
+            return repack_known(triple)  # a table's OID, named per snapshot when it can be
         if found is None and triple.objsubid == 2:
             found = self.prefixes.get((database, triple.classid)) or self.prefixes.get(
                 (None, triple.classid)
@@ -348,6 +461,8 @@ def build_catalogue(
                 candidates.pals,
                 candidates.advisory_lock_npm,
                 candidates.medusa,
+                (*SLONIK_TABLES, *candidates.slonik_migrator_tables),
+                candidates.dbos_apps,
             ),
             **exact,
         },
@@ -358,12 +473,17 @@ def build_catalogue(
         if key.form == "pair-prefix":
             catalogue.prefixes[(key.database, to_uint4(key.key))] = known
             continue
+        triple = (
+            from_pair(to_int4(key.key >> 32 & 0xFFFFFFFF), to_int4(key.key & 0xFFFFFFFF))
+            if key.form == "pair"
+            else from_bigint(key.key)
+        )
         target = (
             catalogue.per_database.setdefault(key.database, {})
             if key.database
             else catalogue.anywhere
         )
-        target.setdefault(from_bigint(key.key), known)
+        target.setdefault(triple, known)
     return catalogue
 
 
@@ -374,7 +494,30 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
         for lock in snapshot.locks
         if lock.locktype == "advisory" and lock.database in names
     }
-    return build_catalogue(candidates, databases, snapshot.derived)
+    catalogue = build_catalogue(candidates, databases, snapshot.derived)
+    for lock in snapshot.locks:  # pg_repack: the table, by name where this snapshot knows it
+        key = lock.advisory_key
+        if key is None or key.objsubid != PAIR_SUBID or key.classid != REPACK_LOCK_PREFIX:
+            continue
+        name = snapshot.server.relation_name(lock.database, repack_table_oid(key))
+        if name is not None and lock.database in names:
+            catalogue.per_database.setdefault(names[lock.database], {})[key] = repack_known(
+                key, name
+            )
+    return catalogue
+
+
+def repack_table_oid(triple: LockTriple) -> int:
+    """pg_repack locks ``(16185446, CAST(-2147483648 + oid AS integer))``: objid is the table's
+    OID plus 2^31, modulo 2^32."""
+    return (triple.objid - 2**31) % 2**32
+
+
+@cache  # one Known per key: findings count locks by the identity of their Known
+def repack_known(triple: LockTriple, table: str | None = None) -> Known:
+    oid = repack_table_oid(triple)
+    where = table if table is not None else f"with OID {oid} (in the lock's database)"
+    return Known("pg_repack", f"repack of table {where}", "exact")
 
 
 # -- keys named on the inspected server (the query itself is lockdiag.pg.capture's) ---------
@@ -384,8 +527,15 @@ def hashed_names(candidates: Candidates) -> list[str]:
     """Names whose keys only a server's hashtext() can compute. pg_partman's are always
     tried: the extension may live in another database of the cluster, and hashtext() gives
     the same number in every database."""
-    strings = [*candidates.hashtext, *PARTMAN_NAMES]
+    strings = [*candidates.hashtext, *PARTMAN_NAMES, *SERVER_HASHED]
     return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
+
+
+# hashtext() names that PgQueuer and SAQ lock by default (pgqueuer adapters/persistence/qb.py
+# build_aggregate_log_data_to_statistics_query; saq queue/postgres.py sweep, queue "default")
+PGQUEUER_STATISTICS = "pgqueuer_statistics"
+SAQ_QUEUE = "default"
+SERVER_HASHED = (PGQUEUER_STATISTICS, SAQ_QUEUE)
 
 
 def unmatched_keys(snapshot: Snapshot, registry: Registry) -> set[int]:
@@ -414,6 +564,13 @@ def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[De
     """The enrichment query's rows as DerivedKey (hashtext: both call forms)."""
     found: list[DerivedKey] = []
     for source, name, key in rows:
+        if source == "hashtext" and name == PGQUEUER_STATISTICS:  # pg_try_advisory_xact_lock
+            found.append(DerivedKey(None, key, "bigint", "PgQueuer", "log aggregation lock"))
+            continue
+        if source == "hashtext" and name == SAQ_QUEUE:  # (saq_lock_keyspace 0, hashtext(queue))
+            meaning = f"sweep lock of queue {name!r}"
+            found.append(DerivedKey(None, to_uint4(key), "pair", "SAQ", meaning))
+            continue
         if source == "hashtext":
             software, meaning = "hashtext", f"hashtext({name!r})"
             if name in PARTMAN_NAMES:
@@ -422,6 +579,12 @@ def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[De
                 software, meaning = "pgmq", f"queue {name.removeprefix('pgmq.queue_')!r}"
             found.append(DerivedKey(None, key, "bigint", software, meaning))
             found.append(DerivedKey(None, key, "pair-prefix", software, meaning))
+            continue
+        if source == "pg_boss":  # "<table>/<key name>", from pgboss.queue.table_name
+            table, _, lock = name.rpartition("/")
+            versions = PG_BOSS_TABLE_KEYS.get(lock, "v11+")
+            meaning = f"{lock} lock of table {table}"
+            found.append(DerivedKey(database, key, "bigint", f"pg-boss {versions}", meaning))
             continue
         software, template = _SOURCES[source]
         found.append(DerivedKey(database, key, "bigint", software, template.format(name=name)))

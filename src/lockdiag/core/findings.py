@@ -290,10 +290,9 @@ def software_step(known: Known, pid: int | None) -> str:
             f"{known.software} {known.meaning}: {behaviour.normal}; look for the code path that "
             "takes it and never lets go"
         )
-    return (
-        f"{known.software} {known.meaning} is {behaviour.normal}: check the {known.software} "
-        f"process that owns pid {pid} before acting"
-    )
+    default = f"check the {known.software} process that owns pid {pid} before acting"
+    check = behaviour.check or default
+    return f"{known.software} {known.meaning} is {behaviour.normal}: {check}"
 
 
 def _outlived_clients(leaked: list[LockEntry], software: dict[int, Known]) -> Iterator[Finding]:

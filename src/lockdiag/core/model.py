@@ -169,8 +169,9 @@ class DerivedKey:
     """A key of well-known software computed on the server (from its rows, or hashtext)."""
 
     database: str | None  # None: the same in every database
-    key: int  # the bigint key; for a "pair-prefix", the first int4 argument
-    form: Literal["bigint", "pair-prefix"]
+    key: int  # the bigint key; for a "pair-prefix", the first int4 argument; for a "pair",
+    # both int4 arguments as one number: (a << 32) | (b & 0xFFFFFFFF)
+    form: Literal["bigint", "pair-prefix", "pair"]
     software: str
     meaning: str
 

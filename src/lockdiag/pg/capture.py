@@ -19,6 +19,7 @@ from lockdiag.core import catalogue
 from lockdiag.core.model import LockRow, Scope, Session, Snapshot
 from lockdiag.core.snapshot_file import build_record, server_info
 from lockdiag.errors import ServerError
+from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
 from lockdiag.registry import Poolers, Registry
@@ -30,6 +31,7 @@ _ENRICHMENT_TABLES = {
     "enrich_good_jobs": "public.good_jobs",
     "enrich_good_job_concurrency": "public.good_jobs",
     "enrich_good_job_processes": "public.good_job_processes",
+    "enrich_pg_boss": "pgboss.queue",
 }
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
@@ -101,10 +103,12 @@ def complete(
 
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
-    """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq), only when
+    """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq, pg-boss
+    queue tables), and the tables pg_repack is repacking by name; the rows only when
     such a table is present and some advisory key has no name yet. Every table goes through
     :mod:`lockdiag.pg.trust` first (locked against DDL, checked in the catalog) inside one
     read-only transaction; one that fails is skipped with a note that says why."""
+    snapshot = _repacked_tables(connection, snapshot)
     listed = snapshot.server.tables
     if not listed:
         return snapshot  # nothing to ask and nothing to say: no work at all
@@ -118,7 +122,8 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     if unreadable:
         notes.append(
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
-            "named by their rows (GoodJob, Que, pgmq) stay unregistered; GRANT SELECT to see them"
+            "named by their rows (GoodJob, Que, pgmq, pg-boss) stay unregistered; GRANT SELECT "
+            "to see them"
         )
     if unlockable:
         notes.append(
@@ -158,6 +163,38 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
         return dataclasses.replace(snapshot, notes=notes)
     derived = catalogue.derived_keys(rows, snapshot.server.database)
     return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
+
+
+def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) -> Snapshot:
+    """The names of the tables pg_repack locks in this database (its key carries the table's
+    OID), added to the snapshot's relation names; only the catalog pg_class is read."""
+    server = snapshot.server
+    here = server.database_oid
+    oids = sorted(
+        {
+            catalogue.repack_table_oid(key)
+            for lock in snapshot.locks
+            if lock.database == here
+            and (key := lock.advisory_key) is not None
+            and key.objsubid == PAIR_SUBID
+            and key.classid == catalogue.REPACK_LOCK_PREFIX
+        }
+        - set(server.relations)
+    )[:KEY_LIMIT]
+    if not oids:
+        return snapshot
+    sql = queries.query("enrich_pg_repack", server.version_num)
+    try:
+        with connection.transaction():
+            rows = connection.execute(sql.encode(), {"oids": oids}).fetchall()
+    except psycopg.Error as error:
+        if connection.broken:
+            raise
+        reason = error.diag.message_primary or one_line(str(error))
+        notes = [*snapshot.notes, f"tables pg_repack is repacking not named: {reason}"]
+        return dataclasses.replace(snapshot, notes=notes)
+    relations = {**server.relations, **{int(oid): str(name) for oid, name in rows}}
+    return dataclasses.replace(snapshot, server=dataclasses.replace(server, relations=relations))
 
 
 def enrichment_query(

@@ -56,6 +56,7 @@ TABLES: dict[str, dict[str, tuple[str, ...]]] = {
     "public.good_job_processes": {"id": ("uuid",)},
     "public.que_jobs": {"id": ("int8", "int4")},
     "pgmq.meta": {"queue_name": TEXT},
+    "pgboss.queue": {"table_name": TEXT},
 }
 
 

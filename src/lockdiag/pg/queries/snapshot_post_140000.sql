@@ -65,4 +65,4 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
                       WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),
                             ('public', 'good_job_processes'), ('public', 'que_jobs'),
-                            ('pgmq', 'meta'))))
+                            ('pgmq', 'meta'), ('pgboss', 'queue'))))
