@@ -568,6 +568,25 @@ def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessio
         for step in steps:
             assert "check the repack" in step and "repack.log_<oid>" in step, step
             assert "timeout" not in step and "terminate" not in step, step
+        # its second connection, idle in transaction on purpose with ACCESS SHARE on t, holds
+        # up a DDL: a stuck owner by the rule, but pg_repack's, so no timeout and no terminate
+        ddl = sessions.open("schema-change", dbname="repack_db")
+        ddl.start("ALTER TABLE t ADD COLUMN added int")
+        sessions.waiting(ddl)
+        result = CliRunner().invoke(
+            cli, ["check", "--dsn", cluster.dsn(dbname="repack_db"), "--format", "json",
+                  "--idle-age", "0s", "--session-age", "0s", "--wait-age", "0s"],
+        )  # fmt: skip
+        stuck = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "stuck-owner"]
+        second = [f for f in stuck if f["pid"] != old.pid]
+        assert second, result.stdout
+        for finding in second:
+            step = finding["next_step"]
+            assert "check the repack" in step, step
+            assert "idle_in_transaction_session_timeout" not in step and "terminate" not in step
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (ddl.pid,))
+        ddl.done(10)
     finally:
         old.connection.commit()  # the older transaction ends: pg_repack goes on
         output, _ = repack.communicate(timeout=60)

@@ -520,6 +520,16 @@ def repack_known(triple: LockTriple, table: str | None = None) -> Known:
     return Known("pg_repack", f"repack of table {where}", "exact")
 
 
+# sessions that software names through application_name, for the connections that hold no key
+# of it: pg_repack's second connection, idle in transaction on purpose for the whole repack
+BY_APPLICATION = {"pg_repack": Known("pg_repack", "repack (its second connection)", "guess")}
+
+
+def software_of_session(application_name: str | None) -> Known | None:
+    """Software told by the application_name it sets (a guess: any client may set it)."""
+    return BY_APPLICATION.get(application_name or "")
+
+
 # -- keys named on the inspected server (the query itself is lockdiag.pg.capture's) ---------
 
 

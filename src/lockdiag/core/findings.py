@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
-from lockdiag.core.catalogue import Known, collisions
+from lockdiag.core.catalogue import Known, collisions, software_of_session
 from lockdiag.core.graph import Blockers, tree_pids
 from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
 from lockdiag.core.ownership import Ownership, ownership, tell_apart
@@ -423,6 +423,10 @@ def _stuck_owners(
             continue
         reported.add(entry.lock.pid)
         owner = ownership([entry])
+        pid = entry.lock.pid
+        known = (software.get(pid) if pid is not None else None) or software_of_session(
+            session.application_name
+        )
         yield Finding(
             Kind.STUCK_OWNER,
             severity,
@@ -430,8 +434,8 @@ def _stuck_owners(
             _label(entry, server),
             f"{_who(entry)} is {session.state} for {format_duration(idle)} while "
             f"{len(entry.blocks)} session(s) wait for its lock",
-            software_step(software[entry.lock.pid], entry.lock.pid)
-            if entry.lock.pid in software
+            software_step(known, entry.lock.pid)
+            if known is not None
             else _stuck_owner_step(entry, owner, snapshot),
             entry,
             idle,
