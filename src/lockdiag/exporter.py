@@ -5,10 +5,13 @@ them into series and a page (views); the CLI only parses its options.
 
 Each configured target has one read-only DiagnosticSession for scrapes and one for its
 sampler (reopened after a failure). A scrape takes at most one snapshot per target:
-concurrent scrapes of a target wait for the one under way and share it. The sampler takes
-one advisory snapshot per interval and turns what it sees into episodes: histograms of hold
-and wait lengths, counters of acquisitions and contended samples, per namespace (bounded
-labels: a registry namespace, a known software, or "unregistered", never a resource).
+concurrent scrapes of a target wait for the one under way and share it. The sampler probes
+the backends every interval (pg_stat_activity only: no lock-manager lock) and reads the lock
+table when they changed, within a duty cycle (:class:`lockdiag.core.observe.Pacer`: the reads
+keep the server busy at most ``--duty-cycle`` of the time, whatever the lock count); what it
+sees becomes episodes: histograms of hold and wait lengths, counters of acquisitions and
+contended samples, per namespace (bounded labels: a registry namespace, a known software, or
+"unregistered", never a resource). Its achieved interval and duty cycle are series too.
 
 Endpoints: /metrics (every target, each series labelled ``target``), /probe?target=NAME (one
 configured target; any other name is 404: no connection is ever made to an address taken from
@@ -44,7 +47,7 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
-from lockdiag.core.observe import Episodes, Tick, collect_now_and_then
+from lockdiag.core.observe import Episodes, Pacer, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.http_server import QUEUE, WORKERS, OneRequestHandler, PooledHTTPServer
 from lockdiag.pg.deadline import client_deadline
@@ -95,11 +98,14 @@ class Exporter:
         policy: CheckPolicy,
         timeout: float,
         interval: float,
+        duty: float = 0.01,
     ) -> None:
         self.targets = {target.name: target for target in targets}
         self.registry, self.policy, self.timeout, self.interval = (
             registry, policy, timeout, interval,
         )  # fmt: skip
+        self.duty = duty
+        self.pacers: dict[str, Pacer] = {}
         # of each target's scrape: the session's own deadline for one statement
         self.deadline = client_deadline(timeout)
         self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
@@ -215,24 +221,29 @@ class Exporter:
     # -- the sampler --------------------------------------------------------------------------
 
     def sample_forever(self, target: Target) -> None:
-        """One advisory snapshot per interval, its episodes into the histograms."""
+        """Every interval a probe of the backends; when they changed, and the duty cycle
+        allows it, an advisory snapshot whose episodes go into the histograms."""
         session = DiagnosticSession(target.dsn, self.timeout)
         episodes, rounds = Episodes(), 0
+        pacer = self.pacers[target.name] = Pacer(self.duty)
         try:
             while not self.stop.is_set():
                 tick = time.monotonic()
-                rounds += 1
-                collect_now_and_then(rounds)
                 try:
-                    snapshot = session.snapshot("advisory")
+                    activity = session.activity()
+                    if pacer.due(tick, activity):
+                        rounds += 1
+                        collect_now_and_then(rounds)
+                        began = time.monotonic()
+                        snapshot = session.snapshot("advisory")
+                        pacer.read(began, snapshot.query_seconds, activity)
+                        advisory = Diagnosis(snapshot, self.registry).advisory
+                        self.record(target.name, episodes.add(advisory, snapshot.server.now))
+                        self.sampler_seconds.labels(target.name).observe(time.monotonic() - began)
                 except LockdiagError:
                     session.close()  # reopened at the next tick; the scrape reports the error
                     episodes = Episodes()
-                else:
-                    advisory = Diagnosis(snapshot, self.registry).advisory
-                    seen = episodes.add(advisory, snapshot.server.now)
-                    self.record(target.name, seen)
-                    self.sampler_seconds.labels(target.name).observe(time.monotonic() - tick)
+                    pacer.last = None  # a full read first, after the reconnection
                 self.stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
         finally:
             session.close()
@@ -255,6 +266,27 @@ class Exporter:
             for family in metric.collect():
                 family.samples = [s for s in family.samples if s.labels["target"] in wanted]
                 yield family
+        yield from families(self.pacing([name for name in names if name in self.pacers]))
+
+    def pacing(self, names: list[str]) -> list[Metric]:
+        """What the sampler costs and achieves, per target."""
+        now = time.monotonic()
+        interval = Metric(
+            "lockdiag_sampler_interval_seconds",
+            "Mean time between the sampler's reads of the lock table (the last ten).",
+        )
+        duty = Metric(
+            "lockdiag_sampler_duty_cycle",
+            "Share of wall time the sampler's reads kept the server's lock manager busy.",
+        )
+        reads = Metric("lockdiag_sampler_reads_total", "Reads of the lock table.", type="counter")
+        for name in names:
+            pacer = self.pacers[name]
+            if pacer.interval is not None:
+                interval.add(pacer.interval, target=name)
+            duty.add(pacer.duty_cycle(now), target=name)
+            reads.add(pacer.reads, target=name)
+        return [interval, duty, reads]
 
     # -- the server ---------------------------------------------------------------------------
 

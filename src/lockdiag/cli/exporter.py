@@ -26,8 +26,18 @@ from lockdiag.pg.fleet import label
 )
 @click.option(
     "--interval", **DURATION, default="1s", show_default=True,
-    help="Time between two samples of each target (hold and wait histograms).",
+    help="Time between two probes of each target's backends (pg_stat_activity only); the lock "
+    "table is read when they changed, within --duty-cycle.",
 )  # fmt: skip
+@click.option(
+    "--duty-cycle",
+    "duty",
+    type=click.FloatRange(0.0001, 1.0),
+    default=0.01,
+    show_default=True,
+    help="Share of wall time the sampler's reads of pg_locks may keep the server's lock manager "
+    "busy: a read that took 0.3s waits 30s for the next at 0.01.",
+)
 @threshold_option("--session-age", "5m,1h", "A certain session-level advisory lock held this long.")
 @threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
 @threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
@@ -37,6 +47,7 @@ from lockdiag.pg.fleet import label
 def exporter_command(
     listen: str,
     interval: float,
+    duty: float,
     session_age: Any,
     wait_age: Any,
     idle_age: Any,
@@ -46,7 +57,8 @@ def exporter_command(
     """Serve advisory-lock contention to Prometheus, for one server or a fleet.
 
     Each scrape takes at most one snapshot per target (concurrent scrapes share it); a
-    sampler per target takes one more per --interval for the hold and wait histograms. A dead
+    sampler per target probes its backends every --interval and reads the lock table when
+    they changed, within --duty-cycle, for the hold and wait histograms. A dead
     target shows lockdiag_up 0 and leaves the others untouched. Targets are named by host,
     port and database, never with a password; /probe?target=NAME serves one of them.
 
@@ -69,7 +81,7 @@ def exporter_command(
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked)
     exporter = Exporter(
         [Target(name, dsn) for name, dsn in zip(names, dsns, strict=True)],
-        get_registry(registry), policy, where.timeout, interval,
+        get_registry(registry), policy, where.timeout, interval, duty,
     )  # fmt: skip
     try:
         server = exporter.serve(host.strip("[]"), int(port_text))

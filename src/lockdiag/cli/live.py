@@ -18,9 +18,10 @@ from lockdiag.cli.common import (
 )
 from lockdiag.cli.screen import progress_reporter, run
 from lockdiag.core.observe import Sampler
+from lockdiag.durations import format_duration
 from lockdiag.errors import EXIT_INTERRUPTED, InputError, ServerError
 from lockdiag.pg.sampling import Feed, sample
-from lockdiag.views.sample import sample_output
+from lockdiag.views.sample import achieved_interval, behind, sample_output
 from lockdiag.views.watch import State
 
 
@@ -120,6 +121,14 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
     if sampler.samples == 0 and errors and not interrupted:
         raise ServerError(errors[-1])
     show(sample_output(sampler, interval, duration=duration), fmt)
+    achieved = achieved_interval(sampler)
+    if behind(achieved, interval):
+        click.echo(
+            f"lockdiag: sample: warning: asked every {format_duration(interval)}, achieved every "
+            f"{format_duration(achieved or 0.0)}: episodes shorter than that can be missed "
+            "(a longer --interval, or fewer locks, keeps the rate)",
+            err=True,
+        )
     if interrupted:
         click.echo("lockdiag: interrupted: the figures cover what was sampled", err=True)
         sys.exit(EXIT_INTERRUPTED)

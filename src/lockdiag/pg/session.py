@@ -25,10 +25,17 @@ import psycopg
 from psycopg import sql
 
 from lockdiag.core.catalogue import derived_keys, hashed_names
+from lockdiag.core.observe import Activity
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
 from lockdiag.pg.capture import capture, complete
-from lockdiag.pg.connection import conninfo, one_line, scrub, session_settings
+from lockdiag.pg.connection import (
+    APPLICATION_NAME,
+    conninfo,
+    one_line,
+    scrub,
+    session_settings,
+)
 from lockdiag.pg.deadline import BoundedConnection
 
 if TYPE_CHECKING:
@@ -193,6 +200,13 @@ class DiagnosticSession:
             sql = queries.query(name, connection.info.server_version)
             row = connection.execute(sql.encode(), params).fetchone()
         return row if row is not None else ()
+
+    def activity(self) -> Activity:
+        """The cheap probe of the backends (no lock-manager lock): see core.observe.Pacer."""
+        with self.conversation() as connection:
+            sql = queries.query("probe_activity", connection.info.server_version)
+            rows = connection.execute(sql.encode(), {"own": APPLICATION_NAME}).fetchall()
+        return frozenset(map(tuple, rows))
 
     def hashtext_keys(self, strings: list[str]) -> list[DerivedKey]:
         """hashtext() of ``strings`` on this server (for `decode --dsn`): one query."""

@@ -81,6 +81,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
         else 0.0
     )
 
+    achieved = achieved_interval(sampler)
+
     def blocks(folded: bool = True) -> list[Block]:
         def percent(count: int) -> str:
             return f"{100 * count / sampler.samples:.0f}%" if sampler.samples else "-"
@@ -119,7 +121,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
         expected = f" of {max(1, int(duration / interval))} expected" if duration else ""
         lines = [
             f"sampled {_seconds(spanned)}{asked} (first to last sample): "
-            f"{sampler.samples}{expected} sample(s), every {format_duration(interval)}",
+            f"{sampler.samples}{expected} sample(s), every {format_duration(interval)}"
+            + _achieved(achieved, interval),
             f"cost: {median_ms:.1f} ms per sample (median round trip, max "
             f"{costs[-1] * 1000:.1f} ms), {sampler.samples} read(s) of pg_locks in total",
         ]
@@ -155,6 +158,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
             "version": JSON_VERSION,
             "samples": sampler.samples,
             "interval_seconds": interval,
+            "achieved_interval_seconds": achieved,
             "duration_seconds": duration,
             "sampled_seconds": spanned,
             "started": sampler.started.isoformat() if sampler.started else None,
@@ -202,12 +206,38 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
     )
 
 
+def achieved_interval(sampler: Sampler) -> float | None:
+    """The mean time between samples, first to last; None with fewer than two."""
+    if sampler.samples < 2 or sampler.started is None or sampler.ended is None:
+        return None
+    return (sampler.ended - sampler.started).total_seconds() / (sampler.samples - 1)
+
+
+BEHIND = 1.25  # an achieved interval this much longer than the one asked is said plainly
+
+
+def behind(achieved: float | None, interval: float) -> bool:
+    return achieved is not None and achieved > interval * BEHIND
+
+
+def _achieved(achieved: float | None, interval: float) -> str:
+    if not behind(achieved, interval):
+        return ""
+    assert achieved is not None
+    return (
+        f"; achieved every {format_duration(achieved)} only (each read of the lock table took "
+        f"longer than the interval): episodes shorter than that can be missed"
+    )
+
+
 def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) -> list[str]:
     """Per namespace only: keys are unbounded, namespaces come from the registry."""
     metrics = [
         gauge("lockdiag_sample_samples", "Samples taken.", sampler.samples),
         gauge("lockdiag_sample_seconds_per_sample", "Median round trip of one snapshot.",
               median_ms / 1000),
+        gauge("lockdiag_sample_interval_seconds", "Mean time between samples, achieved.",
+              achieved_interval(sampler) or 0.0),
     ]  # fmt: skip
     per_namespace = [
         ("held_samples", "Samples in which a key of the namespace was held."),

@@ -18,7 +18,7 @@ _SAME_FOR_ALL = (
     "enrich_hashtext", "enrich_pgmq", "enrich_que", "enrich_good_jobs",
     "enrich_good_job_concurrency", "enrich_good_job_processes", "enrich_pg_boss",
     "enrich_pg_repack",
-    "signal_backend", "backend_alive", "trust_tables",
+    "signal_backend", "backend_alive", "trust_tables", "probe_activity",
     "pooltest_holders", "pooltest_lock", "pooltest_probe",
 )  # fmt: skip
 
