@@ -328,8 +328,16 @@ def screen_budget(blocks: list[Block], width: int, height: int) -> int:
 
 
 def text_height(lines: Iterable[str], width: int) -> int:
-    """Screen lines these text lines take on a screen ``width`` columns wide, as they wrap."""
-    return sum(max(1, -(-len(line) // max(1, width))) for line in lines)
+    """Screen lines these text lines take on a screen ``width`` columns wide, wrapped between
+    words as rich wraps them (a long word folded)."""
+    width = max(1, width)
+    return sum(_wrapped_height(line, width) if len(line) > width else 1 for line in lines)
+
+
+def _wrapped_height(line: str, width: int) -> int:
+    import textwrap
+
+    return max(1, len(textwrap.wrap(line, width, break_on_hyphens=False, replace_whitespace=False)))
 
 
 def rich_renderables(blocks: list[Block], console: Console, budget: int | None = None) -> list[Any]:

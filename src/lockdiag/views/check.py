@@ -43,10 +43,11 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
         room = lines - 4 - text_height(noted, columns)  # two summaries, a note, a prompt
         out: list[Block] = [summary]
         headings_only = 0
+        tops = [text_height([heading], columns) for (heading, _), _ in shown]  # headings wrap
         for index, ((heading, style), detail) in enumerate(shown):
-            top = text_height([heading], columns)  # a long heading wraps
+            top = tops[index]
             height = top + text_height(detail, columns)
-            rest = len(shown) - index - 1  # each later one takes a heading line at least
+            rest = sum(tops[index + 1 :])  # each later one takes its heading at least
             if lines and height + rest > room:
                 out.append(Text([heading], style))
                 room -= top
