@@ -3,6 +3,7 @@
     python bench/run.py                 # 1k, 10k, 100k locks; 16 and 160 waiters; 5 repeats
     python bench/run.py --quick         # 1k locks, 16 waiters, 2 repeats (CI runs this)
     python bench/run.py --json out.json
+    python bench/run.py --observer-only --observer-cost   # what watching costs, pgbench too
 
 Prints a table of medians and ratios and writes it as JSON. Each target of issue 8 is a
 ratio measured in one run, so machine speed cancels out.
@@ -331,9 +332,9 @@ def phases(cluster: Cluster, repeats: int) -> dict[str, float]:
 
 
 @contextmanager
-def running_exporter(cluster: Cluster) -> Iterator[Callable[[], float]]:
-    """A running `lockdiag exporter`, its sampler set to an hour so it does not compete; yields
-    the time of one GET /metrics (one snapshot, its analysis and the exposition)."""
+def exporter_process(cluster: Cluster, *options: str) -> Iterator[tuple[int, str]]:
+    """A running `lockdiag exporter` on the cluster with these options; yields its pid and its
+    address (host:port) once /-/healthy answers (which takes no snapshot)."""
     import urllib.request
 
     from lockdiag.demo.cluster import free_port
@@ -341,30 +342,51 @@ def running_exporter(cluster: Cluster) -> Iterator[Callable[[], float]]:
     port = free_port()
     process = subprocess.Popen(
         [*LOCKDIAG, "exporter", "--dsn", cluster.dsn(), "--listen", f"127.0.0.1:{port}",
-         "--interval", "1h", "--timeout", "60s"],
+         *options],
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/metrics"
-
-    def once() -> float:
-        started = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=120) as response:
-            response.read()
-        return time.perf_counter() - started
-
+    address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"bench: the exporter exited with code {process.returncode}")
             try:
-                once()  # warm: the exporter is up and its sampler's one snapshot is done
+                with urllib.request.urlopen(f"http://{address}/-/healthy", timeout=10) as response:
+                    response.read()
                 break
             except OSError:
-                time.sleep(0.2)
-        time.sleep(2)
-        yield once
+                if time.monotonic() > deadline:
+                    raise SystemExit("bench: the exporter did not answer /-/healthy") from None
+                time.sleep(0.1)
+        yield process.pid, address
     finally:
         process.terminate()
         process.wait(10)
+
+
+def scraper(address: str) -> Callable[[], float]:
+    """The time of one GET /metrics (one snapshot, its analysis and the exposition)."""
+    import urllib.request
+
+    def once() -> float:
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=120) as response:
+            response.read()
+        return time.perf_counter() - started
+
+    return once
+
+
+@contextmanager
+def running_exporter(cluster: Cluster) -> Iterator[Callable[[], float]]:
+    """A running `lockdiag exporter`, its sampler set to an hour so it does not compete; yields
+    the time of one GET /metrics (one snapshot, its analysis and the exposition)."""
+    with exporter_process(cluster, "--interval", "1h", "--timeout", "60s") as (_, address):
+        once = scraper(address)
+        once()  # warm: the exporter's first snapshot is done
+        time.sleep(2)
+        yield once
 
 
 def measure_small_server(
@@ -406,13 +428,298 @@ def measure_startup(repeats: int) -> dict[str, Any]:
     })  # fmt: skip
 
 
-def run(sizes: list[int], waiter_counts: list[int], repeats: int) -> dict[str, Any]:
+# -- what watching costs the watched server ------------------------------------------------
+
+OBSERVER_WAITERS = 37  # Population's 3 other sessions make 40
+SAMPLE_INTERVAL_S, SAMPLE_DURATION_S = 0.25, 8.0  # `lockdiag sample`'s run at each size
+PGBENCH_CLASS = 424242  # the workload's keys: pg_advisory_xact_lock(424242, k), none held
+PGBENCH_SCRIPT = f"""\\set k random(1, 10000)
+SELECT pg_advisory_xact_lock({PGBENCH_CLASS}, :k);
+"""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process, all its threads, from /proc/PID/stat; None once it is gone.
+    (Root reads the postgres user's backends too.)"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on; comm may hold spaces
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # fields 14 and 15
+
+
+def lockdiag_backends(cluster: Cluster) -> dict[int, float]:
+    """The CPU seconds so far of each of lockdiag's own backends, told by the application_name
+    lockdiag sets on every session."""
+    from lockdiag.pg.connection import APPLICATION_NAME
+
+    with psycopg.connect(cluster.dsn(application_name="bench-observer"), autocommit=True) as c:
+        rows = c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION_NAME,)
+        ).fetchall()
+    return {pid: cpu for (pid,) in rows if (cpu := cpu_seconds(pid)) is not None}
+
+
+def sampler_series(text: str) -> dict[str, float]:
+    """Every series of an exposition whose name contains "sampler" (histogram buckets left out),
+    keyed by name and labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if "sampler" in sample.name and not sample.name.endswith(("_bucket", "_created")):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                found[f"{sample.name}{{{labels}}}"] = float(sample.value)
+    return found
+
+
+def pick(series: dict[str, float], *words: str) -> float | None:
+    """The first series whose name holds every word, one that says "achieved" preferred."""
+    named = [(key, value) for key, value in series.items()
+             if all(word in key.split("{")[0] for word in words)]  # fmt: skip
+    named.sort(key=lambda item: "achieved" not in item[0])
+    return named[0][1] if named else None
+
+
+def sampler_figures(series: dict[str, float], alive_s: float) -> dict[str, Any]:
+    """The sampler's achieved interval and duty cycle: as the exporter exposes them, else
+    derived from lockdiag_sampler_seconds (count and sum over the exporter's life), else None."""
+    count = sum(v for k, v in series.items() if k.startswith("lockdiag_sampler_seconds_count"))
+    busy = sum(v for k, v in series.items() if k.startswith("lockdiag_sampler_seconds_sum"))
+    derived = "derived from lockdiag_sampler_seconds"
+    figures: dict[str, Any] = {"sampler_samples": count or None}
+    fallbacks = {"interval": alive_s / count if count else None,
+                 "duty_cycle": busy / alive_s if count else None}  # fmt: skip
+    for name, word in (("interval", "interval"), ("duty_cycle", "duty")):
+        fallback = fallbacks[name]
+        exposed = pick(series, "sampler", word)
+        figures[f"sampler_{name}"] = exposed if exposed is not None else fallback
+        figures[f"sampler_{name}_source"] = (
+            "exposed" if exposed is not None else derived if fallback is not None else "n/a"
+        )
+    figures["sampler_interval_s"] = figures.pop("sampler_interval")
+    return figures
+
+
+def idle_exporter(cluster: Cluster, window: float, repeats: int, env: dict[str, str]) -> Any:
+    """The exporter with its defaults, nothing scraping it, for ``window`` seconds: its own CPU
+    and that of its backends per second of wall time; then one scrape for its sampler's series;
+    then scrapes beside psql printing the same join, with the sampler running."""
+    with exporter_process(cluster) as (pid, address):
+        healthy = time.monotonic()
+        deadline = healthy + 30
+        while not lockdiag_backends(cluster) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the sampler's session is open
+        time.sleep(2)  # and it has sampled a few times
+        backends_before, cpu_before = lockdiag_backends(cluster), cpu_seconds(pid)
+        started = time.monotonic()
+        time.sleep(window)
+        cpu_after, elapsed = cpu_seconds(pid), time.monotonic() - started
+        backends_after = lockdiag_backends(cluster)
+        if cpu_before is None or cpu_after is None:
+            raise SystemExit("bench: the exporter died during the window")
+        # a backend there at the end only counts whole; one gone by then is missed (counted)
+        backends_s = sum(cpu - backends_before.get(p, 0.0) for p, cpu in backends_after.items())
+        scrape = scraper(address)
+        with metrics_text(address) as text:
+            series, alive = sampler_series(text), time.monotonic() - healthy
+        psql = shutil.which("psql") or "psql"
+        timed = medians(rounds(repeats, 5), {
+            "scrape_s": scrape,
+            "psql_aligned_s": lambda: wall([psql, "-X", "-c", PSQL_JOIN], env),
+        })  # fmt: skip
+    return {
+        "window_s": elapsed,
+        "exporter_cpu_pct": 100 * (cpu_after - cpu_before) / elapsed,
+        "backends_cpu_pct": 100 * backends_s / elapsed,
+        "backends": sorted(set(backends_before) | set(backends_after)),
+        "backends_gone": len(set(backends_before) - set(backends_after)),
+        **sampler_figures(series, alive),
+        "sampler_series": series,
+        **timed,
+        "scrape_vs_psql": timed["scrape_s"] / timed["psql_aligned_s"],
+    }
+
+
+@contextmanager
+def metrics_text(address: str) -> Iterator[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=120) as response:
+        yield response.read().decode()
+
+
+def sample_rate(env: dict[str, str], duration: float) -> dict[str, Any]:
+    """`lockdiag sample --interval 250ms --format json` for ``duration``: samples taken against
+    those expected, the achieved interval, and the command's own CPU (by wait4)."""
+    command = [*LOCKDIAG, "sample", "--interval", f"{int(SAMPLE_INTERVAL_S * 1000)}ms",
+               "--duration", f"{duration:g}s", "--format", "json"]  # fmt: skip
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        took = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise SystemExit(f"bench: sample failed with exit code {process.returncode}")
+        out.seek(0)
+        data = json.loads(out.read())
+    samples, expected = int(data["samples"]), max(1, int(duration / SAMPLE_INTERVAL_S))
+    achieved = data.get("achieved_interval_seconds")
+    return {
+        "sample_samples": samples, "sample_expected": expected,
+        "sample_rate": samples / expected,
+        "sample_achieved_interval_s": float(achieved) if achieved is not None
+        else duration / max(1, samples),
+        "sample_interval_source": "reported" if achieved is not None else "duration / samples",
+        "sample_median_query_s": data.get("cost", {}).get("median_seconds"),
+        "sample_wall_s": took,
+        "sample_cpu_pct": 100 * (usage.ru_utime + usage.ru_stime) / took,
+    }  # fmt: skip
+
+
+def pgbench_tps(cluster: Cluster, script: Path, seconds: float) -> float:
+    """Transactions per second of the advisory-lock workload: 8 clients, 2 threads."""
+    pgbench = cluster.bindir / "pgbench"
+    result = subprocess.run(
+        [str(pgbench if pgbench.exists() else "pgbench"), "-n", "-f", str(script), "-c", "8",
+         "-j", "2", "-T", str(max(1, round(seconds))), "-h", "127.0.0.1", "-p", str(cluster.port),
+         "-U", "postgres", "postgres"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    for line in result.stdout.splitlines():
+        if line.startswith("tps = "):
+            return float(line.split()[2])
+    raise SystemExit(f"bench: no tps in pgbench's output: {result.stdout[-300:]}")
+
+
+def observer_cost(cluster: Cluster, seconds: float, repeats: int) -> dict[str, Any]:
+    """pgbench's tps with and without the exporter (defaults) running, in turns (ABBA, so a
+    drift of the machine's speed weighs on both): the median loss, and the noise (the spread of
+    the losses, and of the tps without the exporter)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as handle:
+        handle.write(PGBENCH_SCRIPT)
+    script = Path(handle.name)
+    without: list[float] = []
+    with_exporter: list[float] = []
+    try:
+        pgbench_tps(cluster, script, 1)  # warm
+        for turn in range(repeats):
+            for watched in (False, True) if turn % 2 == 0 else (True, False):
+                if not watched:
+                    without.append(pgbench_tps(cluster, script, seconds))
+                    continue
+                with exporter_process(cluster):
+                    time.sleep(2)  # its sampler has started
+                    with_exporter.append(pgbench_tps(cluster, script, seconds))
+    finally:
+        script.unlink(missing_ok=True)
+    losses = [100 * (1 - w / b) for w, b in zip(with_exporter, without, strict=True)]
+    base = statistics.median(without)
+    return {
+        "tps_without": without, "tps_with": with_exporter,
+        "tps_loss_pct": statistics.median(losses),
+        "tps_loss_spread_pct": [min(losses), max(losses)],
+        "tps_noise_pct": 100 * (max(without) - min(without)) / base,
+    }  # fmt: skip
+
+
+def measure_observer(
+    cluster: Cluster, env: dict[str, str], sizes: list[int], options: argparse.Namespace
+) -> dict[str, Any]:
+    """What watching costs the watched server, at each size (40 sessions)."""
+    import hashlib
+
+    import lockdiag
+
+    # the lockdiag the bench and its children import (PYTHONPATH can point at another tree)
+    exporter_source = Path(lockdiag.__file__).parent / "exporter.py"
+    context = {
+        "exporter_py_sha256": hashlib.sha256(exporter_source.read_bytes()).hexdigest()[:12]
+        if exporter_source.exists() else None,
+        "lockdiag": str(exporter_source.parent), "cpus": os.cpu_count(),
+        "loadavg_start": list(os.getloadavg()),
+        "note": "CPU-time figures (% of one core) are robust on a busy machine; wall figures "
+                "(scrape/psql, sample rate, tps) move with the machine's load",
+    }  # fmt: skip
+    rows = []
+    for size in sizes:
+        with Population(cluster, size, OBSERVER_WAITERS):
+            row: dict[str, Any] = {"locks": size}
+            row.update(idle_exporter(cluster, options.window, options.repeats, env))
+            row.update(sample_rate(env, options.sample_duration))
+            if options.observer_cost:
+                row.update(observer_cost(cluster, options.observer_seconds,
+                                         options.observer_rounds))  # fmt: skip
+        rows.append(row)
+    context["loadavg_end"] = list(os.getloadavg())
+    return {"context": context, "rows": rows}
+
+
+def observer_report(observer: dict[str, Any]) -> list[str]:
+    def number(value: float | None, form: str) -> str:
+        return "n/a" if value is None else format(value, form)
+
+    rows = observer["rows"]
+    window = statistics.median(r["window_s"] for r in rows) if rows else 0.0
+    lines = [
+        f"what watching costs the watched server (exporter defaults, nothing scraping it, "
+        f"{window:.0f} s window; CPU in % of one core)",
+        f"{'locks':>7} {'exporter':>9} {'backends':>9} {'sampler':>9} {'duty':>6} "
+        f"{'sample':>8} {'rate':>5} {'interval':>9} {'scrape':>8} {'psql':>7} {'ratio':>6} "
+        f"{'tps loss':>9} {'spread':>13} {'noise':>6}",
+        f"{'':>7} {'%cpu':>9} {'%cpu':>9} {'interval':>9} {'cycle':>6} {'n/exp':>8} {'':>5} "
+        f"{'sample':>9} {'s':>8} {'s':>7} {'':>6} {'%':>9} {'%':>13} {'%':>6}",
+    ]
+    for r in rows:
+        spread = r.get("tps_loss_spread_pct")
+        lines.append(
+            f"{r['locks']:>7} {r['exporter_cpu_pct']:>9.2f} {r['backends_cpu_pct']:>9.2f} "
+            f"{number(r['sampler_interval_s'], '.3f'):>9} "
+            f"{number(r['sampler_duty_cycle'], '.3f'):>6} "
+            f"{r['sample_samples']:>4}/{r['sample_expected']:<3} {r['sample_rate']:>5.2f} "
+            f"{r['sample_achieved_interval_s']:>9.3f} {r['scrape_s']:>8.3f} "
+            f"{r['psql_aligned_s']:>7.3f} {r['scrape_vs_psql']:>6.2f} "
+            f"{number(r.get('tps_loss_pct'), '.1f'):>9} "
+            f"{'n/a' if spread is None else f'{spread[0]:.1f}..{spread[1]:.1f}':>13} "
+            f"{number(r.get('tps_noise_pct'), '.1f'):>6}"
+        )
+
+    def sources(key: str) -> str:
+        return ", ".join(sorted({r[key] for r in rows}))
+
+    context = observer["context"]
+    lines += [
+        f"  sampler interval: {sources('sampler_interval_source')}; duty cycle: "
+        f"{sources('sampler_duty_cycle_source')}; sample's interval: "
+        f"{sources('sample_interval_source')}",
+        f"  {context['cpus']} CPUs, load average {context['loadavg_start'][0]:.1f} at the start, "
+        f"{context['loadavg_end'][0]:.1f} at the end: {context['note']}",
+    ]
+    return lines
+
+
+def run(
+    sizes: list[int],
+    waiter_counts: list[int],
+    repeats: int,
+    observer: argparse.Namespace | None = None,
+) -> dict[str, Any]:
+    """Every measurement; with ``observer`` (the observer options), what watching costs too,
+    and with its ``observer_only`` nothing else."""
     results: dict[str, Any] = {"server": [], "client": {}, "targets": []}
     compile_bytecode()
     with bench_cluster() as cluster:
         snapshot_sql = queries.query("snapshot", server_version_num(cluster))
         env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1"}
         env.update({"PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"})
+        if observer is not None:
+            results["observer"] = measure_observer(cluster, env, sizes, observer)
+            if observer.observer_only:
+                return results
         results["server"] = [
             measure_server(cluster, size, waiters, repeats, snapshot_sql)
             for size in sizes
@@ -478,6 +785,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def report(results: dict[str, Any]) -> str:
+    if "server" in results and not results["server"] and "observer" in results:
+        return "\n".join(observer_report(results["observer"]))  # --observer-only
     lines = ["server side (EXPLAIN ANALYZE execution time, medians)",
              f"{'locks':>7} {'waiters':>7} {'pg_locks ms':>12} {'snapshot ms':>12} {'ratio':>6} "
              f"{'wiki join ms':>13} {'ratio':>7}"]  # fmt: skip
@@ -498,6 +807,8 @@ def report(results: dict[str, Any]) -> str:
         )
     lines += ["", "context"]
     lines += [f"  {item['what']}: {item['value']:.2f}" for item in results["context"]]
+    if "observer" in results:
+        lines += ["", *observer_report(results["observer"])]
     return "\n".join(lines)
 
 
@@ -514,11 +825,32 @@ def main() -> None:
     )
     parser.add_argument("--waiters", type=int, nargs="+", default=[16, 160])
     parser.add_argument("--json", type=Path, default=Path("bench/results/latest.json"))
+    watching = parser.add_argument_group("what watching costs the watched server")
+    watching.add_argument("--window", type=float, default=30.0, metavar="SECONDS",
+                          help="the idle exporter's measured window (--quick: 3)")  # fmt: skip
+    watching.add_argument("--sample-duration", type=float, default=SAMPLE_DURATION_S,
+                          metavar="SECONDS", help="lockdiag sample's run (--quick: 2)")  # fmt: skip
+    watching.add_argument("--observer-cost", action="store_true",
+                          help="also pgbench's tps with and without the exporter")  # fmt: skip
+    watching.add_argument("--observer-seconds", type=float, default=10.0, metavar="SECONDS",
+                          help="each pgbench run")  # fmt: skip
+    watching.add_argument("--observer-rounds", type=int, default=5,
+                          help="pgbench runs with and without the exporter, in turns")  # fmt: skip
+    watching.add_argument("--observer-only", action="store_true",
+                          help="measure only what watching costs")  # fmt: skip
+    watching.add_argument("--no-observer", action="store_true",
+                          help="skip what watching costs")  # fmt: skip
     options = parser.parse_args()
+    observer = None if options.no_observer else options
     if options.quick:
-        results = run([1000], [16], 2)
+        options.sizes, options.repeats = [1000], 2
+        options.window = min(options.window, 3.0)
+        options.sample_duration = min(options.sample_duration, 2.0)
+        options.observer_seconds = min(options.observer_seconds, 2.0)
+        options.observer_rounds = min(options.observer_rounds, 2)
+        results = run([1000], [16], 2, observer)
     else:
-        results = run(options.sizes, options.waiters, options.repeats)
+        results = run(options.sizes, options.waiters, options.repeats, observer)
     print(report(results))
     options.json.parent.mkdir(parents=True, exist_ok=True)
     options.json.write_text(json.dumps(results, indent=2) + "\n")
