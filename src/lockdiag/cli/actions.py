@@ -135,7 +135,14 @@ def _after_cancel(
     while True:
         now = session.snapshot("all")
         check = after_cancel(plan, now)
-        if check.stopped or time.monotonic() >= ends:
+        if check.stopped:
+            # the snapshot reads pg_locks before pg_stat_activity: a backend that aborted in
+            # between shows its new state beside the locks it held a moment before; it
+            # releases them before it reports that state, so a second read is the truth
+            time.sleep(0.05)
+            now = session.snapshot("all")
+            return after_cancel(plan, now), now
+        if time.monotonic() >= ends:
             return check, now
         time.sleep(0.05)
 
