@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "read:list_command",
         "Every advisory lock (or every lock with --all), decoded, with its session.",
     ),
+    "log": ("log:log_command", "Lock waits, deadlocks and timeouts from the server's log."),
     "pooltest": (
         "actions:pooltest_command",
         "Run the two-worker lock test through a real pool and report what survives.",

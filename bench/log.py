@@ -1,0 +1,186 @@
+"""How fast `lockdiag log` reads a large server log, and how much memory it takes.
+
+    python bench/log.py                 # a 400 MB stderr log (and its csvlog twin with --csv)
+    python bench/log.py --mb 50 --csv   # smaller, both formats
+
+The log is generated: mostly unrelated statements (log_min_duration_statement = 0 style),
+connections and checkpoints, and one lock wait (still waiting + DETAIL + STATEMENT, then
+acquired) in every thousand entries, some on registry keys. Measured: lockdiag's throughput
+(MB/s) and peak RSS (from the child's own rusage), beside `grep -c 'still waiting'` on the same
+file (the floor: reading the bytes) and pgBadger when it is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PREFIX = "%m [%p] %q%u@%d/%a "
+APPS = ("web", "billing-worker", "tenant-summary-worker", "psql", "reporting")
+
+
+def _stamp(seconds: float) -> str:
+    whole = int(seconds)
+    hours, rest = divmod(whole % 86400, 3600)
+    millis = int(seconds * 1000) % 1000
+    return f"2026-05-01 {hours:02d}:{rest // 60:02d}:{rest % 60:02d}.{millis:03d} UTC"
+
+
+def generate(path: Path, megabytes: int, csv: bool = False) -> int:
+    """Write a log of about ``megabytes``; return the number of lock waits in it."""
+    chance = random.Random(27)  # noqa: S311 - the same log every run, no secret
+    target = megabytes * 2**20
+    waits = 0
+    clock = 3 * 3600.0
+    with path.open("w") as out:
+        written = 0
+        while written < target:
+            chunk: list[str] = []
+            for number in range(1000):
+                clock += 0.003
+                pid = 4000 + chance.randrange(300)
+                app = APPS[pid % len(APPS)]
+                head = f"{_stamp(clock)} [{pid}] app@shop/{app} "
+                if number == 500:
+                    waits += 1
+                    holder = 4000 + chance.randrange(300)
+                    key = chance.choice(("4102,73", "4102,74", "7,5", "31,1"))
+                    tag = f"advisory lock [16384,{key},{1 if key == '7,5' else 2}]"
+                    waited = 1000 + chance.random() * 4000
+                    chunk += _wait_lines(head, pid, holder, tag, waited, clock, app, csv)
+                elif number % 97 == 0:
+                    chunk.append(_line(head, "LOG", f"connection authorized: user=app "
+                                       f"database=shop application_name={app}", clock, pid, app,
+                                       csv))  # fmt: skip
+                else:
+                    ms = chance.random() * 20
+                    statement = (
+                        f"SELECT o.id, o.total, c.name FROM orders o JOIN customers c ON "
+                        f"c.id = o.customer_id WHERE o.id = {chance.randrange(10**7)}"
+                    )
+                    chunk.append(_line(head, "LOG", f"duration: {ms:.3f} ms  statement: "
+                                       f"{statement}", clock, pid, app, csv))  # fmt: skip
+            text = "".join(chunk)
+            out.write(text)
+            written += len(text)
+    return waits
+
+
+def _line(head: str, severity: str, message: str, clock: float, pid: int, app: str,
+          csv: bool, detail: str = "", statement: str = "") -> str:  # fmt: skip
+    if not csv:
+        lines = f"{head}{severity}:  {message}\n"
+        if detail:
+            lines += f"{head}DETAIL:  {detail}\n"
+        if statement:
+            lines += f"{head}STATEMENT:  {statement}\n"
+        return lines
+    quoted = message.replace('"', '""')
+    return (
+        f'{_stamp(clock)},"app","shop",{pid},"10.0.0.5:5000",6b0f19be.{pid:x},1,"SELECT",'
+        f'2026-05-01 03:00:00 UTC,3/2,0,{severity},00000,"{quoted}",'
+        f"{f'{chr(34)}{detail}{chr(34)}' if detail else ''},,,,,"
+        f'{f"{chr(34)}{statement}{chr(34)}" if statement else ""},,,"{app}","client backend",,0\n'
+    )
+
+
+def _wait_lines(head: str, pid: int, holder: int, tag: str, waited: float, clock: float,
+                app: str, csv: bool) -> list[str]:  # fmt: skip
+    statement = "SELECT pg_advisory_xact_lock(4102, 73)"
+    detail = f"Process holding the lock: {holder}. Wait queue: {pid}."
+    return [
+        _line(head, "LOG", f"process {pid} still waiting for ExclusiveLock on {tag} after "
+              "1000.112 ms", clock, pid, app, csv, detail, statement),
+        _line(head, "LOG", f"process {pid} acquired ExclusiveLock on {tag} after {waited:.3f} ms",
+              clock, pid, app, csv, "", statement),
+    ]  # fmt: skip
+
+
+def measure(command: list[str]) -> tuple[float, int, int]:
+    """(seconds, peak RSS in KiB, exit status) of one child process."""
+    started = time.perf_counter()
+    # not /dev/null: GNU grep stops at the first match when its output goes there
+    with tempfile.TemporaryFile() as sink:
+        child = subprocess.Popen(command, stdout=sink, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
+    elapsed = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return elapsed, usage.ru_maxrss, child.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=400, help="size of the generated log")
+    parser.add_argument("--csv", action="store_true", help="also a csvlog of the same size")
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--badger-mb", type=int, default=40, help="pgBadger's share of the log")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-bench-log-"))
+    try:
+        kinds = [("stderr", base / "postgresql.log")]
+        if args.csv:
+            kinds.append(("csvlog", base / "postgresql.csv"))
+        for kind, path in kinds:
+            started = time.perf_counter()
+            waits = generate(path, args.mb, csv=kind == "csvlog")
+            size = path.stat().st_size / 2**20
+            print(f"{kind}: generated {size:.0f} MB, {waits} lock waits, in "
+                  f"{time.perf_counter() - started:.1f}s: {path}")  # fmt: skip
+            _report(kind, path, size, args.badger_mb)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _report(kind: str, path: Path, size: float, badger_mb: int) -> None:
+    measure(["cat", str(path)])  # warm the page cache: every tool reads from memory
+    lockdiag = [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"]
+    seconds, rss, status = measure(lockdiag)
+    if status != 0:
+        raise SystemExit(f"lockdiag log failed with exit status {status}")
+    grep_seconds, _, _ = measure(["grep", "-c", "still waiting", str(path)])
+    print(
+        f"  lockdiag log: {seconds:.2f}s, {size / seconds:.0f} MB/s, peak RSS {rss / 1024:.0f} MB"
+    )
+    print(f"  grep -c 'still waiting': {grep_seconds:.2f}s, {size / grep_seconds:.0f} MB/s "
+          f"(lockdiag takes {seconds / grep_seconds:.1f}x grep's time)")  # fmt: skip
+    badger = shutil.which("pgbadger")
+    if badger is None:
+        print("  pgbadger: not installed (apt-get install pgbadger)")
+        return
+    # pgBadger reads about 1 MB/s: it gets the first BADGER_MB of the same log, and lockdiag
+    # is timed again on that part, so that the two figures compare like with like
+    part = path.with_name(f"part-{path.name}")
+    with path.open() as whole, part.open("w") as out:
+        written = 0
+        for line in whole:
+            if written >= badger_mb * 2**20 and not line.startswith("\t"):
+                break
+            out.write(line)
+            written += len(line)
+    part_size = part.stat().st_size / 2**20
+    part_seconds, _, _ = measure([*lockdiag[:4], str(part), "--format", "json"])
+    out_file = Path(tempfile.gettempdir()) / f"lockdiag-bench-pgbadger-{kind}.html"
+    fmt = ["-f", "stderr", "--prefix", PREFIX] if kind == "stderr" else ["-f", "csv"]
+    badger_seconds, badger_rss, badger_status = measure(
+        [badger, *fmt, "-o", str(out_file), "-q", str(part)]
+    )
+    state = "" if badger_status == 0 else f" (exit status {badger_status})"
+    print(
+        f"  on the first {part_size:.0f} MB: lockdiag log {part_seconds:.2f}s, pgbadger "
+        f"{badger_seconds:.2f}s ({part_size / badger_seconds:.1f} MB/s, peak RSS "
+        f"{badger_rss / 1024:.0f} MB){state}: lockdiag is {badger_seconds / part_seconds:.0f}x "
+        "faster"
+    )
+    part.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""`lockdiag log FILE...`: lock waits, deadlocks and lock timeouts from PostgreSQL's own log."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import sys
+import zlib
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from lockdiag.cli.common import (
+    DURATION,
+    connection_options,
+    formats,
+    get_registry,
+    registry_option,
+    show,
+    source,
+)
+from lockdiag.core.pglog import LogReader, Names, Tally, relation_oids, report
+from lockdiag.errors import InputError
+from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
+from lockdiag.registry import Registry
+from lockdiag.views.log import log_output
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK = 1 << 20  # read buffer: large reads keep a multi-hundred-MB log at disk speed
+TIMES = ["%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
+         "%Y-%m-%d"]  # fmt: skip
+
+
+class _Lines:
+    """The text lines of a file or of standard input, gzip or not, read in large chunks.
+    Compressed data that ends early (a file being written, a copy cut short) gives the lines
+    it holds, and ``truncated`` says so."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.truncated = False
+        self._raw: IO[bytes]
+        if name == "-":
+            self._raw = io.BufferedReader(sys.stdin.buffer, CHUNK)  # type: ignore[type-var]
+        else:
+            try:
+                self._raw = Path(name).open("rb", buffering=CHUNK)  # noqa: SIM115 - see close()
+            except OSError as error:
+                raise InputError(f"{name}: cannot read: {error.strerror or error}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            compressed = self._raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
+            if not compressed:
+                # errors="replace": a log holds whatever bytes clients sent
+                yield from io.TextIOWrapper(self._raw, encoding="utf-8", errors="replace",
+                                            newline="")  # fmt: skip
+                return
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            rest = ""
+            for chunk in self._inflated():
+                lines = (rest + decoder.decode(chunk)).split("\n")
+                rest = lines.pop()
+                for line in lines:
+                    yield line + "\n"
+            rest += decoder.decode(b"", final=True)
+            if rest:
+                yield rest
+        except OSError as error:
+            raise InputError(f"{self.name}: cannot read: {error.strerror or error}") from None
+
+    def _inflated(self) -> Iterator[bytes]:
+        """gzip members one after the other (as `zcat` reads them)."""
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            while chunk := self._raw.read(CHUNK):
+                while chunk:
+                    yield inflater.decompress(chunk)
+                    chunk = inflater.unused_data
+                    if inflater.eof and chunk:
+                        inflater = zlib.decompressobj(wbits=31)
+        except zlib.error:
+            self.truncated = True
+            return
+        yield inflater.flush()
+        self.truncated = not inflater.eof
+
+    def close(self) -> None:
+        if self.name != "-":
+            self._raw.close()
+
+
+def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    for pattern in TIMES:
+        try:
+            return datetime.strptime(value, pattern)
+        except ValueError:
+            continue
+    raise click.BadParameter("give a time like '2026-05-01 03:10' (the log's own time zone)")
+
+
+def _timeline_key(value: str | None, names: Registry) -> LockTriple | None:
+    """``--key``: numbers ('4102,73', '-55037190', '4102,73,2') or 'NAMESPACE RESOURCE'."""
+    if value is None:
+        return None
+    words = value.replace(",", " ").split()
+    try:
+        return parse_numbers(words)
+    except InvalidKey:
+        if not words or words[0].lstrip("-").isdigit():
+            raise
+    return names.key(words[0], *words[1:]).triple
+
+
+def _server_names(tally: Tally, registry: Registry) -> Names:
+    """With --dsn: database names, and the names of this database's relations in the log
+    (read from the catalog pg_class only)."""
+    where = source()
+    if not where.dsns:
+        return Names()
+    from lockdiag.pg import queries
+    from lockdiag.pg.session import DiagnosticSession
+
+    with DiagnosticSession(where.dsn, where.timeout, registry) as session:
+        server = session.snapshot("advisory").server
+        here = server.database_oid
+        oids = sorted(r for d, r in relation_oids(tally) if d == here)[:10_000]
+        relations: dict[tuple[int, int], str] = {}
+        if oids and here is not None:
+            # the query that names pg_repack's tables is the one that names any OID
+            sql = queries.query("enrich_pg_repack", server.version_num)
+            with session.conversation() as connection:  # its errors become ServerError
+                rows: list[Any] = connection.execute(sql.encode(), {"oids": oids}).fetchall()
+            relations = {(here, int(oid)): str(name) for oid, name in rows}
+    return Names(dict(server.databases), relations)
+
+
+@click.command("log")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option(
+    "--prefix",
+    metavar="PREFIX",
+    help="The server's log_line_prefix, for stderr logs (default: detected among the "
+    "common layouts), e.g. '%m [%p] %q%u@%d/%a '.",
+)
+@click.option(
+    "--key",
+    "key_text",
+    metavar="KEY",
+    help="Also a timeline of one advisory key: '4102,73', '-55037190', '4102,73,2' "
+    "(classid,objid,objsubid) or 'NAMESPACE RESOURCE' ('tenant_summary 73').",
+)
+@click.option("--since", callback=_when, metavar="TIME", help="Only entries from this time on.")
+@click.option("--until", callback=_when, metavar="TIME", help="Only entries up to this time.")
+@click.option(
+    "--gap",
+    **DURATION,
+    default="1m",
+    show_default=True,
+    help="Waits on one key further apart than this are separate episodes.",
+)
+@connection_options
+@registry_option
+@formats("markdown", "csv")
+def log_command(
+    files: tuple[str, ...],
+    prefix: str | None,
+    key_text: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    gap: float,
+    registry: str | None,
+    fmt: str,
+) -> None:
+    """Lock waits, deadlocks and timeouts from the server's log.
+
+    The incident after it ended. Reads stderr (any common log_line_prefix), csvlog and
+    jsonlog, plain or gzip, '-' for standard input; several files are read in order as one
+    log. Needs log_lock_waits = on: PostgreSQL logs a wait once it passes deadlock_timeout.
+    Advisory keys are named by the registry and the catalogue of well-known software; --dsn
+    adds database and table names. --since and --until are in the log's own time zone.
+    Nothing is written anywhere.
+
+    \b
+    Examples:
+      lockdiag log /var/log/postgresql/postgresql-16-main.log
+      lockdiag log postgresql.csv.1.gz postgresql.csv --since '2026-05-01 03:00'
+      zcat postgresql-*.log.gz | lockdiag log - --key 'tenant_summary 73'
+      lockdiag log postgresql.json --format markdown > incident.md
+    """
+    names = get_registry(registry)
+    timeline = _timeline_key(key_text, names)
+    tally = Tally(since, until, gap, timeline)
+    for name in files:
+        lines = _Lines(name)
+        try:
+            tally.read(LogReader(lines, name, prefix))
+        finally:
+            lines.close()
+        if lines.truncated:
+            click.echo(
+                f"lockdiag: warning: {name}: compressed data ends early (or is damaged): "
+                "read up to there",
+                err=True,
+            )
+    show(log_output(report(tally, names, _server_names(tally, names))), fmt)

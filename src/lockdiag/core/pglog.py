@@ -1,0 +1,1143 @@
+"""PostgreSQL's own log, read after the incident: lock waits, deadlocks and timeouts.
+
+Pure: it reads a text stream it is given, one line at a time, and aggregates as it reads, so
+memory depends on the number of keys and of sessions alive at once, never on the log's size.
+
+The messages read are PostgreSQL's own (``src/backend/storage/lmgr/proc.c`` ProcSleep,
+``deadlock.c`` DeadLockReport, ``postgres.c`` ProcessInterrupts, ``lmgr.c`` DescribeLockTag),
+in English: a log written with another ``lc_messages`` is detected and said, never misread.
+Three formats: ``stderr`` (with a ``log_line_prefix``, detected or given), ``csvlog`` and
+``jsonlog`` (PostgreSQL 15+).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import chain, islice
+from typing import Literal, NamedTuple
+
+import orjson
+
+from lockdiag.core.analysis import Decoded, decode
+from lockdiag.core.catalogue import Catalogue, build_catalogue
+from lockdiag.errors import InputError
+from lockdiag.keys import LockTriple
+from lockdiag.registry import Registry
+
+LogFormat = Literal["stderr", "csvlog", "jsonlog"]
+Outcome = Literal[
+    "acquired", "deadlock", "lock timeout", "statement timeout", "cancelled", "terminated",
+    "no end logged",
+]  # fmt: skip
+
+DETECT_LINES = 200  # lines looked at to tell the format and the prefix
+PID_MEMORY = 100_000  # sessions whose user and application are remembered (for holders)
+LISTED_PIDS = 200  # holders and waiters kept by pid per episode; the rest are counted
+KEPT_EVENTS = 1000  # deadlocks and timeouts kept in full; the rest are counted
+CSV_FIELD_LIMIT = 64 * 2**20  # a logged statement can be megabytes long
+
+ENGLISH_SEVERITIES = frozenset(
+    ("LOG", "ERROR", "WARNING", "FATAL", "PANIC", "DETAIL", "HINT", "STATEMENT", "CONTEXT",
+     "QUERY", "LOCATION", "NOTICE", "INFO", "DEBUG", "DEBUG1", "DEBUG2", "DEBUG3", "DEBUG4",
+     "DEBUG5")
+)  # fmt: skip
+CONTINUATIONS = frozenset(("DETAIL", "HINT", "STATEMENT", "CONTEXT", "QUERY", "LOCATION"))
+
+
+class NotALog(InputError):
+    """The stream is not a PostgreSQL log in any format lockdiag reads."""
+
+
+class Identity(NamedTuple):
+    user: str | None
+    database: str | None
+    application: str | None
+
+
+class Entry(NamedTuple):
+    """One log entry that may concern locks, its DETAIL, STATEMENT and CONTEXT joined."""
+
+    time: datetime | None
+    pid: int | None
+    identity: Identity
+    severity: str
+    message: str
+    detail: str | None = None
+    statement: str | None = None
+    context: str | None = None
+
+
+# -- what the messages say ---------------------------------------------------------------------
+
+_TIME = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)")
+# proc.c: "process %d still waiting for %s on %s after %ld.%03d ms" and its siblings
+_WAIT = re.compile(
+    r"process (\d+) (still waiting for|acquired|avoided deadlock for|detected deadlock while "
+    r"waiting for|could not obtain) (\S+) on (.+?)(?: by rearranging queue order)?"
+    r"(?: after (\d+(?:\.\d+)?) ms)?(?: at character \d+)?$"
+)
+_HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: ([\d, ]*)\.")
+_CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.+?); blocked by process (\d+)\.")
+_QUERY = re.compile(r"Process (\d+): (.*)")
+INTERESTING_ERRORS = {
+    "deadlock detected": "deadlock",
+    "canceling statement due to lock timeout": "lock timeout",
+    "canceling statement due to statement timeout": "statement timeout",
+    "canceling statement due to user request": "cancelled",
+    "terminating connection due to administrator command": "terminated",
+}
+_WAIT_VERBS = (" still waiting for ", " acquired ", " avoided deadlock ", " detected deadlock ",
+               " could not obtain ")  # fmt: skip
+
+
+def interesting(severity: str, message: str) -> bool:
+    if severity == "LOG":
+        return message.startswith("process ") and any(v in message for v in _WAIT_VERBS)
+    return severity in ("ERROR", "FATAL") and message in INTERESTING_ERRORS
+
+
+class LockTag(NamedTuple):
+    """A lock as the log names it (lmgr.c DescribeLockTag), with the numbers it carries."""
+
+    kind: str  # advisory, relation, tuple, page, extension, transaction, object, ...
+    text: str
+    database: int | None = None
+    relation: int | None = None
+    advisory: LockTriple | None = None
+
+
+_TAGS: list[tuple[str, re.Pattern[str]]] = [
+    ("advisory", re.compile(r"advisory lock \[(?P<db>\d+),(\d+),(\d+),(\d+)\]$")),
+    ("relation", re.compile(r"relation (?P<rel>\d+) of database (?P<db>\d+)$")),
+    ("tuple", re.compile(r"tuple \(\d+,\d+\) of relation (?P<rel>\d+) of database (?P<db>\d+)$")),
+    ("page", re.compile(r"page \d+ of relation (?P<rel>\d+) of database (?P<db>\d+)$")),
+    ("extension", re.compile(r"extension of relation (?P<rel>\d+) of database (?P<db>\d+)$")),
+    ("transaction", re.compile(r"transaction \d+$")),
+    ("virtual transaction", re.compile(r"virtual transaction \d+/\d+$")),
+    ("object", re.compile(r"object \d+ of class \d+ of database (?P<db>\d+)$")),
+]
+
+
+def parse_tag(text: str) -> LockTag:
+    for kind, pattern in _TAGS:
+        found = pattern.match(text)
+        if found is None:
+            continue
+        named = found.groupdict()
+        database = int(named["db"]) if named.get("db") else None
+        relation = int(named["rel"]) if named.get("rel") else None
+        if kind != "advisory":
+            return LockTag(kind, text, database, relation)
+        classid, objid, objsubid = (int(found.group(i)) for i in (2, 3, 4))
+        if objsubid not in (1, 2) or classid >= 2**32 or objid >= 2**32:
+            return LockTag("advisory (other)", text, database)  # not a key a function takes
+        return LockTag(kind, text, database, None, LockTriple.of_row(classid, objid, objsubid))
+    return LockTag("other", text)
+
+
+def _pids(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.replace(",", " ").split())
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """The log's local time, without its zone (a log is written in one zone)."""
+    if not text:
+        return None
+    found = _TIME.match(text)
+    if found is None:
+        try:
+            return datetime.fromtimestamp(float(text))  # %n: epoch seconds
+        except (ValueError, OverflowError, OSError):
+            return None
+    stamp = found.group(1).replace("T", " ")
+    whole, _, fraction = stamp.partition(".")
+    try:
+        moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return moment.replace(microsecond=int((fraction + "000000")[:6])) if fraction else moment
+
+
+# -- reading: stderr with a prefix, csvlog, jsonlog --------------------------------------------
+
+_ESCAPES = {
+    "m": r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+(?: [^\s\]]+)?)",
+    "t": r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [^\s\]]+)?)",
+    "n": r"(?P<time>\d+\.\d+)",
+    "s": r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [^\s\]]+)?",
+    "p": r"(?P<pid>\d+)",
+    "u": r"(?P<user>[^\t]*?)",
+    "d": r"(?P<database>[^\t]*?)",
+    "a": r"(?P<application>[^\t]*?)",
+    "r": r"[^\t]*?",
+    "h": r"[^\t]*?",
+    "L": r"[^\t]*?",
+    "i": r"[^\t]*?",
+    "b": r"[^\t]*?",
+    "l": r"\d+",
+    "c": r"[0-9a-f]+\.[0-9a-f]+",
+    "v": r"[\d/]*",
+    "x": r"\d+",
+    "e": r"[0-9A-Z]{5}",
+    "P": r"\d*",
+    "Q": r"-?\d+",
+}
+_SEVERITY = r"(?P<severity>[^\W\d_][\w ]{0,30}?):  (?P<text>.*)"
+
+# the layouts met most: PostgreSQL's default, Debian's, pgBadger's advice, RDS, Heroku-like
+COMMON_PREFIXES = (
+    "%m [%p] %q%u@%d/%a ",
+    "%m [%p] %q%u@%d ",
+    "%m [%p] ",
+    "%t [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%t [%p]: user=%u,db=%d,app=%a,client=%h ",
+    "%t [%p]: [%l-1] ",
+    "%m [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%t:%r:%u@%d:[%p]:",
+    "%m:%r:%u@%d:[%p]:",
+    "%m [%p] %q[user=%u,db=%d,app=%a] ",
+    "%t [%p] ",
+    "%m %u@%d [%p] ",
+    "%m [%p-%l] %q%u@%d ",
+    "%t [%p-%l] %q%u@%d ",
+)
+
+
+def prefix_pattern(prefix: str) -> re.Pattern[str]:
+    """A regular expression for lines written with ``log_line_prefix`` = ``prefix``.
+
+    ``%q`` ends the prefix of a process that is not a session (postmaster, checkpointer):
+    what follows it is optional. Each value is matched up to the text that follows it."""
+    return re.compile(_prefix_regex(prefix, whole=True))
+
+
+def pid_pattern(prefix: str) -> re.Pattern[str]:
+    """The prefix up to its process id only: the cheap test every line of a large log gets
+    (the values after it, such as %a, need a search that costs more)."""
+    return re.compile(_prefix_regex(prefix, whole=False))
+
+
+def _prefix_regex(prefix: str, whole: bool) -> str:
+    parts: list[str] = []
+    seen: set[str] = set()
+    optional_from: int | None = None
+    position = 0
+    for found in re.finditer(r"%(-?\d+)?(.)", prefix):
+        parts.append(re.escape(prefix[position : found.start()]))
+        position = found.end()
+        padding, letter = found.groups()
+        if letter == "%":
+            parts.append("%")
+        elif letter == "q":
+            optional_from = len(parts)
+        else:
+            piece = _ESCAPES.get(letter, r"[^\t]*?")
+            name = re.match(r"\(\?P<(\w+)>", piece)
+            if name is not None:  # a value named twice is captured once
+                if name.group(1) in seen:
+                    piece = "(?:" + piece[len(name.group(0)) :]
+                seen.add(name.group(1))
+            parts.append(rf" *{piece} *" if padding else piece)
+            if letter == "p" and not whole and optional_from is None:
+                return "".join(parts)
+    parts.append(re.escape(prefix[position:]))
+    if optional_from is not None:
+        parts[optional_from:] = ["(?:" + "".join(parts[optional_from:]) + ")?"]
+    return "".join(parts) + _SEVERITY
+
+
+def _first_character(prefix: str) -> Callable[[str], bool]:
+    """The cheap test of every line of a large stderr log: its first character is one the
+    prefix can start with (a digit for %m, %t, %n, %p, %l; else the prefix's own character).
+    Lines read whole (those about locks, the first ones, the samples) are checked whole."""
+    if not prefix:
+        return lambda first: bool(first.strip())
+    if prefix[0] == "%" and len(prefix) > 1 and prefix[1] in "mtnspl":
+        return str.isdigit
+    if prefix[0] != "%":
+        return lambda first: first == prefix[0]
+    return lambda first: bool(first.strip())
+
+
+_CSV_HEAD = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [^,]*,(?:"[^"]*"|),')
+
+
+@dataclass
+class ReadCounts:
+    """What reading one stream met, for the report's notes."""
+
+    name: str
+    format: LogFormat | None = None
+    prefix: str | None = None
+    lines: int = 0
+    entries: int = 0
+    unparsed: int = 0
+    foreign: int = 0  # entries whose severity is not English: lc_messages is another language
+    foreign_sample: str | None = None
+    outside: int = 0  # entries outside --since/--until
+    cut_short: bool = False  # the last line ends without a line break and could not be read
+
+
+def detect(head: list[str], prefix: str | None = None) -> tuple[LogFormat, str | None]:
+    """The format of a log from its first lines, and for stderr the prefix that fits most."""
+    lines = [line for line in head if line.strip()]
+    if lines and lines[0].lstrip("\ufeff").startswith("{"):
+        return "jsonlog", None
+    if lines and _CSV_HEAD.match(lines[0]):
+        return "csvlog", None
+    if not lines or prefix is not None:
+        return "stderr", prefix
+    starts = [line for line in lines if not line.startswith("\t")]
+    best, best_count = None, 0
+    for candidate in COMMON_PREFIXES:
+        pattern = prefix_pattern(candidate)
+        count = sum(1 for line in starts if _prefix_fits(pattern, line))
+        if count > best_count:  # the first (most specific) layout wins a tie
+            best, best_count = candidate, count
+    if best is None:
+        raise NotALog(
+            "not a PostgreSQL log: no line is stderr with a known log_line_prefix, csvlog or "
+            "jsonlog",
+            hint="give the server's prefix: --prefix \"$(psql -Atc 'SHOW log_line_prefix')\"",
+        )
+    return "stderr", best
+
+
+def _prefix_fits(pattern: re.Pattern[str], line: str) -> bool:
+    found = pattern.match(line)
+    return found is not None and found.group("pid") is not None
+
+
+BATCH_LINES = 4096
+# lines after which an entry's DETAIL and STATEMENT are not awaited: the server writes them with
+# the message in one write (elog.c send_message_to_server_log), so they follow it at once
+PENDING_LINES = 200
+RECENT_LINES = 4096  # lines kept to name a lock's holders (their latest line)
+SAMPLE_EVERY = 64  # one line in so many is read whole, for the language of the messages
+
+
+class _Pending:
+    """An entry of a stderr log still being read (its DETAIL and STATEMENT may follow)."""
+
+    __slots__ = ("context", "detail", "identity", "line", "message", "pid", "severity",
+                 "statement", "time", "where")  # fmt: skip
+
+    def __init__(self, time: str | None, pid: int, identity: Identity, severity: str,
+                 message: str, line: int) -> None:  # fmt: skip
+        self.time, self.pid, self.identity, self.line = time, pid, identity, line
+        self.severity, self.message = severity, message
+        self.detail: str | None = None
+        self.statement: str | None = None
+        self.context: str | None = None
+        self.where = "message"  # the field the next tab-continued line belongs to
+
+    def add(self, severity: str, text: str) -> bool:
+        """A DETAIL, STATEMENT or CONTEXT line of this entry; False for others (HINT)."""
+        where = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context",
+                 "QUERY": "context"}.get(severity)  # fmt: skip
+        if where is None:
+            return False
+        setattr(self, where, text)
+        self.where = where
+        return True
+
+    def extend(self, text: str) -> None:
+        setattr(self, self.where, f"{getattr(self, self.where) or ''}\n{text}")
+
+    def entry(self) -> Entry:
+        return Entry(parse_time(self.time), self.pid, self.identity, self.severity,
+                     self.message, self.detail, self.statement, self.context)  # fmt: skip
+
+
+class LogReader:
+    """The entries of one log that may concern locks, in order; ``counts`` says what was met
+    and ``identities`` who each session was (user, database, application), for holders."""
+
+    def __init__(
+        self,
+        lines: Iterable[str],
+        name: str = "-",
+        prefix: str | None = None,
+        identities: dict[int, Identity] | None = None,
+    ) -> None:
+        self._lines = iter(lines)
+        self.counts = ReadCounts(name)
+        self.identities: dict[int, Identity] = identities if identities is not None else {}
+        self._prefix = prefix
+        self._prefix_text: str | None = None
+        self._recent: deque[str] = deque(maxlen=RECENT_LINES)
+        self._looked: dict[int, int] = {}  # holder pid -> lines read when last looked for
+        self._lines_read = 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        head = list(islice(self._lines, DETECT_LINES))
+        if any("\x00" in line for line in head):
+            raise NotALog(f"{self.counts.name}: not a PostgreSQL log: it holds binary data")
+        if not any(line.strip() for line in head):
+            return  # an empty file (a log just rotated)
+        try:
+            fmt, prefix = detect(head, self._prefix)
+        except NotALog as error:
+            raise NotALog(f"{self.counts.name}: {error}", error.hint) from None
+        self.counts.format, self.counts.prefix = fmt, prefix
+        lines = chain(head, self._lines)
+        if fmt == "csvlog":
+            yield from self._csv(lines)
+        elif fmt == "jsonlog":
+            yield from self._json(lines)
+        else:
+            if "pid" not in prefix_pattern(prefix or "").groupindex:
+                raise InputError(f"--prefix {prefix!r} has no %p: lockdiag needs the pid")
+            self._prefix_text = prefix
+            yield from self._stderr(lines, prefix or "")
+        if self.counts.entries == 0 and self.counts.unparsed > 0:
+            raise NotALog(
+                f"{self.counts.name}: not a PostgreSQL {fmt} log: none of its "
+                f"{self.counts.unparsed} line(s) could be read",
+                None if fmt != "stderr" else "give the server's log_line_prefix with --prefix",
+            )
+
+    def _remember(self, pid: int, identity: Identity) -> None:
+        known = self.identities
+        if known.get(pid) != identity:
+            if len(known) >= PID_MEMORY:
+                known.clear()  # bounded: the oldest sessions are forgotten together
+            known[pid] = identity
+
+    def _foreign(self, severity: str, message: str) -> None:
+        self.counts.foreign += 1
+        if self.counts.foreign_sample is None:
+            self.counts.foreign_sample = f"{severity}:  {message}"[:120]
+
+    def _stderr(self, lines: Iterable[str], prefix: str) -> Iterator[Entry]:
+        """Entries of a stderr log: a line with the prefix starts one, or continues the
+        pending entry of its pid (DETAIL, STATEMENT, CONTEXT); a line starting with a tab
+        continues the line before it (elog.c writes a message's line breaks as "\\n\\t").
+
+        Every line gets a cheap test (its first character, and a look for the words of a lock
+        message); the whole prefix is read only for a line that may concern locks, one that
+        may continue such an entry, the first lines and one line in SAMPLE_EVERY (for the
+        language of the messages)."""
+        counts = self.counts
+        pending: dict[int, _Pending] = {}
+        last: _Pending | None = None  # the entry the previous line belonged to
+        quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
+        starts = _first_character(prefix)
+        recent = self._recent
+        number = 0
+        source = iter(lines)
+        while batch := list(islice(source, BATCH_LINES)):
+            recent.extend(batch)
+            self._lines_read = number + len(batch)
+            for raw in batch:
+                number += 1
+                if raw.startswith("\t"):
+                    if last is not None:
+                        last.extend(raw[1:].rstrip("\r\n"))
+                    continue
+                last = None
+                if pending and number & 63 == 0:
+                    yield from self._aged(pending, number)
+                if not starts(raw[:1]):
+                    self._unreadable(raw, number)
+                    continue
+                if not (
+                    "  process " in raw
+                    or "ERROR:  " in raw
+                    or "FATAL:  " in raw
+                    or number <= DETECT_LINES
+                    or number % SAMPLE_EVERY == 0
+                    or (pending and self._pid(quick, raw) in pending)
+                ):
+                    counts.entries += 1  # the common case: a line about something else
+                    continue
+                found = full(raw.rstrip("\r\n"))
+                if found is None or found.group("pid") is None:
+                    self._unreadable(raw, number)
+                    continue
+                done, last = self._whole_line(found, pending, number)
+                if done is not None:
+                    yield self._named(done.entry())
+            if pending:
+                yield from self._aged(pending, number)
+        counts.lines = number
+        for rest in pending.values():
+            yield self._named(rest.entry())
+
+    def _whole_line(
+        self, found: re.Match[str], pending: dict[int, _Pending], number: int
+    ) -> tuple[_Pending | None, _Pending | None]:
+        """A line read whole: (the entry it completes, the entry its next lines continue)."""
+        pid = int(found.group("pid"))
+        severity, message = found.group("severity"), found.group("text")
+        if severity in CONTINUATIONS:
+            last = pending.get(pid)
+            return None, last if last is not None and last.add(severity, message) else None
+        self.counts.entries += 1
+        done = pending.pop(pid, None)
+        if severity not in ENGLISH_SEVERITIES:
+            self._foreign(severity, message)
+            return done, None
+        if not interesting(severity, message):
+            return done, None
+        identity = self._identity(found)
+        self._remember(pid, identity)
+        pending[pid] = _Pending(found.group("time"), pid, identity, severity, message, number)
+        return done, pending[pid]
+
+    @staticmethod
+    def _pid(quick: Callable[[str], re.Match[str] | None], raw: str) -> int | None:
+        head = quick(raw)
+        return int(head.group("pid")) if head is not None and head.group("pid") else None
+
+    def _aged(self, pending: dict[int, _Pending], number: int) -> Iterator[Entry]:
+        """Entries whose DETAIL and STATEMENT lines had every chance to come (PostgreSQL
+        writes them with the message; only a log without the collector interleaves)."""
+        for pid in [p for p, entry in pending.items() if number - entry.line > PENDING_LINES]:
+            yield self._named(pending.pop(pid).entry())
+
+    @staticmethod
+    def _identity(found: re.Match[str]) -> Identity:
+        named = found.groupdict()
+        return Identity(named.get("user"), named.get("database"), named.get("application"))
+
+    def _named(self, entry: Entry) -> Entry:
+        """Before an entry leaves: who its lock's holders are, from their latest lines."""
+        listed = _HOLDERS.search(entry.detail) if entry.detail else None
+        if listed is not None:
+            for pid in _pids(listed.group(1)):
+                if (
+                    pid not in self.identities
+                    and self._lines_read - self._looked.get(pid, -RECENT_LINES) >= RECENT_LINES
+                ):
+                    self._looked[pid] = self._lines_read  # not again until the lines are new
+                    if len(self._looked) > PID_MEMORY:
+                        self._looked.clear()
+                    self._look_back(pid)
+        return entry
+
+    def _look_back(self, pid: int) -> None:
+        """The holder's identity from the last lines read (it need not have logged anything
+        about locks): only the recent lines are kept, so this is bounded."""
+        if self.counts.format == "jsonlog":
+            needle = f'"pid":{pid},'
+            for raw in reversed(self._recent):
+                if needle in raw:
+                    record = _json_record(raw)
+                    if record is not None:
+                        self._remember(pid, _json_identity(record))
+                    return
+            return
+        if self.counts.format == "csvlog":
+            wanted = str(pid)
+            for raw in reversed(self._recent):
+                if f",{wanted}," in raw and (row := _csv_row(raw)) is not None and row[3] == wanted:
+                    self._remember(pid, Identity(row[1] or None, row[2] or None, row[22] or None))
+                    return
+            return
+        if self.counts.format != "stderr" or self._prefix_text is None:
+            return
+        quick, full = pid_pattern(self._prefix_text).match, prefix_pattern(self._prefix_text).match
+        wanted = str(pid)
+        for raw in reversed(self._recent):
+            head = quick(raw)
+            if head is not None and head.group("pid") == wanted:
+                found = full(raw.rstrip("\r\n"))
+                if found is not None:
+                    self._remember(pid, self._identity(found))
+                return
+
+    def _unreadable(self, raw: str, number: int) -> None:
+        if not raw.strip():
+            return
+        if number > 1 and not raw.endswith("\n"):  # the last line of a file being written
+            self.counts.cut_short = True
+        else:
+            self.counts.unparsed += 1
+
+    def _csv(self, lines: Iterable[str]) -> Iterator[Entry]:
+        """csvlog: records split by the parity of their quotes (a quote inside a field is
+        doubled, so a record ends on a line where the count of quotes so far is even); a
+        record is parsed only when it may concern locks, among the first lines, or as a
+        sample."""
+        counts = self.counts
+        if csv.field_size_limit() < CSV_FIELD_LIMIT:
+            csv.field_size_limit(CSV_FIELD_LIMIT)
+        recent = self._recent
+        parts: list[str] = []  # the lines of a record that a quoted line break keeps open
+        number = 0
+        for number, line in enumerate(lines, 1):
+            odd = line.count('"') % 2 == 1
+            if parts:
+                parts.append(line)
+                if not odd:
+                    continue
+                record, parts = "".join(parts), []
+            elif odd:
+                parts.append(line)
+                continue
+            else:
+                record = line
+            self._lines_read = number
+            recent.append(record)
+            if not (
+                '"process ' in record
+                or "deadlock detected" in record
+                or "canceling statement due to" in record
+                or "terminating connection due to" in record
+                or number <= DETECT_LINES
+                or number % SAMPLE_EVERY == 0
+            ):
+                if record[:1].isdigit():
+                    counts.entries += 1
+                elif record.strip():
+                    counts.unparsed += 1
+                continue
+            entry = self._csv_record(record, number)
+            if entry is not None:
+                yield self._named(entry)
+        if parts:  # a record cut short: the file is still being written
+            counts.cut_short = True
+        counts.lines = number
+
+    def _csv_record(self, record: str, number: int) -> Entry | None:
+        # csvlog columns (config.sgml "Using CSV-Format Log Output"): 0 log_time, 1 user_name,
+        # 2 database_name, 3 process_id, 11 error_severity, 13 message, 14 detail, 18 context,
+        # 19 query, 22 application_name
+        counts = self.counts
+        row = _csv_row(record)
+        if row is None:
+            if record.strip():
+                counts.unparsed += 1
+            return None
+        counts.entries += 1
+        pid, severity, message = int(row[3]), row[11], row[13]
+        identity = Identity(row[1] or None, row[2] or None, row[22] or None)
+        self._remember(pid, identity)
+        if severity not in ENGLISH_SEVERITIES:
+            self._foreign(severity, message)
+            return None
+        if not interesting(severity, message):
+            return None
+        return Entry(parse_time(row[0]), pid, identity, severity, message,
+                     row[14] or None, row[19] or None, row[18] or None)  # fmt: skip
+
+    def _json(self, lines: Iterable[str]) -> Iterator[Entry]:
+        """jsonlog: one object a line, always opening with "timestamp" (elog.c write_jsonlog);
+        decoded only when it may concern locks, among the first lines, or as a sample."""
+        counts = self.counts
+        recent = self._recent
+        number = 0
+        for number, line in enumerate(lines, 1):
+            recent.append(line)
+            self._lines_read = number
+            if not (line.startswith('{"timestamp":') and line.rstrip().endswith("}")):
+                if line.strip():
+                    self._unreadable(line, number)
+                continue
+            counts.entries += 1
+            if not (
+                '"message":"process ' in line
+                or '"message":"deadlock detected"' in line
+                or '"message":"canceling statement due to' in line
+                or '"message":"terminating connection due to' in line
+                or number <= DETECT_LINES
+                or number % SAMPLE_EVERY == 0
+            ):
+                continue
+            record = _json_record(line)
+            if record is None:
+                counts.entries -= 1
+                counts.unparsed += 1
+                continue
+            severity = _text(record.get("error_severity")) or ""
+            message = _text(record.get("message")) or ""
+            if severity not in ENGLISH_SEVERITIES:
+                self._foreign(severity, message)
+                continue
+            pid = record["pid"]
+            if interesting(severity, message) and isinstance(pid, int):
+                identity = _json_identity(record)
+                self._remember(pid, identity)
+                yield self._named(Entry(
+                    parse_time(_text(record.get("timestamp"))), pid, identity,
+                    severity, message, _text(record.get("detail")),
+                    _text(record.get("statement")), _text(record.get("context")),
+                ))  # fmt: skip
+        counts.lines = number
+
+
+def _csv_row(record: str) -> list[str] | None:
+    try:
+        row = next(csv.reader([record]), None)
+    except csv.Error:
+        return None
+    if row is None or len(row) < 23 or not row[3].isdigit():
+        return None
+    return row
+
+
+def _json_record(line: str) -> dict[str, object] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return None
+    return record
+
+
+def _json_identity(record: dict[str, object]) -> Identity:
+    return Identity(_text(record.get("user")), _text(record.get("dbname")),
+                    _text(record.get("application_name")))  # fmt: skip
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# -- aggregation -------------------------------------------------------------------------------
+
+
+@dataclass
+class Wait:
+    """One session's wait for one lock, as far as the log tells it."""
+
+    pid: int
+    tag: LockTag
+    mode: str
+    start: datetime | None
+    seen: datetime | None  # the last time the log spoke of it
+    waited_ms: float  # what the server said (or the time between its messages)
+    identity: Identity
+    holders: tuple[int, ...] = ()
+    queue: tuple[int, ...] = ()
+    outcome: Outcome = "no end logged"
+    avoided_deadlock: bool = False
+    statement: str | None = None
+
+
+@dataclass
+class Episode:
+    """Waits on one key close together in time (no gap longer than the tally's ``gap``)."""
+
+    first: datetime | None
+    last: datetime | None
+    waits: int = 0
+    longest_ms: float = 0.0
+    total_ms: float = 0.0
+    holders: dict[int, Identity] = field(default_factory=dict)
+    waiters: dict[int, Identity] = field(default_factory=dict)
+    pids_left_out: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class KeyTally:
+    tag: LockTag
+    episodes: list[Episode] = field(default_factory=list)
+    waits: int = 0
+    longest_ms: float = 0.0
+    total_ms: float = 0.0
+    failures: int = 0  # PostgreSQL 18 log_lock_failures: a NOWAIT attempt that failed
+    deadlocks: int = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class CycleStep(NamedTuple):
+    pid: int
+    mode: str
+    tag: LockTag
+    blocked_by: int
+    query: str | None
+
+
+@dataclass(frozen=True)
+class Deadlock:
+    time: datetime | None
+    victim: int | None
+    victim_identity: Identity
+    statement: str | None
+    cycle: tuple[CycleStep, ...]
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """A statement ended by lock_timeout or statement_timeout (or a cancel) while it waited,
+    or a lock_timeout whose lock the log does not name (it fired before deadlock_timeout)."""
+
+    time: datetime | None
+    pid: int | None
+    identity: Identity
+    kind: str
+    tag: LockTag | None
+    waited_ms: float | None
+    statement: str | None
+
+
+class TimelineEvent(NamedTuple):
+    time: datetime | None
+    event: str
+    pid: int | None
+    identity: Identity
+    waited_ms: float | None
+    detail: str
+
+
+def _key_of(tag: LockTag) -> tuple[object, ...]:
+    return (tag.kind, tag.database, tag.advisory) if tag.advisory else (tag.kind, tag.text)
+
+
+class Tally:
+    """Aggregates entries as they are read: per key, its episodes; the deadlocks and the
+    cancellations; an optional timeline of one advisory key."""
+
+    def __init__(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        gap: float = 60.0,
+        timeline_key: LockTriple | None = None,
+    ) -> None:
+        self.since, self.until, self.gap = since, until, timedelta(seconds=gap)
+        self.timeline_key = timeline_key
+        self.keys: dict[tuple[object, ...], KeyTally] = {}
+        self.open: dict[int, Wait] = {}
+        self.deadlocks: list[Deadlock] = []
+        self.deadlock_count = 0
+        self.cancellations: list[Cancellation] = []
+        self.cancellation_count = 0
+        self.unnamed_lock_timeouts = 0
+        self.database_names: dict[int, str] = {}
+        self.identities: dict[int, Identity] = {}
+        self.reads: list[ReadCounts] = []
+        self.timeline: list[TimelineEvent] = []
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+
+    # reading
+
+    def read(self, reader: LogReader) -> None:
+        reader.identities = self.identities
+        self.reads.append(reader.counts)
+        for entry in reader:
+            if entry.time is not None and (
+                (self.since is not None and entry.time < self.since)
+                or (self.until is not None and entry.time > self.until)
+            ):
+                reader.counts.outside += 1
+                continue
+            self.add(entry)
+
+    def finish(self) -> None:
+        """Close the waits whose end the log does not tell (their last figure is a lower
+        bound)."""
+        for wait in list(self.open.values()):
+            self._close(wait, "no end logged", None)
+        self.open.clear()
+
+    def add(self, entry: Entry) -> None:
+        if entry.time is not None:
+            self.first = entry.time if self.first is None else min(self.first, entry.time)
+            self.last = entry.time if self.last is None else max(self.last, entry.time)
+        if entry.severity == "LOG":
+            found = _WAIT.match(entry.message)
+            if found is not None:
+                self._wait_message(entry, found)
+            return
+        kind = INTERESTING_ERRORS.get(entry.message)
+        if kind == "deadlock":
+            self._deadlock(entry)
+        elif kind is not None:
+            self._cancelled(entry, kind)
+
+    def _wait_message(self, entry: Entry, found: re.Match[str]) -> None:
+        pid, verb, mode, tag_text, after = found.groups()
+        pid = int(pid)
+        tag = parse_tag(tag_text)
+        waited = float(after) if after else 0.0
+        holders: tuple[int, ...] = ()
+        queue: tuple[int, ...] = ()
+        if entry.detail:
+            listed = _HOLDERS.search(entry.detail)
+            if listed is not None:
+                holders, queue = _pids(listed.group(1)), _pids(listed.group(2))
+        if tag.database and entry.identity.database and tag.kind != "other":
+            self.database_names.setdefault(tag.database, entry.identity.database)
+        start = entry.time - timedelta(milliseconds=waited) if entry.time else None
+        wait = self.open.get(pid)
+        if wait is not None and _key_of(wait.tag) != _key_of(tag):
+            self._close(wait, "no end logged", None)  # a wait whose end went unlogged
+            wait = None
+        if verb == "could not obtain":
+            tally = self._tally(tag)
+            tally.failures += 1
+            self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
+            return
+        if wait is None:
+            wait = Wait(pid, tag, mode, start, entry.time, waited, entry.identity,
+                        statement=entry.statement)  # fmt: skip
+            self.open[pid] = wait
+        wait.seen, wait.waited_ms = entry.time, max(wait.waited_ms, waited)
+        if holders or queue:
+            wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
+            wait.queue = queue
+        if verb == "still waiting for":
+            self._note(tag, entry, f"waiting for {mode}", waited, holders)
+        elif verb == "avoided deadlock for":
+            wait.avoided_deadlock = True
+            self._note(tag, entry, "avoided deadlock (queue rearranged)", waited, holders)
+        elif verb == "acquired":
+            self._note(tag, entry, f"acquired {mode}", waited, ())
+            self._close(wait, "acquired", waited)
+        # "detected deadlock while waiting": the ERROR that follows closes the wait
+
+    def _note(
+        self, tag: LockTag, entry: Entry, event: str, waited: float | None, holders: tuple[int, ...]
+    ) -> None:
+        if self.timeline_key is None or tag.advisory != self.timeline_key:
+            return
+        detail = f"holders {', '.join(map(str, holders))}" if holders else ""
+        self.timeline.append(
+            TimelineEvent(entry.time, event, entry.pid, entry.identity, waited, detail)
+        )
+
+    def _tally(self, tag: LockTag) -> KeyTally:
+        key = _key_of(tag)
+        tally = self.keys.get(key)
+        if tally is None:
+            tally = self.keys[key] = KeyTally(tag)
+        return tally
+
+    def _close(self, wait: Wait, outcome: Outcome, waited: float | None) -> None:
+        self.open.pop(wait.pid, None)
+        wait.outcome = outcome
+        if waited is not None:
+            wait.waited_ms = waited
+        tally = self._tally(wait.tag)
+        tally.waits += 1
+        tally.longest_ms = max(tally.longest_ms, wait.waited_ms)
+        tally.total_ms += wait.waited_ms
+        tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
+        start, end = wait.start, wait.seen
+        if start is not None:
+            tally.first = start if tally.first is None else min(tally.first, start)
+        if end is not None:
+            tally.last = end if tally.last is None else max(tally.last, end)
+        episode = tally.episodes[-1] if tally.episodes else None
+        if (
+            episode is None
+            or start is None
+            or episode.last is None
+            or start - episode.last > self.gap
+        ):
+            episode = Episode(start, end)
+            tally.episodes.append(episode)
+        if start is not None and (episode.first is None or start < episode.first):
+            episode.first = start
+        if end is not None and (episode.last is None or end > episode.last):
+            episode.last = end
+        episode.waits += 1
+        episode.longest_ms = max(episode.longest_ms, wait.waited_ms)
+        episode.total_ms += wait.waited_ms
+        episode.outcomes[outcome] = episode.outcomes.get(outcome, 0) + 1
+        self._list(episode, episode.waiters, wait.pid, wait.identity)
+        for holder in wait.holders:
+            self._list(episode, episode.holders, holder, self.identities.get(holder))
+
+    @staticmethod
+    def _list(episode: Episode, where: dict[int, Identity], pid: int, who: Identity | None) -> None:
+        if pid in where:
+            return
+        if len(where) >= LISTED_PIDS:
+            episode.pids_left_out += 1
+            return
+        where[pid] = who or Identity(None, None, None)
+
+    def _deadlock(self, entry: Entry) -> None:
+        self.deadlock_count += 1
+        detail = entry.detail or ""
+        queries = {int(p): q for p, q in _QUERY.findall(detail)}
+        cycle = tuple(
+            CycleStep(int(pid), mode, parse_tag(tag), int(by), queries.get(int(pid)))
+            for pid, mode, tag, by in _CYCLE.findall(detail)
+        )
+        for tag in {_key_of(step.tag): step.tag for step in cycle}.values():
+            self._tally(tag).deadlocks += 1
+            self._note(tag, entry, "deadlock detected", None, ())
+        wait = self.open.get(entry.pid) if entry.pid is not None else None
+        if wait is not None:
+            self._close(wait, "deadlock", _elapsed(wait, entry.time))
+        if len(self.deadlocks) < KEPT_EVENTS:
+            self.deadlocks.append(
+                Deadlock(entry.time, entry.pid, entry.identity, entry.statement, cycle)
+            )
+
+    def _cancelled(self, entry: Entry, kind: str) -> None:
+        wait = self.open.get(entry.pid) if entry.pid is not None else None
+        if wait is None and kind != "lock timeout":
+            return  # a statement cancelled while it waited for no lock: not ours
+        self.cancellation_count += 1
+        waited = _elapsed(wait, entry.time) if wait is not None else None
+        if wait is not None:
+            self._note(wait.tag, entry, f"cancelled: {kind}", waited, ())
+            self._close(wait, kind, waited)  # type: ignore[arg-type]
+        else:
+            self.unnamed_lock_timeouts += 1
+        if len(self.cancellations) < KEPT_EVENTS:
+            self.cancellations.append(
+                Cancellation(entry.time, entry.pid, entry.identity, kind,
+                             wait.tag if wait else None, waited, entry.statement)
+            )  # fmt: skip
+
+
+def _elapsed(wait: Wait, now: datetime | None) -> float:
+    if wait.start is None or now is None:
+        return wait.waited_ms
+    wait.seen = now
+    return max(wait.waited_ms, (now - wait.start).total_seconds() * 1000)
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a server can add (``--dsn``): database names by OID, relation names by
+    (database OID, relation OID)."""
+
+    databases: dict[int, str] = field(default_factory=dict)
+    relations: dict[tuple[int, int], str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KeyReport:
+    tally: KeyTally
+    label: str
+    namespace: str
+    database: str | None
+    decoded: Decoded | None
+
+
+@dataclass(frozen=True)
+class NamespaceTotal:
+    namespace: str
+    keys: int
+    waits: int
+    longest_ms: float
+    total_ms: float
+    deadlocks: int
+
+
+@dataclass(frozen=True)
+class LogReport:
+    keys: list[KeyReport]  # most total wait first
+    namespaces: list[NamespaceTotal]
+    deadlocks: list[Deadlock]
+    deadlock_count: int
+    cancellations: list[Cancellation]
+    cancellation_count: int
+    unnamed_lock_timeouts: int
+    reads: list[ReadCounts]
+    first: datetime | None
+    last: datetime | None
+    timeline_key: LockTriple | None
+    timeline: list[TimelineEvent]
+    labels: dict[tuple[object, ...], str]  # every tag's label, for deadlocks and timeouts
+
+    def label(self, tag: LockTag | None) -> str:
+        if tag is None:
+            return "(lock not logged)"
+        return self.labels.get(_key_of(tag), tag.text)
+
+
+class Namer:
+    """Names lock tags: advisory keys through the registry, then the catalogue; relations by
+    name where known, else by OID."""
+
+    def __init__(self, registry: Registry, database_names: dict[int, str], names: Names) -> None:
+        self.registry = registry
+        self.databases = {**database_names, **names.databases}
+        self.relations = names.relations
+        self.catalogue: Catalogue = build_catalogue(registry.candidates, self.databases.values())
+
+    def database(self, tag: LockTag) -> str | None:
+        return self.databases.get(tag.database) if tag.database is not None else None
+
+    def name(self, tag: LockTag) -> tuple[str, str, Decoded | None]:
+        """(label, namespace, decoded) of one tag."""
+        if tag.advisory is not None:
+            decoded = decode(self.registry, self.catalogue, tag.advisory, self.database(tag))
+            if decoded.namespace is not None:
+                namespace = decoded.namespace.name
+            elif decoded.known is not None:
+                namespace = decoded.known.software
+            else:
+                namespace = "unregistered"
+            return decoded.label, namespace, decoded
+        if tag.relation is not None and tag.database is not None:
+            relation = self.relations.get((tag.database, tag.relation)) or self.relations.get(
+                (0, tag.relation)
+            )
+            where = f"relation {relation}" if relation else f"relation oid {tag.relation}"
+            if tag.kind != "relation":
+                head = tag.text.split(" of relation ")[0]
+                return f"{head} of {where}", tag.kind, None
+            return where, "relation", None
+        return tag.text, tag.kind, None
+
+
+def report(tally: Tally, registry: Registry, names: Names = Names()) -> LogReport:
+    tally.finish()
+    namer = Namer(registry, tally.database_names, names)
+    labels: dict[tuple[object, ...], str] = {}
+    keys: list[KeyReport] = []
+    unknown = Identity(None, None, None)
+    for key, one in tally.keys.items():
+        for episode in one.episodes:  # a holder named by a line it wrote after the wait
+            for pid, who in episode.holders.items():
+                if who == unknown and pid in tally.identities:
+                    episode.holders[pid] = tally.identities[pid]
+        label, namespace, decoded = namer.name(one.tag)
+        labels[key] = label
+        keys.append(KeyReport(one, label, namespace, namer.database(one.tag), decoded))
+    for deadlock in tally.deadlocks:
+        for step in deadlock.cycle:
+            labels.setdefault(_key_of(step.tag), namer.name(step.tag)[0])
+    keys.sort(key=lambda k: (-k.tally.total_ms, -k.tally.waits, -k.tally.deadlocks, k.label))
+    totals: dict[str, list[float]] = {}
+    for named in keys:
+        row = totals.setdefault(named.namespace, [0, 0, 0.0, 0.0, 0])
+        row[0] += 1
+        row[1] += named.tally.waits
+        row[2] = max(row[2], named.tally.longest_ms)
+        row[3] += named.tally.total_ms
+        row[4] += named.tally.deadlocks
+    namespaces = sorted(
+        (NamespaceTotal(name, int(r[0]), int(r[1]), r[2], r[3], int(r[4]))
+         for name, r in totals.items()),
+        key=lambda n: (-n.total_ms, -n.waits, n.namespace),
+    )  # fmt: skip
+    return LogReport(
+        keys, namespaces, tally.deadlocks, tally.deadlock_count, tally.cancellations,
+        tally.cancellation_count, tally.unnamed_lock_timeouts, tally.reads, tally.first,
+        tally.last, tally.timeline_key,
+        sorted(tally.timeline, key=lambda e: e.time or datetime.min), labels,
+    )  # fmt: skip
+
+
+def relation_oids(tally: Tally) -> set[tuple[int, int]]:
+    """(database OID, relation OID) of every relation the log names, for ``--dsn``."""
+    found = {
+        (one.tag.database, one.tag.relation)
+        for one in tally.keys.values()
+        if one.tag.database is not None and one.tag.relation is not None
+    }
+    return {(d, r) for d, r in found if d is not None and r is not None}
