@@ -6,7 +6,8 @@ and nothing comes back.
 ``freeze()`` stops relaying on every connection (new ones are still accepted: the TCP handshake
 succeeds, as it does against a stopped server), ``thaw()`` resumes. ``freeze_after_queries(n)``
 relays the startup and authentication and the first ``n`` queries of each new connection
-(simple 'Q' or extended 'P' messages), then freezes that connection: "the server stops
+(a simple 'Q', or an extended-protocol run from its Parse or Bind to its Sync), then freezes
+that connection: "the server stops
 answering right after the handshake" when ``n`` is 0.
 """
 
@@ -17,6 +18,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 
 _SSL_OR_GSS_REQUEST = (80877103, 80877104)
@@ -29,6 +31,7 @@ class _Link:
     queries_left: int | None  # None: never freeze by count
     frozen: bool = False
     startup_done: bool = False
+    extended: bool = False  # inside an extended-protocol query (after P or B, before Sync)
     pending: bytearray = field(default_factory=bytearray)  # client bytes not yet parsed
 
 
@@ -39,6 +42,7 @@ class FreezingProxy:
         self.port: int = self.listener.getsockname()[1]
         self.frozen = False
         self.queries_before_freeze: int | None = None
+        self.first_accepted: float | None = None  # time.monotonic() of the first connection
         self.links: list[_Link] = []
         self.lock = threading.Lock()
         self.selector = selectors.DefaultSelector()
@@ -101,6 +105,8 @@ class FreezingProxy:
         with self.lock:
             link = _Link(client, server, self.queries_before_freeze)
             self.links.append(link)
+            if self.first_accepted is None:
+                self.first_accepted = time.monotonic()
         self.selector.register(client, selectors.EVENT_READ, (link, True))
         self.selector.register(server, selectors.EVENT_READ, (link, False))
 
@@ -143,12 +149,18 @@ class FreezingProxy:
             (length,) = struct.unpack("!i", link.pending[1:5])
             if len(link.pending) < length + 1:
                 break
-            if kind in (b"Q", b"P"):
+            # a query begins with Q, or with the P or B that opens an extended-protocol run (a
+            # statement psycopg has prepared is sent as Bind ... Sync, without Parse)
+            if kind == b"Q" or (kind in (b"P", b"B") and not link.extended):
                 if link.queries_left == 0:
                     link.frozen = True
                     break
                 assert link.queries_left is not None
                 link.queries_left -= 1
+            if kind in (b"P", b"B"):
+                link.extended = True
+            elif kind == b"S":
+                link.extended = False
             out += link.pending[: length + 1]
             del link.pending[: length + 1]
         return bytes(out)

@@ -196,7 +196,7 @@ def test_from_file_gives_the_same_answer(
         (["list", "--from", "missing.json"], 2, "cannot read snapshot file"),
         (["list", "--min-age", "soon"], 2, "is not a duration"),
         (["list", "--format", "xml"], 2, "Invalid value for '--format'"),
-        (["list", "--registry", "nope.toml"], 2, "does not exist"),
+        (["key", "tenant_summary", "1", "--registry", "nope.toml"], 2, "does not exist"),
     ],
 )
 def test_bad_input_is_one_clear_error(

@@ -191,15 +191,17 @@ def test_sample_that_freezes_midway_reports_what_it_sampled(
     dsn = proxy.dsn(cluster.dsn())
     command = [sys.executable, "-m", "lockdiag", "sample", "--duration", "4s", "--interval",
                "100ms", "--dsn", dsn, "--timeout", "1s", "--format", "json"]  # fmt: skip
-    started = time.monotonic()
+    # frozen midway by queries, not by a timer a slow start could outrun: its settings, then
+    # a few samples answered, then the server goes silent
+    proxy.freeze_after_queries(8)
     with subprocess.Popen(command, stdout=PIPE, stderr=PIPE, text=True) as run:
-        threading.Timer(1.5, proxy.freeze).start()
         try:
             out, err = run.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:
             run.kill()
             pytest.fail("sample hung")
-    took = time.monotonic() - started
+    assert proxy.first_accepted is not None, err
+    took = time.monotonic() - proxy.first_accepted  # from its first connection
     assert took < 4 + TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert run.returncode == 0, err
     assert f"lockdiag: sample: the server {NO_ANSWER}" in err
@@ -209,20 +211,19 @@ def test_sample_that_freezes_midway_reports_what_it_sampled(
 def test_sample_bounds_its_last_snapshot_by_the_time_left(
     cluster: Cluster, proxy: FreezingProxy
 ) -> None:
-    """Frozen 0.5s before the end of a 2s period: the snapshot under way then gets what is
-    left (0.5s) plus the margin, not the whole --timeout of 10s."""
+    """Frozen during a 2s period: the snapshot under way then gets what is left of it plus
+    the margin, not the whole --timeout of 10s."""
     command = [sys.executable, "-m", "lockdiag", "sample", "--duration", "2s", "--interval",
                "100ms", "--dsn", proxy.dsn(cluster.dsn()), "--timeout", "10s"]  # fmt: skip
+    proxy.freeze_after_queries(12)  # some samples answered, then a snapshot left hanging
     with subprocess.Popen(command, stdout=PIPE, stderr=PIPE, text=True) as run:
-        time.sleep(0.5)  # python starts, connects
-        started = time.monotonic()
-        threading.Timer(1.0, proxy.freeze).start()
         try:
             _, err = run.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:
             run.kill()
             pytest.fail("sample hung")
-    took = time.monotonic() - started
+    assert proxy.first_accepted is not None, err
+    took = time.monotonic() - proxy.first_accepted  # from its first connection, not python's start
     assert took < 2 + deadline.margin(10) + 2, f"{took:.1f}s: {err}"
     assert "lockdiag: sample: the server did not answer" in err
 

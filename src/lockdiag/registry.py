@@ -245,13 +245,15 @@ class Registry:
         return message
 
 
-def find_registry(explicit: str | None = None) -> Path | None:
+def find_registry(explicit: str | None = None, missing_ok: bool = False) -> Path | None:
     """Where the registry is: ``--registry``, ``$LOCKDIAG_REGISTRY``, ``./lockdiag.toml``, then
-    the user's config directory. An explicit path must exist; the defaults may be absent."""
+    the user's config directory. An explicit path must exist; the defaults may be absent.
+    With ``missing_ok`` an explicit path is returned even when it is not a file, for the
+    caller to say so and go on."""
     chosen = explicit or os.environ.get(ENV_VAR)
     if chosen:
         path = Path(chosen).expanduser()
-        if not path.is_file():
+        if not path.is_file() and not missing_ok:
             source = "--registry" if explicit else ENV_VAR
             raise RegistryError(f"registry file {path} (from {source}) does not exist")
         return path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+from typing import IO, Any
 
 import click
 
@@ -82,8 +83,48 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class UsageLine(click.UsageError):
+    """A usage error printed as lockdiag prints every error: one line on stderr,
+    ``lockdiag: error: ...``, click's message and suggestion in it ("Did you mean ..."), with the
+    exit code of the error it stands for (2; `check`'s UNKNOWN 3)."""
+
+    def __init__(self, error: click.UsageError) -> None:
+        super().__init__(error.format_message(), error.ctx)  # with click's suggestion
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click's is a ClassVar
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        parts = (part.strip() for part in self.format_message().splitlines())
+        line = f"lockdiag: error: {' '.join(part for part in parts if part)}"
+        click.echo(line, file=file, err=file is None)
+
+
+def _one_line(error: click.UsageError) -> click.UsageError:
+    if isinstance(error, UsageLine | click.exceptions.NoArgsIsHelpError):  # the help, as asked
+        return error
+    return UsageLine(error)
+
+
 class LazyGroup(LockdiagGroup):
-    """Commands imported on first use; their help lines come from COMMANDS."""
+    """Commands imported on first use; their help lines come from COMMANDS. Usage errors, of
+    the root's options and of every command's, are one line (:class:`UsageLine`)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _one_line(error) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _one_line(error) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

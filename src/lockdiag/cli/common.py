@@ -21,7 +21,13 @@ from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
 from lockdiag.pg.fleet import Capture, capture_all, read_targets
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Registry, RegistryError, find_registry, load_registry
+from lockdiag.registry import (
+    ENV_VAR,
+    Registry,
+    RegistryError,
+    find_registry,
+    load_registry,
+)
 from lockdiag.render import Output, render
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -238,24 +244,34 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
 
 
 def get_registry(path: str | None, strict: bool = False) -> Registry:
-    """The registry; a broken one stops only the commands that need it (``strict``): the
-    others say why on stderr and go on with raw keys and well-known software's keys."""
-    found = find_registry(path)  # a registry named but missing is a typo: that stops
+    """The registry; a broken or missing one stops only the commands that need it (``strict``):
+    the others say why on stderr and go on with raw keys and well-known software's keys (an
+    incident is no time to be stopped by a mistyped --registry)."""
+    found = find_registry(path, missing_ok=not strict)
     if found is None:
+        return Registry()
+    if not found.is_file():  # named by --registry or LOCKDIAG_REGISTRY (defaults must exist)
+        reason = "not a file" if found.exists() else "no such file"
+        named = "--registry" if path else ENV_VAR
+        _registry_not_used([f"{found}: {reason} (from {named})"])
         return Registry()
     try:
         return load_registry(str(found))
     except RegistryError as error:
         if strict:
             raise
-        for line in str(error).splitlines():
-            click.echo(f"lockdiag: warning: registry not used: {line}", err=True)
-        click.echo(
-            "lockdiag: warning: going on with raw keys and well-known software's keys "
-            "(lockdiag registry check lists every problem)",
-            err=True,
-        )
+        _registry_not_used(str(error).splitlines())
         return Registry()
+
+
+def _registry_not_used(reasons: list[str]) -> None:
+    for line in reasons:
+        click.echo(f"lockdiag: warning: registry not used: {line}", err=True)
+    click.echo(
+        "lockdiag: warning: going on with raw keys and well-known software's keys "
+        "(lockdiag registry check lists every problem)",
+        err=True,
+    )
 
 
 def complete_namespace(

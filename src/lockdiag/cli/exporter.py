@@ -67,9 +67,7 @@ def exporter_command(
       lockdiag exporter --dsn postgresql://monitor@db1/app --dsn postgresql://monitor@db2/app
       lockdiag exporter --targets fleet.txt --listen 0.0.0.0:9714
     """
-    host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit():
-        raise InputError(f"--listen {listen!r}: give HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
+    host, port = parse_listen(listen)
     if interval <= 0:
         raise InputError("--interval must be more than zero")
     where = source()
@@ -84,9 +82,12 @@ def exporter_command(
         get_registry(registry), policy, where.timeout, interval, duty,
     )  # fmt: skip
     try:
-        server = exporter.serve(host.strip("[]"), int(port_text))
-    except OSError as error:
-        raise InputError(f"cannot listen on {listen}: {error.strerror or error}") from None
+        server = exporter.serve(host, port)
+    except (OSError, ValueError, OverflowError) as error:
+        # a host that does not resolve (gaierror), one IDNA cannot encode (UnicodeError), a
+        # port the socket module refuses (OverflowError): its words, on one line
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        raise InputError(f"cannot listen on {listen!r}: {reason}") from None
     if not _loopback(host):
         click.echo(
             f"lockdiag exporter: warning: serving on {listen}, beyond this machine: the series "
@@ -106,6 +107,31 @@ def exporter_command(
     finally:
         server.server_close()
         exporter.close()
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` of --listen (an IPv6 address in brackets: ``[::1]:9714``) as the host to
+    bind, brackets removed, and a port from 1 to 65535; else an InputError in one line."""
+    usage = f"--listen {listen!r}: give HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}"
+    host, _, port_text = listen.rpartition(":")
+    if host.startswith("[") != host.endswith("]"):
+        raise InputError(f"{usage} (an IPv6 address in brackets: [::1]:{DEFAULT_PORT})")
+    host = host[1:-1] if host.startswith("[") else host
+    if (
+        not host.strip()
+        or not host.isprintable()
+        or not (port_text.isascii() and port_text.isdigit())
+    ):
+        raise InputError(usage)
+    port = int(port_text)
+    if port == 0:
+        raise InputError(
+            f"--listen {listen!r}: port 0 would be any free port, unknown to Prometheus: "
+            "give a port from 1 to 65535"
+        )
+    if port > 65535:
+        raise InputError(f"--listen {listen!r}: port {port} is out of range (1 to 65535)")
+    return host, port
 
 
 def _loopback(host: str) -> bool:

@@ -41,7 +41,8 @@ from lockdiag.views.watch import State
     "replay",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Replay a file written by --record instead of reading a server.",
+    help="Replay a file written by --record instead of reading a server; a snapshot file "
+    "(lockdiag snapshot -o) replays as one frame.",
 )
 @connection_options
 @registry_option

@@ -156,7 +156,11 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 def read_recording(path: Path) -> list[str]:
-    """The lines of a recording (`watch --record`), one snapshot each; blank lines skipped."""
+    """The lines of a recording (`watch --record`), one snapshot each; blank lines skipped.
+
+    A snapshot file (`lockdiag snapshot -o`) is a recording of one frame: its document, whole,
+    is the one item. They differ from the first line on: each line of a recording is a whole
+    document, a snapshot file's first line opens one ("{" alone, as :func:`dumps` writes it)."""
     try:
         text = read_file(path, "recording").decode("utf-8")
     except UnicodeDecodeError as error:
@@ -164,7 +168,16 @@ def read_recording(path: Path) -> list[str]:
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise InputError(f"{path} holds no snapshot")
+    if is_snapshot_document(lines[0]):
+        return [text]
     return lines
+
+
+def is_snapshot_document(first_line: str) -> bool:
+    """Whether a file whose first non-blank line is this one is a snapshot file (a document
+    over many lines) rather than a recording (a document a line)."""
+    opening = first_line.strip()
+    return opening.startswith("{") and not opening.endswith("}")
 
 
 def loads(text: str | bytes, name: str = "<snapshot>") -> Snapshot:

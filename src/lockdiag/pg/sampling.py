@@ -63,6 +63,8 @@ class Feed:
         if replay is not None:
             self.recorded = snapshot_file.read_recording(replay)
         self.replaying = replay is not None
+        # a snapshot file (`snapshot -o`) replays as one frame: its document, over many lines
+        self.whole_document = len(self.recorded) == 1 and "\n" in self.recorded[0].strip()
         self.position = 0
         self.replay_name = str(replay)
 
@@ -70,6 +72,8 @@ class Feed:
         if self.replaying:
             line = self.recorded[min(self.position, len(self.recorded) - 1)]
             self.position += 1
+            if self.whole_document:  # its errors name the file's line themselves
+                return snapshot_file.loads(line, self.replay_name)
             return snapshot_file.loads(line, f"{self.replay_name}:{self.position}")
         try:
             taken = self.session.snapshot("all")
