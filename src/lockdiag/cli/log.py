@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import click
 
@@ -123,21 +123,14 @@ def _server_names(tally: Tally, registry: Registry) -> Names:
     where = source()
     if not where.dsns:
         return Names()
-    from lockdiag.pg import queries
     from lockdiag.pg.session import DiagnosticSession
 
+    wanted = sorted(set(relation_oids(tally)))[:10_000]
     with DiagnosticSession(where.dsn, where.timeout, registry) as session:
-        server = session.snapshot("advisory").server
-        here = server.database_oid
-        oids = sorted(r for d, r in relation_oids(tally) if d == here)[:10_000]
-        relations: dict[tuple[int, int], str] = {}
-        if oids and here is not None:
-            # the query that names pg_repack's tables is the one that names any OID
-            sql = queries.query("enrich_pg_repack", server.version_num)
-            with session.conversation() as connection:  # its errors become ServerError
-                rows: list[Any] = connection.execute(sql.encode(), {"oids": oids}).fetchall()
-            relations = {(here, int(oid)): str(name) for oid, name in rows}
-    return Names(dict(server.databases), relations)
+        here, databases, named = session.names(sorted({r for _, r in wanted}))
+    # an OID names a table only in its own database: the others' are left as numbers
+    relations = {(d, r): named[r] for d, r in wanted if d == here and r in named}
+    return Names(databases, relations)
 
 
 @click.command("log")

@@ -183,7 +183,7 @@ def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) ->
     )[:KEY_LIMIT]
     if not oids:
         return snapshot
-    sql = queries.query("enrich_pg_repack", server.version_num)
+    sql = queries.query("relation_names", server.version_num)
     try:
         with connection.transaction():
             rows = connection.execute(sql.encode(), {"oids": oids}).fetchall()

@@ -201,6 +201,20 @@ class DiagnosticSession:
             row = connection.execute(sql.encode(), params).fetchone()
         return row if row is not None else ()
 
+    def names(self, oids: list[int]) -> tuple[int | None, dict[int, str], dict[int, str]]:
+        """From the catalog alone: the connected database's OID, every database's name by
+        OID, and the names of the relations ``oids`` of the connected database."""
+        with self.conversation() as connection:
+            version = connection.info.server_version
+            rows = connection.execute(queries.query("database_names", version).encode()).fetchall()
+            relations = []
+            if oids:
+                sql = queries.query("relation_names", version)
+                relations = connection.execute(sql.encode(), {"oids": oids}).fetchall()
+        here = next((int(oid) for oid, _, current in rows if current), None)
+        databases = {int(oid): str(name) for oid, name, _ in rows}
+        return here, databases, {int(oid): str(name) for oid, name in relations}
+
     def activity(self) -> Activity:
         """The cheap probe of the backends (no lock-manager lock): see core.observe.Pacer."""
         with self.conversation() as connection:
