@@ -318,7 +318,9 @@ def _outlived_clients(leaked: list[LockEntry], software: dict[int, Known]) -> It
             if entry.lock.pid in software
             else "use transaction-level locks (pg_advisory_xact_lock) behind a transaction "
             "pooler, or session pooling, or server_reset_query_always = 1; last resort: "
-            f"lockdiag terminate {entry.lock.pid} (ends that pooled server connection)",
+            f"lockdiag terminate {entry.lock.pid} (ends that pooled server connection; only "
+            "while its preview shows no client attached: between transactions the pool hands "
+            "it to other clients)",
             entry,
             held,
             count,
@@ -453,9 +455,10 @@ def _stuck_owner_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) ->
         "idle in transaction proves only that it is idle: the program keeps its transaction "
         "open between statements, working elsewhere (another connection, a call outside the "
         f"database) or having lost track of it. Tell them apart: {tell_apart(entry, snapshot)}. "
-        f"To bound such pauses for that program only: ALTER ROLE {role} SET "
-        "idle_in_transaction_session_timeout to more than its longest normal pause (not "
-        "server-wide)"
+        "To bound such pauses for that program only, set idle_in_transaction_session_timeout "
+        "to more than its longest normal pause in its own connections (SET at connect), or "
+        f"with ALTER ROLE {role} SET idle_in_transaction_session_timeout when no other program "
+        "uses that role (not server-wide)"
     )
     if owner.allows_ending:
         step += (
