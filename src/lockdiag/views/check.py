@@ -48,15 +48,19 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             top = tops[index]
             height = top + text_height(detail, columns)
             rest = sum(tops[index + 1 :])  # each later one takes its heading at least
-            if lines and height + rest > room:
-                out.append(Text([heading], style))
-                room -= top
+            if lines and (headings_only or height + rest > room):
+                # worst first: once one is cut, no lesser cause is shown in more detail; the
+                # first cut one keeps what fits of its impact and its next step
+                brief = _fitting(_brief(detail) if not headings_only else [], room - top - rest,
+                                 columns)  # fmt: skip
+                out += [Text([heading], style), *([Text(brief)] if brief else [])]
+                room -= top + text_height(brief, columns)
                 headings_only += 1
                 continue
             out += [Text([heading], style), Text(detail)]
             room -= height
         if headings_only:
-            out.append(Text([f"({headings_only} shown by heading only: lockdiag check "
+            out.append(Text([f"({headings_only} shown in part or by heading only: lockdiag check "
                              "--format plain | less shows them all)"], "note"))  # fmt: skip
         out += notes
         if lines and shown:
@@ -88,6 +92,24 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
 Style = Literal["critical", "warning"]
 CAUSE_HEADERS = ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED", "LONGEST WAIT",
                  "NEXT STEP"]  # fmt: skip
+
+
+def _brief(detail: list[str]) -> list[str]:
+    """A cause's detail when it cannot be shown whole: its impact (the first line) and its
+    next step (the last)."""
+    return detail if len(detail) <= 2 else [detail[0], detail[-1]]
+
+
+def _fitting(lines: list[str], room: int, columns: int) -> list[str]:
+    """The first of ``lines`` that fit in ``room`` screen lines, in order."""
+    kept: list[str] = []
+    for line in lines:
+        height = text_height([line], columns)
+        if height > room:
+            break
+        kept.append(line)
+        room -= height
+    return kept
 
 
 def markdown_blocks(incident: Incident) -> list[Block]:
