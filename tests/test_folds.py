@@ -8,16 +8,14 @@ screen. On a real server, in a real pseudo-terminal of 80x24 drawn by pyte.
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-import pexpect
-import pyte
 import pytest
+from terminal import screen_of
 
 from lockdiag.core.analysis import DEFAULT_POLICY
 from lockdiag.core.diagnosis import Diagnosis, narrow
@@ -28,7 +26,7 @@ from lockdiag.registry import load_registry
 from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
-from conftest import Sessions, ctrl_c_reaches_child
+from conftest import Sessions
 
 NAMESPACE, ID = "invoice_pdf_export", 4242
 TRUTH = f"500 x {NAMESPACE} 10000..10499"
@@ -47,24 +45,6 @@ FOLD = re.compile(r"(\d+) x [a-z_]+ -?\d+\.\.-?\d+")
 SHOWN = re.compile(r"; (\d+) shown here")
 LOCK_ROW = re.compile(r"\s(held|WAITING)\s+\d+\s")  # a table row: status, then pid
 ONE_LINE_ROW = re.compile(r"\d+\s+(held|WAITING)\s")  # a screen too narrow: pid first
-
-
-def screen_of(args: list[str], size: tuple[int, int]) -> list[str]:
-    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
-    rows, columns = size
-    # rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
-        env={**env, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
-    screen = pyte.Screen(columns, rows)
-    stream = pyte.ByteStream(screen)
-    child.expect(pexpect.EOF)
-    stream.feed(child.before)
-    child.close()
-    assert child.exitstatus in (0, 1), "\n".join(screen.display)
-    return [line.rstrip() for line in screen.display]
 
 
 @pytest.fixture

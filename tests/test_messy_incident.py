@@ -34,14 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pexpect
 import psycopg
-import pyte
 import pytest
+from terminal import screen_of as terminal_screen
 
 from lockdiag.demo.cluster import Cluster
-
-from conftest import ctrl_c_reaches_child
 
 SIZES = [(24, 80), (40, 120), (50, 200)]
 SIZE_IDS = [f"{columns}x{rows}" for rows, columns in SIZES]
@@ -284,25 +281,8 @@ def incident(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @functools.cache
 def screen_of(args: tuple[str, ...], size: tuple[int, int], keys: str = "") -> tuple[str, ...]:
-    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns), drawn by
-    pyte from the bytes it wrote; each (args, size) runs once per module."""
-    rows, columns = size
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
-        env={**CLEAN_ENV, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
-    screen = pyte.Screen(columns, rows)
-    stream = pyte.ByteStream(screen)
-    if keys:  # once the whole frame is drawn (its footer); a frame without one fails below
-        drawn = child.expect(["q quit", pexpect.TIMEOUT], timeout=8)
-        stream.feed(child.before + (child.after if drawn == 0 else b""))
-        child.send(keys)
-    child.expect(pexpect.EOF)
-    stream.feed(child.before)
-    child.close()
-    lines = tuple(line.rstrip() for line in screen.display)
-    assert child.exitstatus in (0, 1, 2), f"exit {child.exitstatus}:\n" + "\n".join(lines)
-    return lines
+    """The screen of ``lockdiag ARGS`` in a pty of ``size``; each (args, size) runs once."""
+    return tuple(terminal_screen(args, size, keys, codes=(0, 1, 2), env=CLEAN_ENV))
 
 
 def shown(screen: tuple[str, ...] | list[str]) -> str:

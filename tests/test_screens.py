@@ -10,46 +10,18 @@ them (cursor moves, the alternate screen, cut lines).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pexpect
-import pyte
 import pytest
-
-from conftest import ctrl_c_reaches_child
+from terminal import screen_of
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "examples" / "incident.json"
 REGISTRY = ROOT / "examples" / "lockdiag.toml"
 SIZES = [(24, 80), (40, 120), (50, 200)]
-# rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
-TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-
-
-def screen_of(
-    args: list[str], size: tuple[int, int], keys: str = "", codes: tuple[int, ...] = (0, 1)
-) -> list[str]:
-    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
-    rows, columns = size
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
-        env={**TERMINAL_ENV, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
-    screen = pyte.Screen(columns, rows)
-    stream = pyte.ByteStream(screen)
-    if keys:
-        child.expect("q quit")  # the whole frame is drawn
-        stream.feed(child.before + child.after)
-        child.send(keys)
-    child.expect(pexpect.EOF)
-    stream.feed(child.before)
-    child.close()
-    assert child.exitstatus in codes, "\n".join(screen.display)
-    return [line.rstrip() for line in screen.display]
 
 
 def locks(command: str) -> list[dict[str, Any]]:

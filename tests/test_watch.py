@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,9 +14,9 @@ from typing import Any
 
 import pexpect
 import psycopg
-import pyte
 import pytest
 from click.testing import CliRunner
+from terminal import TERMINAL_ENV, screen_of
 
 from lockdiag.cli import cli
 from lockdiag.core.model import Snapshot
@@ -33,7 +32,6 @@ from conftest import Sessions, ctrl_c_reaches_child
 REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
 REFRESH = re.compile(rb"refresh #(\d+)")
 # rich sizes its screen from COLUMNS/LINES before the terminal's own size: keep the pty's
-TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
 
 def lockdiag_sessions(cluster: Cluster) -> int:
@@ -527,28 +525,6 @@ def test_lock_table_keeps_chains_and_flagged_locks_first_when_capped() -> None:
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-def screen_of(
-    args: list[str], size: tuple[int, int], keys: str = "", codes: tuple[int, ...] = (0, 1)
-) -> list[str]:
-    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns)."""
-    rows, columns = size
-    child = pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
-        env={**TERMINAL_ENV, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
-    )  # fmt: skip
-    screen = pyte.Screen(columns, rows)
-    stream = pyte.ByteStream(screen)
-    if keys:
-        child.expect("q quit")  # the whole frame is drawn
-        stream.feed(child.before + child.after)
-        child.send(keys)
-    child.expect(pexpect.EOF)
-    stream.feed(child.before)
-    child.close()
-    assert child.exitstatus in codes, "\n".join(screen.display)
-    return [line.rstrip() for line in screen.display]
 
 
 LOCK_ROW = re.compile(r"\b(held|WAITING)\b")

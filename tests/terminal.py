@@ -1,0 +1,45 @@
+"""lockdiag on a real terminal: a pty of a chosen size, and the screen pyte draws from the
+bytes the command wrote. One harness for every test of what a person sees."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+import pexpect
+import pyte
+
+from conftest import ctrl_c_reaches_child
+
+# rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
+TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def screen_of(
+    args: Sequence[str],
+    size: tuple[int, int],
+    keys: str = "",
+    codes: tuple[int, ...] = (0, 1),
+    env: Mapping[str, str] = TERMINAL_ENV,
+) -> list[str]:
+    """The screen after ``lockdiag ARGS`` ran in a pty of ``size`` (rows, columns). With
+    ``keys``, they are typed once the whole frame is drawn (its "q quit" footer); a frame
+    that never draws one is typed into anyway, and fails on what it shows."""
+    rows, columns = size
+    child = pexpect.spawn(
+        sys.executable, ["-m", "lockdiag", *args], dimensions=size, timeout=30,
+        env={**env, "TERM": "xterm-256color"}, preexec_fn=ctrl_c_reaches_child,
+    )  # fmt: skip
+    screen = pyte.Screen(columns, rows)
+    stream = pyte.ByteStream(screen)
+    if keys:
+        drawn = child.expect(["q quit", pexpect.TIMEOUT])
+        stream.feed(child.before + (child.after if drawn == 0 else b""))
+        child.send(keys)
+    child.expect(pexpect.EOF)
+    stream.feed(child.before)
+    child.close()
+    lines = [line.rstrip() for line in screen.display]
+    assert child.exitstatus in codes, f"exit {child.exitstatus}:\n" + "\n".join(lines)
+    return lines
