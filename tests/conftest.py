@@ -14,8 +14,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from lockdiag.demo.cluster import Cluster, create_cluster
+
+# No wall-clock limit on an example, nor on generating one: a machine busy with other work
+# takes seconds where a quiet one takes milliseconds, and the properties are about results.
+settings.register_profile("lockdiag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("lockdiag")
 
 PASSWORD = "s3cret-Pa55"  # the password of role pw_user, checked never to be printed
 OBSERVER = "observer"  # a role without pg_read_all_stats

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "examples" / "incident.json"
 JSON_DEPTH = snapshot_file.MAX_DEPTH
 HEAD = '{"format": "lockdiag-snapshot", "version": 1, "notes": '  # a snapshot's own start
-FAST = settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=40)
 
 
 def refused(result: Result, name: str, reason: str, code: int = 2) -> None:
@@ -141,7 +141,7 @@ def wrapped(value: Any, levels: int, kinds: int, key: str) -> Any:
     return value
 
 
-@settings(deadline=None, max_examples=150)
+@settings(max_examples=150)
 @given(value=JSON_VALUES, levels=LEVELS, kinds=KINDS, ascii=st.booleans())
 def test_depth_is_counted_outside_strings_exactly(
     value: Any, levels: int, kinds: int, ascii: bool
@@ -155,7 +155,7 @@ def test_depth_is_counted_outside_strings_exactly(
     assert ("nested more than" in str(caught.value)) == (json_depth(value) > JSON_DEPTH)
 
 
-@settings(deadline=None, max_examples=300)
+@settings(max_examples=300)
 @given(
     brackets=st.lists(
         st.sampled_from(["[", "]", "{", "}", "[]", "[[", "]]", "[" * 9, "]" * 9]), max_size=80
@@ -327,7 +327,7 @@ TOML_VALUES = st.recursive(
 )
 
 
-@settings(deadline=None, max_examples=120)
+@settings(max_examples=120)
 @given(value=TOML_VALUES, levels=LEVELS, kinds=KINDS)
 def test_toml_depth_limit_is_exact(value: Any, levels: int, kinds: int) -> None:
     """A registry is refused as nested exactly when a value nests deeper than MAX_DEPTH;
@@ -473,7 +473,7 @@ def parsed_labels(lines: list[str]) -> list[dict[str, str]]:
     return [s.labels for f in text_string_to_metric_families(text) for s in f.samples]
 
 
-@settings(deadline=None, max_examples=150)
+@settings(max_examples=150)
 @given(st.lists(st.text(max_size=20), min_size=1, max_size=4))
 def test_label_values_reach_the_exposition_inert(values: list[str]) -> None:
     metric = Metric("lockdiag_x", "A test series.")

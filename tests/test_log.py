@@ -431,7 +431,7 @@ def test_memory_does_not_hold_the_lines() -> None:
     assert peak < 16 * 2**20, f"peak {peak / 2**20:.1f} MB while reading 40 MB"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.lists(
         st.one_of(
