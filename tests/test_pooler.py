@@ -4,13 +4,17 @@ flagged, session pooling is not, and pooltest gives the right verdicts in each s
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import pexpect
 import psycopg
 import pytest
 from click.testing import CliRunner
+from terminal import TERMINAL_ENV
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
@@ -18,7 +22,7 @@ from lockdiag.errors import ServerError
 from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.session import DiagnosticSession
 
-from conftest import Sessions
+from conftest import Sessions, ctrl_c_reaches_child
 
 
 @pytest.fixture
@@ -408,3 +412,47 @@ def test_a_pooler_where_even_a_transaction_cannot_carry_the_settings_is_refused(
         "blocks not allowed in statement pooling mode): refusing to go on without them"
     ]
     assert "ignore_startup_parameters = options" in result.stderr
+
+
+def test_terminate_acts_on_a_pooled_connection_only_while_no_client_took_it(
+    cluster: Cluster,
+) -> None:
+    """Between the preview and the confirmation a transaction pool may hand the leaked
+    server connection to the next client: ending it then ends that client's work."""
+    bouncer = start_pgbouncer(cluster, "transaction", {"default_pool_size": "1"})
+    backend = leak(bouncer, 434343)
+    args = ["-m", "lockdiag", "terminate", str(backend), "--dsn", cluster.dsn(),
+            "--pgbouncer", bouncer.console_dsn()]  # fmt: skip
+    try:
+        child = pexpect.spawn(
+            sys.executable,
+            args,
+            timeout=30,
+            dimensions=(40, 250),
+            env=TERMINAL_ENV,
+            preexec_fn=ctrl_c_reaches_child,
+        )
+        child.expect_exact(f"pooled server connection of 127.0.0.1:{bouncer.port} (pool "
+                           "postgres/postgres, transaction mode): no client attached")  # fmt: skip
+        child.expect_exact(f"terminate pid {backend}?")
+        with psycopg.connect(bouncer.dsn(), autocommit=False, prepare_threshold=None) as other:
+            row = other.execute("SELECT pg_backend_pid()").fetchone()
+            assert row == (backend,)  # a pool of one: the next client got that connection
+            child.sendline("y")
+            child.expect(pexpect.EOF)
+            child.close()
+            said = child.before.decode()
+            assert child.exitstatus == 1, said
+            assert "client 127.0.0.1:" in said and "is attached to it now" in said, said
+            assert other.execute("SELECT 1").fetchone() == (1,)  # its transaction goes on
+        # the client gone, the lock's lost owner is all that is left on it: ended
+        done = subprocess.run(
+            [sys.executable, *args, "--yes"], capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"pid {backend} ended" in done.stdout + done.stderr
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        bouncer.stop()

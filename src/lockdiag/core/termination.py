@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.graph import behind
-from lockdiag.core.model import IDLE_STATES, LockRow, Session, Snapshot
+from lockdiag.core.model import IDLE_STATES, LockRow, PoolLink, Session, Snapshot
 from lockdiag.errors import InputError
 
 RUNNING = frozenset({"active", "fastpath function call"})  # states in which a query runs
@@ -32,6 +32,7 @@ class Preview:
     waits: LockEntry | None  # the lock it waits for, if any
     blocked: list[int]  # sessions held up behind it, directly or not, nearest first
     releases: list[LockEntry]  # what ending it releases (locks others wait for come first)
+    pool: PoolLink | None = None  # when it is a pooler's server connection
 
     @property
     def decisive(self) -> list[LockRow]:
@@ -64,7 +65,29 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
     waits = next((e for e in mine if not e.lock.granted), None)
     blocked = behind(diagnosis.graph, pid)
     releases = sorted(holds, key=lambda e: (not e.blocks, e.lock.locktype != "advisory"))
-    return Preview(pid, session, holds, waits, blocked, releases)
+    pool = next((e.pool for e in mine if e.pool is not None), None)
+    return Preview(pid, session, holds, waits, blocked, releases, pool)
+
+
+def client_since_preview(plan: Preview, now: PoolLink | None) -> str | None:
+    """Why ending a pooled server connection must not go ahead now, or None: a client attached
+    to it since the preview (or another client than the one shown). Between transactions a
+    pool hands a server connection to whichever client asks next; ending it now would end
+    that client's work, not the lock's lost owner."""
+    shown = plan.pool
+    if shown is None or shown.via != "console":
+        return None
+    client = now.client if now is not None else None
+    if client == shown.client:
+        return None
+    if client is None:
+        return None  # the client shown left: nobody else's work is on it now
+    was = f"client {shown.client} was attached" if shown.client else "no client was attached"
+    return (
+        f"pid {plan.pid} is a pooled server connection of {shown.pooler} and client {client} "
+        f"is attached to it now ({was} in the preview): ending it would end that client's "
+        f"work; nothing done. Run lockdiag terminate {plan.pid} again to see it as it is now"
+    )
 
 
 def nothing_to_cancel(session: Session, now: bool = False) -> str | None:

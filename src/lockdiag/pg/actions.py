@@ -13,9 +13,11 @@ import json
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from lockdiag.core.model import LockRow
-from lockdiag.core.termination import Preview, nothing_to_cancel
+from lockdiag.core.model import LockRow, PoolLink
+from lockdiag.core.termination import Preview, client_since_preview, nothing_to_cancel
+from lockdiag.errors import ServerError
 from lockdiag.pg.deadline import NoAnswer
+from lockdiag.pg.pgbouncer import link_now
 from lockdiag.pg.session import DiagnosticSession
 
 _LOCK_FIELDS = (
@@ -34,6 +36,10 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
     """Cancel the query of, or end, the previewed backend, if it is still that session in the
     state the preview showed; say what happened."""
     pid = plan.pid
+    if plan.pool is not None and plan.pool.via == "console":
+        moved = client_since_preview(plan, _link_now(session, plan, plan.pool))
+        if moved is not None:
+            return Outcome(False, moved)
     try:
         row = session.fetch(
             "signal_backend",
@@ -80,6 +86,20 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
     if still_there:
         return Outcome(False, f"pid {pid} was signalled but had not exited after {wait:g}s")
     return Outcome(False, f"pid {pid} is gone: nothing to end")
+
+
+def _link_now(session: DiagnosticSession, plan: Preview, shown: PoolLink) -> PoolLink | None:
+    """The pooled connection's link read again from its console, just before the signal: the
+    pool may have handed it to a client since the preview."""
+    consoles = session.poolers.pgbouncer if session.poolers is not None else ()
+    try:
+        return link_now(consoles, shown, plan.session, session.timeout)
+    except ServerError as error:
+        raise ServerError(
+            f"{error}; nothing done: whether a client attached to pid {plan.pid} since the "
+            "preview is unknown",
+            hint=error.hint,
+        ) from None
 
 
 def _lock(lock: LockRow) -> dict[str, object]:

@@ -44,10 +44,9 @@ def read_console(dsn: str, timeout: float) -> Console:
             f"cannot read PgBouncer console: {one_line(scrub(str(error), dsn))}"
         ) from None
     try:
-        params = conninfo_to_dict(info)
-        label = f"{params.get('host') or 'localhost'}:{params.get('port') or 6432}"
         return Console(
-            label, *(_show(connection, what) for what in ("SERVERS", "CLIENTS", "POOLS"))
+            console_label(info),
+            *(_show(connection, what) for what in ("SERVERS", "CLIENTS", "POOLS")),
         )
     except deadline.NoAnswer as error:
         raise ServerError(f"cannot read PgBouncer console: {error}", hint=error.hint) from None
@@ -58,6 +57,23 @@ def read_console(dsn: str, timeout: float) -> Console:
         ) from None
     finally:
         connection.close()
+
+
+def console_label(dsn: str) -> str:
+    """How a console is named in output and in a PoolLink: its host:port."""
+    params = conninfo_to_dict(dsn)
+    return f"{params.get('host') or 'localhost'}:{params.get('port') or 6432}"
+
+
+def link_now(
+    dsns: Iterable[str], link: PoolLink, session: Session, timeout: float
+) -> PoolLink | None:
+    """``session``'s link as ``link``'s console tells it now (read again), or None when that
+    console no longer lists it as a server connection."""
+    for dsn in dsns:
+        if console_label(dsn) == link.pooler:
+            return links([read_console(dsn, timeout)], {session.pid: session}).get(session.pid)
+    raise ServerError(f"PgBouncer console {link.pooler} is no longer given (--pgbouncer)")
 
 
 def _show(connection: psycopg.Connection[Any], what: str) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.model import IDLE_STATES, Snapshot
+from lockdiag.core.model import IDLE_STATES, PoolLink, Snapshot
 from lockdiag.core.termination import AfterCancel, Preview
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
@@ -34,6 +34,8 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
             f"state {clean(session.state) or 'hidden'}{since}",
             f"query: {clean(session.query)}",
         ]
+        if preview.pool is not None:
+            details.append(pool_line(preview.pool))
         if preview.waits is not None:
             details.append(f"waits for {lock_label(preview.waits, server)}")
         if preview.blocked:
@@ -66,6 +68,8 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
         ]
         if preview.waits is not None and not preview.blocked:
             out.append(Text(waiter_warning(preview, snapshot), "warning"))
+        if preview.pool is not None and (warning := pool_warning(preview.pool)):
+            out.append(Text([warning], "warning"))
         return out
 
     def data() -> dict[str, Any]:
@@ -83,6 +87,33 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
         }
 
     return Output(blocks, data)
+
+
+def pool_line(pool: PoolLink) -> str:
+    if pool.via != "console":
+        return f"a pooled server connection (from pooler address {clean(pool.pooler)})"
+    mode = f", {pool.pool_mode} mode" if pool.pool_mode else ""
+    attached = f"client {pool.client} attached" if pool.client else "no client attached"
+    return (
+        f"pooled server connection of {clean(pool.pooler)} (pool {clean(pool.pool)}{mode}): "
+        f"{attached}"
+    )
+
+
+def pool_warning(pool: PoolLink) -> str | None:
+    """What ending a pooled server connection ends besides the lock: the work of whichever
+    client the pool gave it to (between transactions it hands it to the next one asking)."""
+    if pool.via != "console":
+        return (
+            "which client uses this server connection is unknown without --pgbouncer: the "
+            "pool may have handed it to another client, whose work ending it would end"
+        )
+    if pool.client:
+        return (
+            f"client {pool.client} is using this server connection now: ending it ends that "
+            "client's work, and that client may not be the one that took the lock"
+        )
+    return None  # no client attached: the act step reads the console again before it signals
 
 
 def waiter_warning(preview: Preview, snapshot: Snapshot) -> list[str]:
