@@ -1,47 +1,24 @@
-"""The registry file: the team's names for advisory-lock numbers, shared by workers and the CLI.
-
-Workers import this module to take locks by name, so it stays light (no psycopg, no click)::
-
-    from lockdiag.registry import load_registry
-
-    registry = load_registry()                      # --registry rules, see find_registry()
-    key = registry.key("tenant_summary", 73)
-    cursor.execute(f"SELECT pg_try_advisory_xact_lock({key.placeholders})", key.args)
-"""
+"""Validating a registry file: every problem with its line, read with bounds on size and
+nesting (the file may come from anywhere)."""
 
 from __future__ import annotations
 
 import array
-import difflib
 import itertools
 import math
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from lockdiag.durations import parse_duration
 from lockdiag.errors import InputError
-from lockdiag.keys import (
-    INT4_MAX,
-    INT4_MIN,
-    Form,
-    InvalidKey,
-    LockTriple,
-    PartType,
-    derive_resource,
-    namespace_key,
-    split_namespace,
-)
+from lockdiag.keys import INT4_MAX, INT4_MIN, Form, InvalidKey, PartType, derive_resource
+from lockdiag.registry.model import FILE_NAME, Candidates, Namespace, Poolers, Registry
 
-Expect = Literal["xact", "session", "any"]
-
-FILE_NAME = "lockdiag.toml"
-ENV_VAR = "LOCKDIAG_REGISTRY"
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
 NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait",
                   "resource", "values", "expected_resources"}  # fmt: skip
@@ -55,12 +32,14 @@ KNOWN_LISTS = (
 KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
 
-class RegistryError(InputError):
-    """The registry file cannot be used; the message names the file, line and reason."""
+MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this large is a mistake
+# levels of tables, arrays and inline tables below the document; a registry uses four
+# (namespaces, a namespace, its values, a value's parts); tomllib recurses once per level
+MAX_DEPTH = 64
+READ_CHUNK = 1024 * 1024
 
 
-class UnknownNamespace(InputError):
-    """A namespace name that the registry does not define."""
+Collisions = Callable[[Namespace], list[str]]
 
 
 @dataclass(frozen=True)
@@ -81,218 +60,6 @@ class Problem:
         """``FILE:LINE: message``, for a message that already says it is an error."""
         where = f"{self.path}:{self.line}" if self.line else self.path
         return f"{where}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Namespace:
-    """One lock space of the team: an id in one key form, and what its locks mean."""
-
-    name: str
-    id: int
-    form: Form
-    description: str = ""
-    owner: str = ""
-    expect: Expect = "any"
-    max_hold: float | None = None  # seconds; a holder held longer is a critical finding
-    parts: tuple[tuple[str, PartType], ...] = ()  # a resource of several parts (sha256-v1)
-    values: tuple[tuple[object, ...], ...] = ()  # listed resources, so decoding can name them
-    expected_resources: int | None = None  # how many live at once, for the collision odds
-    max_wait: float | None = None  # seconds; a waiter waiting longer is a critical finding
-
-    def key(self, *resource: object) -> LockTriple:
-        """The key of a resource: one integer, or the namespace's parts (see keys.py)."""
-        return namespace_key(self.form, self.id, self.number(*resource))
-
-    def number(self, *resource: object) -> int:
-        """The resource number: the integer itself, or derived from the parts."""
-        if self.parts:
-            return derive_resource(self.form, self.parts, resource)
-        if len(resource) != 1:
-            raise InvalidKey(f"namespace {self.name!r} takes one integer resource")
-        (value,) = resource
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise InvalidKey(f"resource {value!r} is not an integer")
-        try:
-            return int(value)
-        except ValueError:
-            raise InvalidKey(f"resource {value!r} is not an integer") from None
-
-    def resource_text(self, number: int) -> str:
-        """A resource as people read it: the number; for parts, the listed values that give
-        it, else ``#3fa2c1d0`` (the number, in hex)."""
-        if not self.parts:
-            return str(number)
-        text = self._value_texts.get(number)
-        return text if text is not None else f"#{number & 0xFFFFFFFF:08x}"
-
-    @cached_property
-    def _value_texts(self) -> dict[int, str]:
-        """The listed values by their number, derived once (the first listed wins)."""
-        return {
-            derive_resource(self.form, self.parts, values): " ".join(str(v) for v in values)
-            for values in reversed(self.values)
-        }
-
-
-@dataclass(frozen=True)
-class AdvisoryKey:
-    """A registered key, ready for a worker to pass to ``pg_advisory_*`` functions."""
-
-    namespace: Namespace
-    resource: int
-    triple: LockTriple
-
-    @property
-    def args(self) -> tuple[int, ...]:
-        return self.triple.args
-
-    @property
-    def placeholders(self) -> str:
-        """``%s, %s`` or ``%s``: the parameter list matching ``args``, for psycopg and friends."""
-        return ", ".join(["%s"] * len(self.args))
-
-    def sql(self, function: str = "pg_try_advisory_xact_lock") -> str:
-        return self.triple.sql(function)
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Names to try for third-party keys that hash a name (the ``[known]`` table)."""
-
-    with_advisory_lock: tuple[str, ...] = ()
-    with_advisory_lock_prefix: int = 0
-    django_pglocks: tuple[str, ...] = ()
-    pals: tuple[str, ...] = ()  # "app.name", as pals hashes it
-    hashtext: tuple[str, ...] = ()  # any string passed to hashtext(), e.g. pg_partman's
-    pgmq_queues: tuple[str, ...] = ()
-    flyway_schemas: tuple[str, ...] = ("public",)
-    advisory_lock_npm: tuple[str, ...] = ()  # names given to the npm package advisory-lock
-    medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
-    slonik_migrator_tables: tuple[str, ...] = ()  # @slonik/migrator migrationTableName values
-    dbos_apps: tuple[str, ...] = ()  # DBOS application names (config "name")
-
-
-@dataclass(frozen=True)
-class Poolers:
-    """Connection poolers in front of the server (the ``[poolers]`` table, plus options)."""
-
-    pgbouncer: tuple[str, ...] = ()  # admin console DSNs
-    addresses: tuple[str, ...] = ()  # client addresses of poolers whose console is unreadable
-
-    def merged(self, pgbouncer: tuple[str, ...], addresses: tuple[str, ...]) -> Poolers:
-        return Poolers(
-            tuple(dict.fromkeys((*self.pgbouncer, *pgbouncer))),
-            tuple(dict.fromkeys((*self.addresses, *addresses))),
-        )
-
-
-@dataclass(frozen=True)
-class Registry:
-    """Namespaces by name, with a reverse index from (form, id) for decoding pg_locks."""
-
-    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
-    path: Path | None = None
-    candidates: Candidates = Candidates()
-    poolers: Poolers = Poolers()
-    _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(
-        cls,
-        namespaces: list[Namespace],
-        path: Path | None = None,
-        candidates: Candidates = Candidates(),
-        poolers: Poolers = Poolers(),
-    ) -> Registry:
-        return cls(
-            namespaces={ns.name: ns for ns in namespaces},
-            path=path,
-            candidates=candidates,
-            poolers=poolers,
-            _by_id={(ns.form, ns.id): ns for ns in namespaces},
-        )
-
-    def namespace(self, name: str) -> Namespace:
-        try:
-            return self.namespaces[name]
-        except KeyError:
-            raise UnknownNamespace(self._unknown_message(name)) from None
-
-    def key(self, name: str, *resource: object) -> AdvisoryKey:
-        """The key of NAME's resource: one integer, or the namespace's parts in order
-        (``registry.key("tenant_summary", 73, "2026-11")``)."""
-        namespace = self.namespace(name)
-        number = namespace.number(*resource)
-        return AdvisoryKey(namespace, number, namespace_key(namespace.form, namespace.id, number))
-
-    def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
-        """The namespace and resource of a pg_locks key, or None when no namespace matches."""
-        if not self._by_id:
-            return None
-        namespace_id, resource = split_namespace(triple)
-        namespace = self._by_id.get((triple.form, namespace_id))
-        return (namespace, resource) if namespace else None
-
-    def _unknown_message(self, name: str) -> str:
-        where = f" in {self.path}" if self.path else " (no registry file found)"
-        message = f"unknown namespace {name!r}{where}"
-        nearest = difflib.get_close_matches(name, list(self.namespaces), n=3, cutoff=0.5)
-        if nearest:
-            return f"{message}; did you mean {', '.join(nearest)}?"
-        if self.namespaces:
-            known = ", ".join(sorted(self.namespaces)[:10])
-            return f"{message}; known namespaces: {known}"
-        return message
-
-
-def find_registry(explicit: str | None = None, missing_ok: bool = False) -> Path | None:
-    """Where the registry is: ``--registry``, ``$LOCKDIAG_REGISTRY``, ``./lockdiag.toml``, then
-    the user's config directory. An explicit path must exist; the defaults may be absent.
-    With ``missing_ok`` an explicit path is returned even when it is not a file, for the
-    caller to say so and go on."""
-    chosen = explicit or os.environ.get(ENV_VAR)
-    if chosen:
-        path = Path(chosen).expanduser()
-        if not path.is_file() and not missing_ok:
-            source = "--registry" if explicit else ENV_VAR
-            raise RegistryError(f"registry file {path} (from {source}) does not exist")
-        return path
-    for candidate in (Path.cwd() / FILE_NAME, config_dir() / FILE_NAME):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def config_dir() -> Path:
-    if sys.platform == "win32":  # pragma: no cover
-        return Path(os.environ.get("APPDATA", Path.home())) / "lockdiag"
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "lockdiag"
-
-
-def load_registry(explicit: str | None = None) -> Registry:
-    """The registry found by :func:`find_registry`, or an empty one when there is none.
-
-    Raises RegistryError listing every error when the file is invalid.
-    """
-    path = find_registry(explicit)
-    if path is None:
-        return Registry()
-    registry, problems = check_file(path)
-    errors = [p for p in problems if p.severity == "error"]
-    if registry is None or errors:
-        raise RegistryError("\n".join(p.located for p in errors))
-    return registry
-
-
-MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this large is a mistake
-# levels of tables, arrays and inline tables below the document; a registry uses four
-# (namespaces, a namespace, its values, a value's parts); tomllib recurses once per level
-MAX_DEPTH = 64
-READ_CHUNK = 1024 * 1024
-
-
-Collisions = Callable[["Namespace"], list[str]]
 
 
 def check_file(

@@ -1,0 +1,58 @@
+"""Where the registry file is (``--registry``, the environment, the working directory, the
+user's config directory) and loading it for a command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from lockdiag.errors import InputError
+from lockdiag.registry.model import FILE_NAME, Registry
+from lockdiag.registry.validation import check_file
+
+ENV_VAR = "LOCKDIAG_REGISTRY"
+
+
+class RegistryError(InputError):
+    """The registry file cannot be used; the message names the file, line and reason."""
+
+
+def find_registry(explicit: str | None = None, missing_ok: bool = False) -> Path | None:
+    """Where the registry is: ``--registry``, ``$LOCKDIAG_REGISTRY``, ``./lockdiag.toml``, then
+    the user's config directory. An explicit path must exist; the defaults may be absent.
+    With ``missing_ok`` an explicit path is returned even when it is not a file, for the
+    caller to say so and go on."""
+    chosen = explicit or os.environ.get(ENV_VAR)
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not path.is_file() and not missing_ok:
+            source = "--registry" if explicit else ENV_VAR
+            raise RegistryError(f"registry file {path} (from {source}) does not exist")
+        return path
+    for candidate in (Path.cwd() / FILE_NAME, config_dir() / FILE_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def config_dir() -> Path:
+    if sys.platform == "win32":  # pragma: no cover
+        return Path(os.environ.get("APPDATA", Path.home())) / "lockdiag"
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "lockdiag"
+
+
+def load_registry(explicit: str | None = None) -> Registry:
+    """The registry found by :func:`find_registry`, or an empty one when there is none.
+
+    Raises RegistryError listing every error when the file is invalid.
+    """
+    path = find_registry(explicit)
+    if path is None:
+        return Registry()
+    registry, problems = check_file(path)
+    errors = [p for p in problems if p.severity == "error"]
+    if registry is None or errors:
+        raise RegistryError("\n".join(p.located for p in errors))
+    return registry

@@ -1,0 +1,191 @@
+"""What a registry holds: the team's namespaces, the names to try for hashed keys, the
+poolers, and the lookups a worker (by name) and the analysis (by pg_locks key) make."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from lockdiag.errors import InputError
+from lockdiag.keys import (
+    Form,
+    InvalidKey,
+    LockTriple,
+    PartType,
+    derive_resource,
+    namespace_key,
+    split_namespace,
+)
+
+Expect = Literal["xact", "session", "any"]
+FILE_NAME = "lockdiag.toml"  # where discovery looks, and what a text without a path is called
+
+
+class UnknownNamespace(InputError):
+    """A namespace name that the registry does not define."""
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One lock space of the team: an id in one key form, and what its locks mean."""
+
+    name: str
+    id: int
+    form: Form
+    description: str = ""
+    owner: str = ""
+    expect: Expect = "any"
+    max_hold: float | None = None  # seconds; a holder held longer is a critical finding
+    parts: tuple[tuple[str, PartType], ...] = ()  # a resource of several parts (sha256-v1)
+    values: tuple[tuple[object, ...], ...] = ()  # listed resources, so decoding can name them
+    expected_resources: int | None = None  # how many live at once, for the collision odds
+    max_wait: float | None = None  # seconds; a waiter waiting longer is a critical finding
+
+    def key(self, *resource: object) -> LockTriple:
+        """The key of a resource: one integer, or the namespace's parts (see keys.py)."""
+        return namespace_key(self.form, self.id, self.number(*resource))
+
+    def number(self, *resource: object) -> int:
+        """The resource number: the integer itself, or derived from the parts."""
+        if self.parts:
+            return derive_resource(self.form, self.parts, resource)
+        if len(resource) != 1:
+            raise InvalidKey(f"namespace {self.name!r} takes one integer resource")
+        (value,) = resource
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise InvalidKey(f"resource {value!r} is not an integer")
+        try:
+            return int(value)
+        except ValueError:
+            raise InvalidKey(f"resource {value!r} is not an integer") from None
+
+    def resource_text(self, number: int) -> str:
+        """A resource as people read it: the number; for parts, the listed values that give
+        it, else ``#3fa2c1d0`` (the number, in hex)."""
+        if not self.parts:
+            return str(number)
+        text = self._value_texts.get(number)
+        return text if text is not None else f"#{number & 0xFFFFFFFF:08x}"
+
+    @cached_property
+    def _value_texts(self) -> dict[int, str]:
+        """The listed values by their number, derived once (the first listed wins)."""
+        return {
+            derive_resource(self.form, self.parts, values): " ".join(str(v) for v in values)
+            for values in reversed(self.values)
+        }
+
+
+@dataclass(frozen=True)
+class AdvisoryKey:
+    """A registered key, ready for a worker to pass to ``pg_advisory_*`` functions."""
+
+    namespace: Namespace
+    resource: int
+    triple: LockTriple
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        return self.triple.args
+
+    @property
+    def placeholders(self) -> str:
+        """``%s, %s`` or ``%s``: the parameter list matching ``args``, for psycopg and friends."""
+        return ", ".join(["%s"] * len(self.args))
+
+    def sql(self, function: str = "pg_try_advisory_xact_lock") -> str:
+        return self.triple.sql(function)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Names to try for third-party keys that hash a name (the ``[known]`` table)."""
+
+    with_advisory_lock: tuple[str, ...] = ()
+    with_advisory_lock_prefix: int = 0
+    django_pglocks: tuple[str, ...] = ()
+    pals: tuple[str, ...] = ()  # "app.name", as pals hashes it
+    hashtext: tuple[str, ...] = ()  # any string passed to hashtext(), e.g. pg_partman's
+    pgmq_queues: tuple[str, ...] = ()
+    flyway_schemas: tuple[str, ...] = ("public",)
+    advisory_lock_npm: tuple[str, ...] = ()  # names given to the npm package advisory-lock
+    medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
+    slonik_migrator_tables: tuple[str, ...] = ()  # @slonik/migrator migrationTableName values
+    dbos_apps: tuple[str, ...] = ()  # DBOS application names (config "name")
+
+
+@dataclass(frozen=True)
+class Poolers:
+    """Connection poolers in front of the server (the ``[poolers]`` table, plus options)."""
+
+    pgbouncer: tuple[str, ...] = ()  # admin console DSNs
+    addresses: tuple[str, ...] = ()  # client addresses of poolers whose console is unreadable
+
+    def merged(self, pgbouncer: tuple[str, ...], addresses: tuple[str, ...]) -> Poolers:
+        return Poolers(
+            tuple(dict.fromkeys((*self.pgbouncer, *pgbouncer))),
+            tuple(dict.fromkeys((*self.addresses, *addresses))),
+        )
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Namespaces by name, with a reverse index from (form, id) for decoding pg_locks."""
+
+    namespaces: Mapping[str, Namespace] = field(default_factory=dict)
+    path: Path | None = None
+    candidates: Candidates = Candidates()
+    poolers: Poolers = Poolers()
+    _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        namespaces: list[Namespace],
+        path: Path | None = None,
+        candidates: Candidates = Candidates(),
+        poolers: Poolers = Poolers(),
+    ) -> Registry:
+        return cls(
+            namespaces={ns.name: ns for ns in namespaces},
+            path=path,
+            candidates=candidates,
+            poolers=poolers,
+            _by_id={(ns.form, ns.id): ns for ns in namespaces},
+        )
+
+    def namespace(self, name: str) -> Namespace:
+        try:
+            return self.namespaces[name]
+        except KeyError:
+            raise UnknownNamespace(self._unknown_message(name)) from None
+
+    def key(self, name: str, *resource: object) -> AdvisoryKey:
+        """The key of NAME's resource: one integer, or the namespace's parts in order
+        (``registry.key("tenant_summary", 73, "2026-11")``)."""
+        namespace = self.namespace(name)
+        number = namespace.number(*resource)
+        return AdvisoryKey(namespace, number, namespace_key(namespace.form, namespace.id, number))
+
+    def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
+        """The namespace and resource of a pg_locks key, or None when no namespace matches."""
+        if not self._by_id:
+            return None
+        namespace_id, resource = split_namespace(triple)
+        namespace = self._by_id.get((triple.form, namespace_id))
+        return (namespace, resource) if namespace else None
+
+    def _unknown_message(self, name: str) -> str:
+        where = f" in {self.path}" if self.path else " (no registry file found)"
+        message = f"unknown namespace {name!r}{where}"
+        nearest = difflib.get_close_matches(name, list(self.namespaces), n=3, cutoff=0.5)
+        if nearest:
+            return f"{message}; did you mean {', '.join(nearest)}?"
+        if self.namespaces:
+            known = ", ".join(sorted(self.namespaces)[:10])
+            return f"{message}; known namespaces: {known}"
+        return message
