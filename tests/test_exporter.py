@@ -1,9 +1,12 @@
 """`lockdiag exporter` against real servers, scraped by a real Prometheus: series arrive, a dead
-target leaves the others intact, no password is shown, the shipped rules pass promtool and one
-of them fires for a stuck owner, and the dashboard asks only for series that exist."""
+target leaves the others intact, no password is shown, the series come in the format and the
+encoding the scraper asks for (OpenMetrics, the classic text format, gzip) and only those name[]
+names, the shipped rules pass promtool and one of them fires for a stuck owner, and the
+dashboard asks only for series that exist."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -20,6 +23,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from prometheus_client.metrics_core import Metric as PrometheusMetric
+from prometheus_client.openmetrics import parser as openmetrics
+from prometheus_client.parser import text_string_to_metric_families
 
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
@@ -48,6 +54,26 @@ def get(url: str, timeout: float = 10.0) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and the body as sent (compressed if it was), of a GET with these
+    headers."""
+    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - loopback
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def openmetrics_families(body: bytes) -> list[PrometheusMetric]:
+    text = body.decode()
+    return list(openmetrics.text_string_to_metric_families(text))  # type: ignore[no-untyped-call]
+
+
+def text_families(body: bytes) -> list[PrometheusMetric]:
+    return list(text_string_to_metric_families(body.decode()))
 
 
 def until(condition: object, timeout: float, what: str) -> None:
@@ -147,14 +173,14 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     policy = CheckPolicy(idle_age=Threshold(1.0))
     exporter = Exporter([Target("one", cluster.dsn())], registry, policy, 5.0, 1.0)
     taken = []
-    original = exporter.sessions["one"].snapshot
+    original = exporter.scraper.sessions["one"].snapshot
 
     def counting(scope: str) -> object:
         taken.append(scope)
         time.sleep(0.3)  # a slow server: the other scrapes arrive meanwhile
         return original(scope)  # type: ignore[arg-type]
 
-    exporter.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
+    exporter.scraper.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
     try:
         scrapes = [threading.Thread(target=exporter.exposition, args=(["one"],)) for _ in range(6)]
         for scrape in scrapes:
@@ -232,8 +258,16 @@ def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(
             return set()
         return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
 
+    def scraped_cleanly() -> bool:  # it asked for OpenMetrics and gzip, and parsed the answer
+        try:
+            targets = json.loads(get(f"{api}/targets")[1])["data"]["activeTargets"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return [(t["health"], t["lastError"]) for t in targets] == [("up", "")]
+
     try:
         until(lambda: len(series("lockdiag_up")) == 2, 60, "Prometheus to scrape both targets")
+        until(scraped_cleanly, 30, "Prometheus to report its scrape healthy")
         until(lambda: series('lockdiag_advisory_locks{namespace="tenant_summary"}'), 30,
               "lock counts per namespace")  # fmt: skip
         until(lambda: series("lockdiag_hold_seconds_bucket"), 30, "hold-time histograms")
@@ -242,3 +276,68 @@ def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(
     finally:
         prometheus.terminate()
         prometheus.wait(10)
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+PROMETHEUS_ACCEPT = (  # what Prometheus 2.42 (Debian's) sends, with Accept-Encoding: gzip
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def kinds(families: list[PrometheusMetric]) -> dict[str, str]:
+    return {family.name: family.type for family in families}
+
+
+def test_the_series_come_in_the_format_and_encoding_asked_for(exporter: Running) -> None:
+    """Every family lockdiag serves, the sampler's histograms and counters included, encodes
+    as OpenMetrics and as the classic text format, and either gzipped."""
+    until(lambda: b"lockdiag_hold_seconds_bucket" in fetch(f"{exporter.url}/metrics")[2], 20,
+          "a hold episode to end")  # fmt: skip
+    for accept in (OPENMETRICS, PROMETHEUS_ACCEPT):
+        status, headers, body = fetch(f"{exporter.url}/metrics", {"Accept": accept})
+        assert status == 200
+        assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+        assert "Content-Encoding" not in headers
+        assert body.endswith(b"# EOF\n")
+        served = kinds(openmetrics_families(body))
+        assert served["lockdiag_up"] == "gauge"
+        assert served["lockdiag_hold_seconds"] == served["lockdiag_wait_seconds"] == "histogram"
+        assert served["lockdiag_acquisitions"] == served["lockdiag_sampler_reads"] == "counter"
+        assert served["lockdiag_advisory_locks"] == "gauge"
+    status, headers, body = fetch(f"{exporter.url}/metrics")
+    assert status == 200 and headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert b"# EOF" not in body
+    plain = kinds(text_families(body))
+    assert plain["lockdiag_hold_seconds"] == "histogram" and plain["lockdiag_up"] == "gauge"
+    assert plain["lockdiag_acquisitions"] == "counter"
+    for accept, parse, unzipped in ((OPENMETRICS, openmetrics_families, served),
+                                    ("text/plain", text_families, plain)):  # fmt: skip
+        status, headers, body = fetch(
+            f"{exporter.url}/metrics", {"Accept": accept, "Accept-Encoding": "gzip, deflate"}
+        )
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        assert int(headers["Content-Length"]) == len(body)
+        assert kinds(parse(gzip.decompress(body))) == unzipped
+
+
+def test_name_filters_the_families_on_metrics_and_on_probe(exporter: Running) -> None:
+    for path in ("/metrics?", f"/probe?target={urllib.parse.quote(exporter.live)}&"):
+        for accept in (OPENMETRICS, "text/plain"):
+            status, _, body = fetch(f"{exporter.url}{path}name[]=lockdiag_up", {"Accept": accept})
+            assert status == 200
+            families = (openmetrics_families if accept == OPENMETRICS else text_families)(body)
+            assert [family.name for family in families] == ["lockdiag_up"], body
+            targets = {sample.labels["target"] for sample in families[0].samples}
+            assert targets == ({exporter.live, exporter.dead} if path == "/metrics?"
+                               else {exporter.live})  # fmt: skip
+    status, _, body = fetch(
+        f"{exporter.url}/metrics?name[]=lockdiag_up&name[]=lockdiag_waiting_sessions",
+        {"Accept": OPENMETRICS},
+    )
+    assert {f.name for f in openmetrics_families(body)} == {
+        "lockdiag_up",
+        "lockdiag_waiting_sessions",
+    }
+    unknown = f"{exporter.url}/probe?target=evil.example:5432&name[]=lockdiag_up"
+    assert fetch(unknown, {"Accept": OPENMETRICS})[0] == 404  # the routing stays lockdiag's

@@ -18,7 +18,7 @@ from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import ServerError
 from lockdiag.exporter import Exporter, Target
-from lockdiag.http_server import REQUEST_TIMEOUT, WORKERS
+from lockdiag.exporter.server import REQUEST_TIMEOUT, WORKERS
 from lockdiag.registry import Registry
 
 from freezer import FreezingProxy
@@ -128,7 +128,7 @@ def test_a_full_queue_is_answered_503_at_once(cluster: Cluster, proxy: FreezingP
         answers: list[int] = []
 
         def scrape() -> None:
-            answers.append(get(f"{url}/metrics", timeout=exporter.deadline * 2 + MARGIN)[0])
+            answers.append(get(f"{url}/metrics", timeout=exporter.scraper.deadline * 2 + MARGIN)[0])
 
         busy = [threading.Thread(target=scrape) for _ in range(2)]  # the worker, the queue
         for client in busy:
@@ -138,7 +138,7 @@ def test_a_full_queue_is_answered_503_at_once(cluster: Cluster, proxy: FreezingP
         assert get(f"{url}/-/healthy", timeout=MARGIN)[0] == 503
         assert time.monotonic() - began < 1.0 + MARGIN / 2  # at once, not after the others
         for client in busy:
-            client.join(exporter.deadline * 2 + MARGIN)
+            client.join(exporter.scraper.deadline * 2 + MARGIN)
         assert answers == [200, 200]
         proxy.close()  # the stalled conversation ends: its scrape too
         until(lambda: scrape_threads("stalled") == 0, 30, "the stalled scrape to end")
@@ -155,16 +155,16 @@ def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: Fre
         counts = []
         for _ in range(5):
             began = time.monotonic()
-            status, body = get(f"{url}/metrics", timeout=exporter.deadline + MARGIN)
+            status, body = get(f"{url}/metrics", timeout=exporter.scraper.deadline + MARGIN)
             took = time.monotonic() - began
-            assert status == 200 and took < exporter.deadline + MARGIN, took
+            assert status == 200 and took < exporter.scraper.deadline + MARGIN, took
             assert up(body, "healthy") == "1.0" and up(body, "stalled") == "0.0"
             assert 'lockdiag_waiting_sessions{target="healthy"}' in body
             assert 'lockdiag_waiting_sessions{target="stalled"}' not in body
             assert scrape_threads("stalled") <= 1, "one conversation with it at a time"
             counts.append(threading.active_count())
         assert max(counts) <= counts[0] + 2, f"threads grow with each scrape: {counts}"
-        page = get(f"{url}/", timeout=exporter.deadline + MARGIN)[1]
+        page = get(f"{url}/", timeout=exporter.scraper.deadline + MARGIN)[1]
         assert "<h2>stalled <span class='badge unknown'>UNKNOWN</span></h2>" in page
         assert "<h2>healthy <span class='badge up'>up</span>" in page
         proxy.close()  # the stalled conversation ends: its scrape too
@@ -174,6 +174,7 @@ def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: Fre
 def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cluster) -> None:
     """Whatever the session's own limits: a snapshot that never returns."""
     exporter = make_exporter([Target("one", cluster.dsn()), Target("hung", cluster.dsn())], 1.0)
+    deadline = exporter.scraper.deadline
     release = threading.Event()
     taken = []
 
@@ -182,20 +183,20 @@ def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cl
         release.wait(60)
         raise ServerError("connection lost: released by the test")
 
-    exporter.sessions["hung"].snapshot = hanging  # type: ignore[assignment,method-assign]
+    exporter.scraper.sessions["hung"].snapshot = hanging  # type: ignore[assignment,method-assign]
     try:
         with serving(exporter) as url:
             for _ in range(3):
                 began = time.monotonic()
-                status, body = get(f"{url}/metrics", timeout=exporter.deadline + MARGIN)
-                assert time.monotonic() - began < exporter.deadline + MARGIN
+                status, body = get(f"{url}/metrics", timeout=deadline + MARGIN)
+                assert time.monotonic() - began < deadline + MARGIN
                 assert status == 200 and up(body, "one") == "1.0" and up(body, "hung") == "0.0"
                 duration = 'lockdiag_scrape_duration_seconds{target="hung"} '
-                assert float(body.split(duration, 1)[1].split()[0]) >= exporter.deadline - 0.1
+                assert float(body.split(duration, 1)[1].split()[0]) >= deadline - 0.1
             assert taken == ["all"], "one snapshot under way at a time, never a second"
-            assert exporter.targets["hung"].error == f"timed out after {exporter.deadline:g}s"
-            page = get(f"{url}/", timeout=exporter.deadline + MARGIN)[1]
-            assert f"timed out after {exporter.deadline:g}s" in page
+            assert exporter.targets["hung"].error == f"timed out after {deadline:g}s"
+            page = get(f"{url}/", timeout=deadline + MARGIN)[1]
+            assert f"timed out after {deadline:g}s" in page
             release.set()  # it fails at last: no retry, the deadline has passed
             until(lambda: scrape_threads("hung") == 0, 10, "the hung scrape to end")
             assert taken == ["all"]

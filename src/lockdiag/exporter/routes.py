@@ -1,0 +1,93 @@
+"""Which path serves what: /metrics, /probe?target=NAME, / and /-/healthy.
+
+/metrics and /probe answer as prometheus_client's own handlers do (``make_wsgi_app``): the
+format the Accept header asks for (OpenMetrics, or the classic text format), gzip when the
+Accept-Encoding has it, only the samples ``name[]`` names. /probe serves configured targets
+only: any other name is 404, so no connection is ever made to an address taken from a request.
+The page and the routing are lockdiag's; the server under them is :mod:`.server`.
+"""
+
+from __future__ import annotations
+
+import gzip
+from email.message import Message
+from typing import Protocol
+from urllib.parse import parse_qs, urlparse
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
+
+from lockdiag.exporter.server import QUEUE, WORKERS, OneRequestHandler, PooledHTTPServer
+
+DEFAULT_PORT = 9714
+
+
+class Served(Protocol):
+    """What the routes serve: the configured targets, their series, the page."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def collector(self, names: list[str]) -> Collector: ...
+
+    def page(self) -> str: ...
+
+
+def exposition(
+    collector: Collector, headers: Message, query: dict[str, list[str]]
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an answer of ``collector``'s series to a request with these
+    headers and query: the steps of prometheus_client's ``_bake_output``, through its public
+    helpers (that one is private, and answers in a WSGI status line)."""
+    # the collector is described by nothing: only so does restricted_registry() collect it
+    registry = CollectorRegistry(support_collectors_without_names=True)
+    registry.register(collector)
+    encode, kind = choose_encoder(headers.get("Accept", ""))
+    body = encode(registry.restricted_registry(query["name[]"]) if "name[]" in query else registry)
+    answer = {"Content-Type": kind}
+    if gzip_accepted(headers.get("Accept-Encoding", "")):
+        body = gzip.compress(body)
+        answer["Content-Encoding"] = "gzip"
+    return body, answer
+
+
+def serve(
+    served: Served, host: str, port: int, workers: int = WORKERS, queued: int = QUEUE
+) -> PooledHTTPServer:
+    """A server of ``served`` listening on ``host``:``port``, its workers started; the caller
+    runs its serve_forever() (the accept loop) and finally its server_close()."""
+
+    class Handler(OneRequestHandler):
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            query = parse_qs(url.query)
+            if url.path == "/metrics":
+                self.series(served.names, query)
+            elif url.path == "/probe":
+                name = (query.get("target") or [""])[0]
+                if name not in served.names:  # never an address from the request
+                    self.reply(404, b"unknown target: configure it with --dsn or --targets\n")
+                    return
+                self.series([name], query)
+            elif url.path == "/-/healthy":
+                self.reply(200, b"OK\n")
+            elif url.path == "/":
+                self.reply(
+                    200, served.page().encode(), {"Content-Type": "text/html; charset=utf-8"}
+                )
+            else:
+                self.reply(404, b"not found\n")
+
+        def series(self, names: list[str], query: dict[str, list[str]]) -> None:
+            self.reply(200, *exposition(served.collector(names), self.headers, query))
+
+        def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            for name, value in (headers or {"Content-Type": "text/plain"}).items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return PooledHTTPServer((host, port), Handler, workers, queued)

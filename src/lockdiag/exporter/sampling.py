@@ -1,0 +1,136 @@
+"""The samplers: one thread per target, watching between scrapes, and the series they feed.
+
+Each sampler has its own session (reopened after a failure). It probes the backends every
+interval (pg_stat_activity only: no lock-manager lock) and reads the lock table when they
+changed, within a duty cycle (:class:`lockdiag.core.observe.Pacer`: the reads keep the server
+busy at most ``--duty-cycle`` of the time, whatever the lock count). What it sees becomes
+episodes: histograms of hold and wait lengths, counters of acquisitions and contended samples,
+per namespace (bounded labels: a registry namespace, a known software, or "unregistered", never
+a resource). Its achieved interval and duty cycle are series too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.metrics_core import Metric as PrometheusMetric
+
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.observe import Episodes, Pacer, Tick, collect_now_and_then
+from lockdiag.errors import LockdiagError
+from lockdiag.pg.session import DiagnosticSession
+from lockdiag.registry import Registry
+from lockdiag.views.metrics import Metric, families
+
+HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
+WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900)
+
+
+class Samplers:
+    """The sampler threads of the targets, the episodes they saw and what they cost."""
+
+    def __init__(self, registry: Registry, timeout: float, interval: float, duty: float) -> None:
+        self.registry, self.timeout, self.interval, self.duty = registry, timeout, interval, duty
+        self.pacers: dict[str, Pacer] = {}
+        self.stop = threading.Event()
+        labels = ["target", "namespace"]
+        self.holds = Histogram("lockdiag_hold_seconds", "Observed hold episodes, by namespace.",
+                               labels, buckets=HOLD_BUCKETS, registry=None)  # fmt: skip
+        self.waits = Histogram("lockdiag_wait_seconds", "Observed wait episodes, by namespace.",
+                               labels, buckets=WAIT_BUCKETS, registry=None)  # fmt: skip
+        self.acquisitions = Counter(
+            "lockdiag_acquisitions", "Holds seen to begin, by namespace.", labels, registry=None
+        )
+        self.contended = Counter(
+            "lockdiag_contended_samples", "Samples in which a key of the namespace was waited on.",
+            labels, registry=None,
+        )  # fmt: skip
+        self.sampler_seconds = Histogram(
+            "lockdiag_sampler_seconds", "The sampler's own cost: one snapshot and its analysis.",
+            ["target"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=None,
+        )  # fmt: skip
+
+    def start(self, targets: Iterable[tuple[str, str | None]]) -> list[threading.Thread]:
+        """A sampler thread for each ``(name, dsn)``, started."""
+        threads = [
+            threading.Thread(target=self.sample_forever, args=target, daemon=True, name=target[0])
+            for target in targets
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def sample_forever(self, name: str, dsn: str | None) -> None:
+        """Every interval a probe of the backends; when they changed, and the duty cycle
+        allows it, an advisory snapshot whose episodes go into the histograms."""
+        session = DiagnosticSession(dsn, self.timeout)
+        episodes, rounds = Episodes(), 0
+        pacer = self.pacers[name] = Pacer(self.duty)
+        try:
+            while not self.stop.is_set():
+                tick = time.monotonic()
+                try:
+                    activity = session.activity()
+                    if pacer.due(tick, activity):
+                        rounds += 1
+                        collect_now_and_then(rounds)
+                        began = time.monotonic()
+                        snapshot = session.snapshot("advisory")
+                        pacer.read(began, snapshot.query_seconds, activity)
+                        advisory = Diagnosis(snapshot, self.registry).advisory
+                        self.record(name, episodes.add(advisory, snapshot.server.now))
+                        self.sampler_seconds.labels(name).observe(time.monotonic() - began)
+                except LockdiagError:
+                    session.close()  # reopened at the next tick; the scrape reports the error
+                    episodes = Episodes()
+                    pacer.last = None  # a full read first, after the reconnection
+                self.stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
+        finally:
+            session.close()
+
+    def record(self, name: str, seen: Tick) -> None:
+        for namespace, seconds in seen.holds:
+            self.holds.labels(name, namespace).observe(seconds)
+        for namespace, seconds in seen.waits:
+            self.waits.labels(name, namespace).observe(seconds)
+        for namespace, count in seen.acquired.items():
+            self.acquisitions.labels(name, namespace).inc(count)
+        for namespace in seen.contended:
+            self.contended.labels(name, namespace).inc()
+
+    def sampled(self, names: list[str]) -> Iterator[PrometheusMetric]:
+        """The samplers' families, only the samples of these targets."""
+        wanted = set(names)
+        for metric in (self.holds, self.waits, self.acquisitions, self.contended,
+                       self.sampler_seconds):  # fmt: skip
+            for family in metric.collect():
+                family.samples = [s for s in family.samples if s.labels["target"] in wanted]
+                yield family
+        yield from families(self.pacing([name for name in names if name in self.pacers]))
+
+    def pacing(self, names: list[str]) -> list[Metric]:
+        """What the sampler costs and achieves, per target."""
+        now = time.monotonic()
+        interval = Metric(
+            "lockdiag_sampler_interval_seconds",
+            "Mean time between the sampler's reads of the lock table (the last ten).",
+        )
+        duty = Metric(
+            "lockdiag_sampler_duty_cycle",
+            "Share of wall time the sampler's reads kept the server's lock manager busy.",
+        )
+        reads = Metric("lockdiag_sampler_reads_total", "Reads of the lock table.", type="counter")
+        for name in names:
+            pacer = self.pacers[name]
+            if pacer.interval is not None:
+                interval.add(pacer.interval, target=name)
+            duty.add(pacer.duty_cycle(now), target=name)
+            reads.add(pacer.reads, target=name)
+        return [interval, duty, reads]
+
+    def close(self) -> None:
+        """Stop the samplers: each closes its own session when its wait ends."""
+        self.stop.set()

@@ -1,0 +1,166 @@
+"""Scrapes: one snapshot per target at a time, each waited for until a deadline.
+
+Each configured target has one read-only DiagnosticSession for scrapes. Concurrent scrapes of a
+target wait for the snapshot under way and share it, so a stalled target piles up neither
+threads nor sessions; a target not done by the deadline (--timeout plus the session's margin)
+is reported down ("timed out after ...") and the answer goes without it. A snapshot that fails
+because the kept connection was lost (a restarted server) is taken again at once on a fresh one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.findings import CheckPolicy
+from lockdiag.core.incident import Incident
+from lockdiag.core.model import Snapshot
+from lockdiag.errors import LockdiagError, ServerError
+from lockdiag.pg.deadline import client_deadline
+from lockdiag.pg.session import DiagnosticSession
+from lockdiag.registry import Registry
+from lockdiag.views.check import check_metrics
+from lockdiag.views.metrics import Metric, labelled, merged
+
+
+@dataclass(eq=False)
+class Scrape:
+    """One snapshot of a target under way (or done), shared by the scrapes that wait for it."""
+
+    started: float  # time.monotonic()
+    done: threading.Event = field(default_factory=threading.Event)
+    report: Incident | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    finished: float = 0.0
+
+
+@dataclass
+class Target:
+    """One configured server: its name (never a password), its sessions, what it said last."""
+
+    name: str
+    dsn: str | None
+    scrape: threading.Lock = field(default_factory=threading.Lock)  # guards what follows
+    report: Incident | None = None  # of the last scrape
+    taken_at: float = 0.0  # time.monotonic() when that scrape's snapshot was taken
+    seconds: float = 0.0  # how long it took
+    error: str | None = None  # of the last scrape, or None
+    down_since: float | None = None  # time.time() of the first failed scrape after a good one
+    running: Scrape | None = None  # the snapshot under way: at most one at a time
+    last: Scrape | None = None  # the last one done
+
+
+class Scraper:
+    """The targets' snapshots for scrapes, and the series a scrape answers with."""
+
+    def __init__(
+        self, targets: list[Target], registry: Registry, policy: CheckPolicy, timeout: float
+    ) -> None:
+        self.targets = {target.name: target for target in targets}
+        self.registry, self.policy = registry, policy
+        # of each target's scrape: the session's own deadline for one statement
+        self.deadline = client_deadline(timeout)
+        self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
+        self.closing = threading.Event()
+
+    def scrape(self, target: Target, asked: float) -> Scrape:
+        """The snapshot of ``target`` that a scrape asked at ``asked`` waits for: the one
+        under way if there is one (concurrent scrapes share it, and a stalled one is never
+        joined by a second), else one done since ``asked``, else a new one in its own thread."""
+        with target.scrape:
+            if target.running is not None:
+                return target.running
+            if target.last is not None and target.last.finished >= asked:
+                return target.last
+            run = target.running = Scrape(time.monotonic())
+        thread = threading.Thread(
+            target=self._take, args=(target, run), daemon=True, name=f"scrape {target.name}"
+        )
+        try:
+            thread.start()
+        except RuntimeError as error:  # no thread to be had: down, and never left "running"
+            run.error = f"cannot start a scrape: {error}"
+            self._finish(target, run)
+        return run
+
+    def _take(self, target: Target, run: Scrape) -> None:
+        session = self.sessions[target.name]
+        try:
+            snapshot = self._snapshot(session, run.started + self.deadline)
+            diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
+            run.report = diagnosis.incident(self.policy)
+        except LockdiagError as error:
+            run.error = str(error).splitlines()[0]
+        except Exception as error:  # a bug: reported, and the target is never left "running"
+            run.error = f"internal error: {error!r}"
+            raise
+        finally:
+            self._finish(target, run)
+            if self.closing.is_set():
+                session.close()
+
+    @staticmethod
+    def _finish(target: Target, run: Scrape) -> None:
+        run.finished = time.monotonic()
+        run.seconds = run.finished - run.started
+        with target.scrape:
+            target.running, target.last = None, run
+            target.report, target.error = run.report, run.error
+            target.taken_at, target.seconds = run.finished, run.seconds
+            target.down_since = _down_since(target.down_since, run.report is not None)
+        run.done.set()
+
+    @staticmethod
+    def _snapshot(session: DiagnosticSession, deadline: float) -> Snapshot:
+        """One snapshot; once more at once on a fresh connection if the kept one was lost
+        (the server restarted, the connection was terminated) and the deadline allows."""
+        try:
+            return session.snapshot("all")
+        except ServerError as error:
+            if "connection lost" not in str(error) or time.monotonic() >= deadline:
+                raise
+        session.close()
+        return session.snapshot("all")
+
+    def metrics(self, names: list[str]) -> list[Metric]:
+        """Every series of these targets, each labelled ``target``. Waits for each target until
+        the deadline at most: one not done by then is down, and the answer goes without it."""
+        asked = time.monotonic()
+        deadline = asked + self.deadline
+        runs = [(self.targets[name], self.scrape(self.targets[name], asked)) for name in names]
+        up = Metric("lockdiag_up", "Whether the target's last scrape read its server (1) or not.")
+        took = Metric("lockdiag_scrape_duration_seconds", "How long the target's scrape took.")
+        groups: list[list[Metric]] = [[up, took]]
+        for target, run in runs:
+            if run.done.wait(max(0.0, deadline - time.monotonic())):
+                report, seconds = run.report, run.seconds
+            else:
+                report, seconds = None, time.monotonic() - asked
+                with target.scrape:
+                    if target.running is run:  # still stalled: the page shows it down too
+                        target.report, target.seconds = None, seconds
+                        target.error = f"timed out after {self.deadline:g}s"
+                        target.down_since = _down_since(target.down_since, False)
+            up.add(1 if report is not None else 0, target=target.name)
+            took.add(seconds, target=target.name)
+            if report is not None:
+                groups.append(labelled(check_metrics(report), "target", target.name))
+        return merged(groups)
+
+    def close(self) -> None:
+        """Close the sessions; one still under way is closed by its own thread when it ends
+        (never from here, while it is in use)."""
+        self.closing.set()
+        for target in self.targets.values():
+            with target.scrape:
+                busy = target.running is not None
+            if not busy:
+                self.sessions[target.name].close()
+
+
+def _down_since(since: float | None, up: bool) -> float | None:
+    """When a target went down: kept while it stays down, cleared when it is up again."""
+    return None if up else since or time.time()
