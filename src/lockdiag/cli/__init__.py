@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "live:sample_command",
         "Contention statistics over a period, per namespace and per key.",
     ),
+    "settings": (
+        "settings:settings_group",
+        "Defaults for the options you repeat, and named servers (settings.toml).",
+    ),
     "snapshot": (
         "read:snapshot_command",
         "Save every lock and its sessions to a JSON file, for later or for someone else.",
@@ -149,7 +153,8 @@ class LazyGroup(LockdiagGroup):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="lockdiag")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Who holds that PostgreSQL advisory lock, since when, and who waits behind it.
 
     Reads pg_locks and pg_stat_activity in one read-only query, decodes advisory keys
@@ -164,9 +169,14 @@ def cli() -> None:
 
     \b
     Exit codes: 0 ok; 1 negative answer (who-holds: nobody holds it; registry check: errors);
-    2 bad input (usage, key, namespace, registry or snapshot file); 3 server unreachable or
-    query refused; 130 interrupted.
+    2 bad input (usage, key, namespace, registry, snapshot or settings file); 3 server
+    unreachable or query refused; 130 interrupted.
     """
+    name = ctx.invoked_subcommand
+    if name is not None and name != "settings":  # settings init|show read it themselves
+        from lockdiag.cli.settings import use_settings  # not for --help: it never gets here
+
+        use_settings(ctx, name)
 
 
 def main() -> None:

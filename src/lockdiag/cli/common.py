@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
+from lockdiag import plugins
+from lockdiag.cli import COMMANDS
 from lockdiag.core import snapshot_file
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.durations import parse_duration
@@ -29,6 +32,7 @@ from lockdiag.registry import (
     load_registry,
 )
 from lockdiag.render import Output, render
+from lockdiag.settings import Settings, SettingsError, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 NUMBERS_SETTINGS = {"ignore_unknown_options": True}  # lets negative keys through: decode -5 7
@@ -91,13 +95,34 @@ def source() -> Source:
     }
     given_dsn = meta.get("lockdiag.dsn") or ()
     dsns = [given_dsn] if isinstance(given_dsn, str) else list(given_dsn)
+    # --target from the settings file comes after LOCKDIAG_DSN (read by hand, below, so that
+    # click's default_map cannot order it) and gives way to --from FILE as LOCKDIAG_DSN does
+    named = meta.get("lockdiag.target") or ()
+    from_settings = _source_of("target") is ParameterSource.DEFAULT_MAP
+    if not from_settings:
+        dsns += [_settings().target(name).dsn for name in named]
     targets = meta.get("lockdiag.targets")
     if targets is not None:
         dsns += read_targets(Path(targets))
     # an exported LOCKDIAG_DSN gives way to --from FILE; an explicit --dsn with --from does not
     if not dsns and os.environ.get("LOCKDIAG_DSN") and "from_file" not in given:
         dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
+    if not dsns and from_settings and "from_file" not in given:
+        dsns = [_settings().target(name).dsn for name in named]
     return Source(tuple(dsns), **given)
+
+
+def _source_of(name: str) -> ParameterSource | None:
+    return click.get_current_context().get_parameter_source(name)
+
+
+def _settings() -> Settings:
+    """The settings file the root group read (a command run on its own reads it now)."""
+    meta = click.get_current_context().meta
+    if "lockdiag.settings" not in meta:
+        meta["lockdiag.settings"] = load_settings(COMMANDS)
+    settings: Settings = meta["lockdiag.settings"]
+    return settings
 
 
 def connection_options(command: F) -> F:
@@ -130,6 +155,15 @@ def _connection(command: F, fleet: bool) -> F:
             help="Many servers: one DSN or libpq service name per line.",
         )(command)
     many = "; repeat it to read many servers" if fleet else ""
+    command = click.option(
+        "--target",
+        multiple=True,
+        metavar="NAME",
+        callback=_remember,
+        expose_value=False,
+        shell_complete=complete_target,
+        help=f"A server named in the settings file ([targets.NAME] dsn = ...){many}.",
+    )(command)
     return click.option(
         "--dsn",
         multiple=True,  # a single-server command says "give a single --dsn" when repeated
@@ -179,6 +213,7 @@ def registry_option(command: F) -> F:
     return click.option(
         "--registry",
         metavar="PATH",
+        envvar=ENV_VAR,  # so click puts it above the settings file's registry = ...
         help="Registry file [env LOCKDIAG_REGISTRY; default ./lockdiag.toml, then "
         "~/.config/lockdiag/lockdiag.toml].",
     )(command)
@@ -247,21 +282,39 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
     """The registry; a broken or missing one stops only the commands that need it (``strict``):
     the others say why on stderr and go on with raw keys and well-known software's keys (an
     incident is no time to be stopped by a mistyped --registry)."""
+    path = _registry_given(path)
     found = find_registry(path, missing_ok=not strict)
     if found is None:
         return Registry()
     if not found.is_file():  # named by --registry or LOCKDIAG_REGISTRY (defaults must exist)
         reason = "not a file" if found.exists() else "no such file"
-        named = "--registry" if path else ENV_VAR
+        named = _registry_named(path)
         _registry_not_used([f"{found}: {reason} (from {named})"])
         return Registry()
     try:
-        return load_registry(str(found))
+        return plugins.registry_first(load_registry(str(found)))  # plugin clashes: told
     except RegistryError as error:
         if strict:
             raise
         _registry_not_used(str(error).splitlines())
         return Registry()
+
+
+def _registry_given(path: str | None) -> str | None:
+    """--registry's value, unless click took it from LOCKDIAG_REGISTRY: find_registry reads
+    that variable itself, and names it in its messages."""
+    return None if _registry_source() is ParameterSource.ENVIRONMENT else path
+
+
+def _registry_named(path: str | None) -> str:
+    if path and _registry_source() is ParameterSource.DEFAULT_MAP:
+        return "the settings file"
+    return "--registry" if path else ENV_VAR
+
+
+def _registry_source() -> ParameterSource | None:
+    context = click.get_current_context(silent=True)
+    return context.get_parameter_source("registry") if context else None
 
 
 def _registry_not_used(reasons: list[str]) -> None:
@@ -285,6 +338,21 @@ def complete_namespace(
     return [
         CompletionItem(name, help=namespace.description or None)
         for name, namespace in sorted(names.namespaces.items())
+        if name.startswith(incomplete)
+    ]
+
+
+def complete_target(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Target names from the settings file (quietly nothing when it cannot be read)."""
+    try:
+        targets = load_settings(COMMANDS).targets
+    except SettingsError:
+        return []
+    return [
+        CompletionItem(name, help=target.description or None)
+        for name, target in sorted(targets.items())
         if name.startswith(incomplete)
     ]
 

@@ -2,11 +2,13 @@
 
 Formulas and constants come from each project's source (see the README's table and
 ``tests/test_known.py`` for the checked example values). A registry namespace always wins over
-the catalogue. Three confidences:
+the catalogue, and the catalogue over a plugin's entries (:mod:`lockdiag.plugins`). Four
+confidences:
 
 - ``exact``: a fixed key that the software uses, recognisable from the triple alone;
 - ``derived``: computed from the lock's database name, the software's rows or a listed name;
-- ``guess``: a small number that many programs could use (Airflow's 1 and 2).
+- ``guess``: a small number that many programs could use (Airflow's 1 and 2);
+- ``plugin``: declared by an installed plugin, lockdiag has not checked it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import Literal
 
+from lockdiag import plugins
 from lockdiag.core.model import DerivedKey, Snapshot
 from lockdiag.keys import (
     PAIR_SUBID,
@@ -32,10 +35,10 @@ from lockdiag.keys import (
 )
 from lockdiag.registry import Candidates, Namespace, Registry
 
-Confidence = Literal["exact", "derived", "guess"]
+Confidence = Literal["exact", "derived", "guess", "plugin"]
 
 
-SoftwareKind = Literal["migration", "deploy", "scheduler", "queue", "extension", "library"]
+SoftwareKind = plugins.Kind
 
 
 @dataclass(frozen=True)
@@ -155,15 +158,19 @@ class Known:
     software: str
     meaning: str
     confidence: Confidence
+    plugin: str | None = None  # the plugin that declared it (confidence "plugin")
+    declared: Software | None = None  # a plugin's software: SOFTWARE names built-ins only
 
     @property
     def label(self) -> str:
-        mark = {"exact": "", "derived": "", "guess": "?"}[self.confidence]
+        if self.plugin is not None:
+            return f"{self.software}: {self.meaning} (declared by plugin {self.plugin})"
+        mark = "?" if self.confidence == "guess" else ""
         return f"{self.software}{mark}: {self.meaning}"
 
     @property
     def behaviour(self) -> Software | None:
-        return SOFTWARE.get(self.software)
+        return self.declared or SOFTWARE.get(self.software)
 
 
 def java_hash(text: str) -> int:
@@ -290,7 +297,20 @@ def collisions(namespace: Namespace) -> list[str]:
             f"namespace {namespace.name!r} covers the keys of Flyway's migration lock "
             f"(high 32 bits {min(FLYWAY_CLASSIDS)}..{max(FLYWAY_CLASSIDS)})"
         )
+    found += [
+        f"namespace {namespace.name!r} contains the {key.describe()} that {known.software} "
+        f"uses ({known.meaning}, declared by plugin {known.plugin})"
+        for key, known in plugin_keys().declared
+        if _in_namespace(key, namespace)
+    ]
     return found
+
+
+def _in_namespace(key: plugins.Key, namespace: Namespace) -> bool:
+    if key.form == "space":
+        return namespace.form == "pair" and key.numbers[0] == namespace.id
+    triple = key.triple
+    return triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
 
 
 def flyway_key(schema: str, table: str = "flyway_schema_history") -> LockTriple:
@@ -484,7 +504,101 @@ def build_catalogue(
             else catalogue.anywhere
         )
         target.setdefault(triple, known)
+    _add_plugin_keys(catalogue)
     return catalogue
+
+
+# -- keys that installed plugins declare (lockdiag.plugins) ------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginKeys:
+    """The plugins' fixed keys and key spaces, none named by an earlier plugin, and the entries
+    that compute keys per database. A software name that is built in, or an earlier plugin's,
+    leaves that entry out."""
+
+    declared: list[tuple[plugins.Key, Known]] = field(default_factory=list)
+    computed: list[tuple[str, plugins.Entry, Software]] = field(default_factory=list)
+
+
+@cache  # the same Known objects for every snapshot: findings count locks by their identity
+def plugin_keys() -> PluginKeys:
+    found, kept = PluginKeys(), Catalogue()
+    owners: dict[str, str] = {}
+    for plugin in plugins.loaded():
+        for entry in plugin.entries:
+            owner = "built in" if entry.software in SOFTWARE else owners.get(entry.software)
+            if owner is not None:
+                by = owner if owner == "built in" else f"declared by plugin {owner}"
+                plugins.tell(
+                    f"plugin {plugin.name}: software {entry.software!r} is {by}: this entry of "
+                    "it is not used"
+                )
+                continue
+            owners[entry.software] = plugin.name
+            software = Software(entry.kind, entry.function, entry.normal, entry.check)
+            if entry.per_database is not None:
+                found.computed.append((plugin.name, entry, software))
+            for key in entry.keys:
+                known = Known(entry.software, key.meaning, "plugin", plugin.name, software)
+                if _claim(kept, key, known):
+                    found.declared.append((key, known))
+    return found
+
+
+def _add_plugin_keys(catalogue: Catalogue) -> None:
+    """Every plugin key that no built-in key names (the registry comes before both at every
+    decode), then the keys plugins compute for each database of the catalogue."""
+    declared = plugin_keys()
+    for key, known in declared.declared:
+        _claim(catalogue, key, known)
+    for name, entry, software in declared.computed:
+        for database in list(catalogue.per_database):
+            try:
+                keys = entry.keys_of_database(database)
+            except Exception as error:  # a plugin's code: its failure leaves its keys out
+                plugins.tell(
+                    f"plugin {name}: per_database of {entry.software!r} not used for database "
+                    f"{database!r}: {plugins.cause(error)}"
+                )
+                continue
+            for key in keys:
+                known = Known(entry.software, key.meaning, "plugin", name, software)
+                _claim(catalogue, key, known, database)
+
+
+def _claim(
+    catalogue: Catalogue, key: plugins.Key, known: Known, database: str | None = None
+) -> bool:
+    """Add a plugin's key unless the catalogue names it already; a clash is told."""
+    if key.form == "space":
+        classid = to_uint4(key.numbers[0])
+        held = [
+            k
+            for (d, c), k in catalogue.prefixes.items()
+            if c == classid and (database is None or d in (None, database))
+        ]
+        if classid == REPACK_LOCK_PREFIX:
+            held.append(Known("pg_repack", "key space of its table locks", "exact"))
+        other = held[0] if held else None
+        if other is None:
+            catalogue.prefixes[(database, classid)] = known
+    else:
+        triple = key.triple
+        other = catalogue.lookup(triple, database) or next(
+            (keys[triple] for keys in catalogue.per_database.values() if triple in keys), None
+        )
+        if other is None:
+            target = catalogue.anywhere if database is None else catalogue.per_database[database]
+            target[triple] = known
+    if other is None:
+        return True
+    by = "built in" if other.plugin is None else f"declared by plugin {other.plugin}"
+    plugins.tell(
+        f"plugin {known.plugin}: {key.describe()} of {known.software} is {other.software}'s "
+        f"{other.meaning} ({by}): that name is used"
+    )
+    return False
 
 
 def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
