@@ -3,35 +3,13 @@ moves between the read of pg_locks and the read of pg_stat_activity inside one s
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
+
+from snapshots import advisory, session, snapshot
 
 from lockdiag.core.analysis import Flag
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
 from lockdiag.registry import parse_registry
-
-STARTED = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)  # the snapshot statement's start
-
-
-def snapshot(sessions: list[Session], locks: list[LockRow]) -> Snapshot:
-    server = ServerInfo(150000, STARTED, "postgres", 1, False, True, {5: "app"}, "app")
-    return Snapshot(server, "test", "advisory", {s.pid: s for s in sessions}, locks)
-
-
-def advisory(pid: int, key: int, granted: bool = True, blocked_by: tuple[int, ...] = ()) -> LockRow:
-    return LockRow(
-        "advisory", 5, None, None, None, None, None, 4102, key, 2, f"{pid}/0", pid,
-        "ExclusiveLock", granted, None if granted else STARTED, blocked_by if not granted else None,
-    )  # fmt: skip
-
-
-def session(pid: int, state: str, changed: timedelta, in_transaction: bool = False) -> Session:
-    return Session(
-        pid, "app", "worker", "w", backend_start=STARTED - timedelta(hours=1),
-        xact_start=STARTED - timedelta(minutes=10) if in_transaction else None,
-        state_change=STARTED + changed, state=state, backend_type="client backend", query="q",
-    )  # fmt: skip
-
 
 _PARSED, _ = parse_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
 assert _PARSED is not None

@@ -384,7 +384,7 @@ def _waits(waiters: list[LockEntry], policy: CheckPolicy, server: ServerInfo) ->
             continue
         namespace = entry.decoded.namespace if entry.decoded else None
         if namespace is not None and namespace.max_wait is not None:
-            if entry.waited >= namespace.max_wait:
+            if entry.waited > namespace.max_wait:  # exceeded, as max_hold
                 why = f" (max_wait of {namespace.name})"
                 yield _wait_finding(Kind.MAX_WAIT, "critical", entry, why, server)
             continue
