@@ -1,8 +1,10 @@
-"""Generated documentation stays current: completions, the CLI reference, the README."""
+"""Generated documentation stays current: completions, the CLI reference, the transcripts of
+the README and docs/, and the MkDocs site builds without a warning."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,11 +57,24 @@ def test_namespace_names_complete_from_the_registry(tmp_path: Path) -> None:
     assert result.stdout.split() == ["plain,tenant_export", "plain,tenant_summary"]
 
 
-def test_readme_transcripts_are_what_the_commands_print() -> None:
-    """The README's transcripts of the bundled incident, rendered again and compared exactly
-    (python scripts/transcripts.py regenerates them)."""
+def test_transcripts_in_readme_and_docs_are_what_the_commands_print() -> None:
+    """The transcripts of the bundled incident in README.md and docs/, rendered again and
+    compared exactly (python scripts/transcripts.py regenerates them)."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "transcripts.py"), "--check"],
         capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_docs_build_strictly(tmp_path: Path) -> None:
+    """--strict turns every broken link, missing anchor and page left out of the nav into an
+    error, so the site cannot rot unseen."""
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
+    assert mkdocs, "mkdocs is not installed: pip install -e '.[test]'"
+    result = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True,
+        check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
