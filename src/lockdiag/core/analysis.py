@@ -176,11 +176,9 @@ def analyse(
     # key space's, found with one lookup per lock.
     common: dict[tuple[object, ...], _Common] = {}
     entries: list[LockEntry] = []
-    # the sort key, one int per lock: the place (database, lock type by name, then the lock:
-    # an advisory key by form and numbers, else the relation), then holders before waiters,
-    # waiters by wait start, then the pid (see _rest)
+    # the sort key, one int per lock (see PLACE for its layout)
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
-    advisory = rank.get("advisory", 0) << 66
+    advisory = rank.get("advisory", 0) << TYPE_BIT
     order: list[int] = []
     for row in rows:
         (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted, *_) = row
@@ -192,7 +190,8 @@ def analyse(
                 namespace, same = shared.namespace, shared.backend
                 resource = (None if namespace is None else objid if objsubid == BIGINT_SUBID
                             else to_int4(objid))  # type: ignore[arg-type]  # fmt: skip
-                place = (database or 0) << 80 | advisory | objsubid << 64 | classid << 32 | objid  # type: ignore[operator]
+                key = objsubid << SUBID_BIT | classid << CLASSID_BIT | objid  # type: ignore[operator]
+                place = (database or 0) << DATABASE_BIT | advisory | key
                 order.append(place << PLACE | (pid or 0))
                 entries.append(_new_entry((row, same.session, same.database,
                                            _new_decoded((triple, namespace, resource, None)),
@@ -205,10 +204,10 @@ def analyse(
         decoded: Decoded | None = None
         if locktype == "advisory" and classid is not None and objid is not None:
             decoded = decoder.decode(row)
-            place = (objsubid or 0) << 64 | classid << 32 | objid
+            place = (objsubid or 0) << SUBID_BIT | classid << CLASSID_BIT | objid
         else:
             place = row.relation or 0
-        place |= (database or 0) << 80 | rank[locktype] << 66
+        place |= (database or 0) << DATABASE_BIT | rank[locktype] << TYPE_BIT
         order.append(place << PLACE | _rest(row))
         if not uncontested:
             entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
@@ -407,6 +406,13 @@ def _flags(
     return tuple(flags)
 
 
+# The sort key of a lock is one int: the same order as the tuple (database, lock type's rank,
+# objsubid, classid, objid or relation, waiter, wait start, pid), at half the cost of building
+# and comparing 100k tuples (an analysis 19 % slower, measured). From the top bit down:
+#   the place:  database oid << DATABASE_BIT | type rank << TYPE_BIT | objsubid << SUBID_BIT
+#               | classid << CLASSID_BIT | objid (an advisory key), or the relation's oid
+#   the rest (_rest, PLACE bits): 1 << 96 for a waiter | wait start in microseconds << 32 | pid
+DATABASE_BIT, TYPE_BIT, SUBID_BIT, CLASSID_BIT = 80, 66, 64, 32
 PLACE = 97  # bits of the sort key below the place: a waiter's bit, its wait start, the pid
 _EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
 _NO_START = (1 << 64) - 1  # a waiter with no wait start: last in its queue
