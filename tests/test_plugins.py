@@ -174,6 +174,7 @@ def test_decode_names_a_plugin_key_without_a_server(site: Path) -> None:
         "software": "Acme Deploy",
         "meaning": "deploy lock",
         "confidence": "plugin",
+        "plugin": "acme",
     }
     space = lockdiag(site, "decode", str(TENANT_SPACE), "99")
     assert space.stdout.splitlines()[0] == "Acme Deploy: tenant job (declared by plugin acme)"
@@ -211,10 +212,10 @@ def test_list_who_holds_and_check_name_the_plugins_software(
     deploy, cron, waiter = hold(sessions)
     listed = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "json")
     assert plugin_locks(listed) == sorted([
-        (deploy, "Acme Deploy", "deploy lock", "plugin"),
-        (deploy, "Acme Deploy", "tenant job", "plugin"),
-        (cron, "Acme Cron", "cron of postgres", "plugin"),
-        (waiter, "Acme Deploy", "deploy lock", "plugin"),
+        (deploy, "Acme Deploy", "deploy lock", "plugin", "acme"),
+        (deploy, "Acme Deploy", "tenant job", "plugin", "acme"),
+        (cron, "Acme Cron", "cron of postgres", "plugin", "acme"),
+        (waiter, "Acme Deploy", "deploy lock", "plugin", "acme"),
     ])  # fmt: skip
     plain = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "plain")
     labels = {line.split("  ")[0] for line in plain.stdout.splitlines()[1:-1]}  # header, total

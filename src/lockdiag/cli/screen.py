@@ -31,6 +31,7 @@ from rich.progress import (
 )
 from rich.styled import Styled
 
+from lockdiag import plugins
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
@@ -192,7 +193,7 @@ def run(
     told: list[str] = []
     refresher = Refresher(source)
     try:
-        with notices_to(told.append):
+        with notices_to(told.append), plugins.problems_to(told.append):
             _loop(state, refresher, interval, stream, told)
     finally:
         refresher.stop()

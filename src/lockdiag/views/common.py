@@ -232,7 +232,8 @@ def pool_text(entry: LockEntry) -> str:
 
 
 def known_data(known: Known) -> dict[str, Any]:
-    return {"software": known.software, "meaning": known.meaning, "confidence": known.confidence}
+    data = {"software": known.software, "meaning": known.meaning, "confidence": known.confidence}
+    return data | ({"plugin": known.plugin} if known.plugin else {})
 
 
 def session_data(entry: LockEntry) -> dict[str, Any]:
