@@ -4,21 +4,34 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from conftest import ctrl_c_reaches_child
 
 PORT = re.compile(r"is up on port (\d+)")
 
 
-def cluster_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("lockdiag-pg-*"))
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """The demo's own temporary directory (its TMPDIR): what it leaves behind is its own, not
+    another test run's on the same machine. Under /tmp, reachable by the server's user."""
+    directory = Path(tempfile.mkdtemp(prefix="lockdiag-demo-test-"))
+    directory.chmod(0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def left_in(scratch: Path) -> list[Path]:
+    return sorted(scratch.iterdir())
 
 
 def port_open(port: int) -> bool:
@@ -30,11 +43,11 @@ def demo_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "lockdiag", "demo", *args]
 
 
-def test_demo_diagnoses_and_cleans_up() -> None:
-    before = cluster_dirs()
+def test_demo_diagnoses_and_cleans_up(scratch: Path) -> None:
     result = subprocess.run(
-        demo_command(), capture_output=True, text=True, timeout=120, check=False
-    )
+        demo_command(), capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     for heading in ("$ lockdiag list", "$ lockdiag who-holds tenant_summary 74",
                     "$ lockdiag blockers", "$ lockdiag check"):  # fmt: skip
@@ -45,13 +58,12 @@ def test_demo_diagnoses_and_cleans_up() -> None:
     match = PORT.search(result.stderr)
     assert match is not None
     assert not port_open(int(match.group(1)))
-    assert not cluster_dirs() - before  # nothing of the demo left behind
+    assert not left_in(scratch)  # nothing of the demo left behind
     assert "server stopped, workers ended, files removed" in result.stderr
 
 
-def test_keep_then_stop(tmp_path: Path) -> None:
-    before = cluster_dirs()
-    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+def test_keep_then_stop(tmp_path: Path, scratch: Path) -> None:
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TMPDIR": str(scratch)}
     kept = pexpect.spawn(sys.executable, demo_command("--keep")[1:], env=environment, timeout=60)
     kept.expect(r"is up on port (\d+)")
     port = int(kept.match.group(1))
@@ -65,7 +77,7 @@ def test_keep_then_stop(tmp_path: Path) -> None:
     kept.expect(pexpect.EOF)
     kept.close()
     assert not port_open(port)
-    assert not cluster_dirs() - before  # nothing of the demo left behind
+    assert not left_in(scratch)  # nothing of the demo left behind
     assert not (tmp_path / "lockdiag" / "demo.json").exists()
     again = subprocess.run(
         demo_command("--stop"), env=environment, capture_output=True, text=True, check=False
@@ -73,9 +85,8 @@ def test_keep_then_stop(tmp_path: Path) -> None:
     assert again.returncode == 2 and "no demo is running" in again.stderr
 
 
-def test_ctrl_c_cleans_up(tmp_path: Path) -> None:
-    before = cluster_dirs()
-    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+def test_ctrl_c_cleans_up(tmp_path: Path, scratch: Path) -> None:
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TMPDIR": str(scratch)}
     kept = pexpect.spawn(
         sys.executable, demo_command("--keep")[1:], env=environment, timeout=60,
         preexec_fn=ctrl_c_reaches_child,
@@ -88,4 +99,4 @@ def test_ctrl_c_cleans_up(tmp_path: Path) -> None:
     kept.close()
     assert kept.exitstatus == 0  # Ctrl-C is how a kept demo is meant to end
     assert not port_open(port)
-    assert not cluster_dirs() - before  # nothing of the demo left behind
+    assert not left_in(scratch)  # nothing of the demo left behind
