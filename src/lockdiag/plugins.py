@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from lockdiag.keys import (
     INT4_MAX,
@@ -33,6 +33,8 @@ from lockdiag.keys import (
     from_pair,
     to_uint4,
 )
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from lockdiag.registry import Registry
@@ -156,13 +158,21 @@ class Entry:
 
 def keys_of(found: object) -> tuple[Key, ...]:
     """A plugin's keys, refused whole when one is not a Key."""
+    return _all_of(
+        Key, found, "keys must be an iterable of Key, not {}",
+        "a key must be a lockdiag.plugins.Key, not {}",
+    )  # fmt: skip
+
+
+def _all_of(kind: type[T], found: object, not_many: str, not_one: str) -> tuple[T, ...]:
+    """``found`` as a tuple of ``kind``s, refused whole; the messages get the wrong type's name."""
     if isinstance(found, (str, bytes)) or not isinstance(found, Iterable):
-        raise TypeError(f"keys must be an iterable of Key, not {type(found).__name__}")
-    keys = tuple(found)
-    for key in keys:
-        if not isinstance(key, Key):
-            raise TypeError(f"a key must be a lockdiag.plugins.Key, not {type(key).__name__}")
-    return keys
+        raise TypeError(not_many.format(type(found).__name__))
+    items = tuple(found)
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(not_one.format(type(item).__name__))
+    return items
 
 
 @dataclass(frozen=True)
@@ -190,13 +200,10 @@ def loaded() -> tuple[Plugin, ...]:
 
 
 def _entries(found: object) -> tuple[Entry, ...]:
-    if isinstance(found, (str, bytes)) or not isinstance(found, Iterable):
-        raise TypeError(f"it returned {type(found).__name__}, not an iterable of Entry")
-    entries = tuple(found)
-    for entry in entries:
-        if not isinstance(entry, Entry):
-            raise TypeError(f"it returned a {type(entry).__name__}, not a lockdiag.plugins.Entry")
-    return entries
+    return _all_of(
+        Entry, found, "it returned {}, not an iterable of Entry",
+        "it returned a {}, not a lockdiag.plugins.Entry",
+    )  # fmt: skip
 
 
 def cause(error: BaseException) -> str:

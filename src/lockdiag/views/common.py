@@ -14,7 +14,7 @@ import orjson
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
-from lockdiag.core.model import LockRow, ServerInfo, Snapshot, describe_lock
+from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Snapshot, describe_lock
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 
@@ -201,6 +201,11 @@ class EntryEncoder:
 LOCK_FIELDS = ("namespace", "resource", "form", "known", "key", "classid", "objid", "objsubid",
                "relation", "page", "tuple", "transactionid", "virtualxid",
                "virtualtransaction")  # fmt: skip
+
+
+def pool_attached(pool: PoolLink) -> str:
+    """Who uses a pooled server connection right now, as the console says."""
+    return f"client {pool.client} attached" if pool.client else "no client attached"
 
 
 def pool_data(entry: LockEntry) -> dict[str, Any] | None:

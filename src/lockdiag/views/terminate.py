@@ -9,10 +9,7 @@ from lockdiag.core.model import IDLE_STATES, PoolLink, Snapshot
 from lockdiag.core.termination import AfterCancel, Preview
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
-from lockdiag.views.common import (
-    entry_data,
-    lock_label,
-)
+from lockdiag.views.common import entry_data, lock_label, pool_attached
 
 # -- terminate ---------------------------------------------------------------------------------
 
@@ -93,7 +90,7 @@ def pool_line(pool: PoolLink) -> str:
     if pool.via != "console":
         return f"a pooled server connection (from pooler address {clean(pool.pooler)})"
     mode = f", {pool.pool_mode} mode" if pool.pool_mode else ""
-    attached = f"client {pool.client} attached" if pool.client else "no client attached"
+    attached = pool_attached(pool)
     return (
         f"pooled server connection of {clean(pool.pooler)} (pool {clean(pool.pool)}{mode}): "
         f"{attached}"

@@ -27,6 +27,7 @@ from lockdiag.views.common import (
     known_data,
     lock_label,
     notes_block,
+    pool_attached,
     server_data,
 )
 from lockdiag.views.keys import key_data, lock_sql
@@ -144,7 +145,7 @@ def _holder_summary(entry: LockEntry) -> str:
         state += f" {format_duration(entry.held_at_least)}"
     pool = entry.pool
     if entry.lifetime == "session" and pool is not None and pool.via == "console":
-        attached = f"client {pool.client} attached" if pool.client else "no client attached"
+        attached = pool_attached(pool)
         return (
             f"{who}, {state}, session lock on pooled server connection of {pool.pooler} pool "
             f"{pool.pool} ({attached})"
