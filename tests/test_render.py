@@ -42,7 +42,15 @@ def test_terminal_view_is_capped_with_important_rows_first() -> None:
     shown = terminal.getvalue()
     assert "row450" in shown
     assert "row499" not in shown
-    assert "more row(s) not shown" in shown
+    assert "more row(s) not shown (the most urgent first)" in shown
+
+
+def test_a_capped_table_without_an_order_of_urgency_claims_none() -> None:
+    rows = [[f"row{i}"] for i in range(500)]
+    terminal = Terminal()
+    render(Output(lambda: [Table(["NAME"], rows)], dict), "auto", terminal)
+    shown = " ".join(terminal.getvalue().split())
+    assert "more row(s) not shown; --format plain or json gives every row" in shown
 
 
 def test_json_keeps_exact_values_and_display_escapes_them(

@@ -399,8 +399,9 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
         if left_out:
             out.append(
                 RichText(
-                    f"{left_out} more row(s) not shown (the most urgent first); "
-                    "--format plain or json gives every row",
+                    f"{left_out} more row(s) not shown"
+                    + (" (the most urgent first)" if block.important is not None else "")
+                    + "; --format plain or json gives every row",
                     style="yellow", no_wrap=True, overflow="ellipsis",
                 )
             )  # fmt: skip
