@@ -456,3 +456,32 @@ def test_terminate_acts_on_a_pooled_connection_only_while_no_client_took_it(
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         bouncer.stop()
+
+
+def terminate_preview(cluster: Cluster, pid: int, *pooler: str) -> str:
+    """terminate's preview (no terminal to confirm at: it stops there, having done nothing)."""
+    result = CliRunner().invoke(cli, ["terminate", str(pid), "--dsn", cluster.dsn(), *pooler])
+    assert result.exit_code == 2 and "not confirmed" in result.stderr, result.output
+    return " ".join(result.stdout.split())
+
+
+def test_terminate_warns_whose_work_a_pooled_connection_carries(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    with psycopg.connect(
+        transaction_pool.dsn(), autocommit=False, prepare_threshold=None
+    ) as worker:
+        row = worker.execute("SELECT pg_advisory_lock(525252), pg_backend_pid()").fetchone()
+        assert row is not None
+        backend = row[1]
+        attached = terminate_preview(
+            cluster, backend, "--pgbouncer", transaction_pool.console_dsn()
+        )
+        assert "is using this server connection now: ending it ends that client's work" in (
+            attached
+        )
+        by_address = terminate_preview(cluster, backend, "--pooler-addr", "127.0.0.1")
+        assert "which client uses this server connection is unknown without --pgbouncer" in (
+            by_address
+        )
+        worker.execute("SELECT pg_advisory_unlock(525252)")
