@@ -215,12 +215,14 @@ def test_broken_registry_warns_and_the_read_commands_go_on(tmp_path: Path) -> No
     (tmp_path / "lockdiag.toml").write_text("[namespaces.a]\nid = 'x'\n")
     where = f"{tmp_path / 'lockdiag.toml'}:2: namespace 'a': id must be an integer"
     incident = str(Path(__file__).resolve().parent.parent / "examples" / "incident.json")
-    for command in (["list"], ["blockers"], ["check", "--format", "json"]):
+    for command in (["list"], ["blockers"]):
         result = run(*command, "--from", incident)
         assert result.exit_code in (0, 1, 2) and "Traceback" not in result.stderr, command
         assert result.stderr.startswith(f"lockdiag: warning: registry not used: {where}")
     assert "unregistered pair (4102, 73)" in run("list", "--from", incident).stdout
     assert run("registry", "check").exit_code == 1
+    # a verdict without the registry's rules would be wrong: UNKNOWN (tests/test_check_failures.py)
+    assert run("check", "--from", incident).exit_code == 3
     strict = run("key", "a", "1")
     assert strict.exit_code == 2
     assert strict.stderr.startswith(f"lockdiag: error: {where}")  # one "error", not two

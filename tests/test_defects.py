@@ -133,7 +133,9 @@ def test_a_usage_error_is_one_line(args: list[str], code: int, line: str | None)
     assert lines[0].startswith("lockdiag: error: ")
     if line is not None:
         assert lines == [line]
-    assert result.stdout == ""
+    # check, a monitoring plugin, says UNKNOWN on stdout too (tests/test_check_failures.py)
+    said = lines[0].removeprefix("lockdiag: error: ")
+    assert result.stdout == (f"UNKNOWN: {said}\n" if args[0] == "check" else "")
 
 
 def test_no_arguments_still_shows_the_help() -> None:

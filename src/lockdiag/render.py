@@ -72,12 +72,6 @@ class Output:
     metrics: Callable[[], list[str]] | None = None  # the Prometheus text exposition
 
 
-def status_only(line: str) -> Output:
-    """What an alerting command prints when it cannot answer: its status line, for a
-    monitoring plugin, and nothing in any other format (the error goes to stderr)."""
-    return Output(list, lambda: None, status=lambda: line)
-
-
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ from lockdiag.cli.common import (
     show,
     source_options,
 )
+from lockdiag.cli.settings import SETTINGS_ERROR
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.core.incident import Incident
@@ -25,8 +28,13 @@ from lockdiag.core.model import Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
 from lockdiag.registry import Registry
-from lockdiag.render import status_only
-from lockdiag.views.check import NAGIOS_EXIT, STATUS_EXIT, check_output, fleet_check_output
+from lockdiag.views.check import (
+    NAGIOS_EXIT,
+    STATUS_EXIT,
+    check_output,
+    fleet_check_output,
+    unknown_output,
+)
 
 
 def _threshold(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -52,13 +60,31 @@ class UnknownStatus(LockdiagError):
 
 
 class CheckCommand(click.Command):
-    """Monitoring-plugin exit codes: bad arguments are UNKNOWN (3), not click's usual 2."""
+    """Monitoring-plugin exit codes: bad arguments are UNKNOWN (3), not click's usual 2, and
+    said in the --format asked for, as every other UNKNOWN is."""
 
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+    def make_context(
+        self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any
+    ) -> click.Context:
+        asked = self.format_asked(args)
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, *rest, **kwargs)
         except click.UsageError as error:
+            show(unknown_output(error.format_message()), asked)
             raise _UnknownUsage(error.format_message(), error.ctx) from None
+
+    def format_asked(self, args: list[str]) -> str:
+        """The last valid --format among arguments that click may not be able to parse."""
+        choices = next(p.type for p in self.params if p.name == "fmt")
+        assert isinstance(choices, click.Choice)
+        asked = "auto"
+        for before, arg in itertools.pairwise(["", *args]):
+            flag, _, value = arg.partition("=")
+            if before == "--format" and arg in choices.choices:
+                asked = arg
+            elif flag == "--format" and value in choices.choices:
+                asked = value
+        return asked
 
 
 class _UnknownUsage(click.UsageError):
@@ -105,7 +131,9 @@ def check_command(
     """
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
     try:
-        names = get_registry(registry)
+        if deferred := click.get_current_context().meta.get(SETTINGS_ERROR):
+            raise deferred
+        names = get_registry(registry, strict=True)  # a verdict without its rules is UNKNOWN
         captures = get_captures("all", names)
         if captures is not None:
             results = [
@@ -116,11 +144,16 @@ def check_command(
             show(output, fmt)
             sys.exit(STATUS_EXIT[status])
         snapshot = get_snapshot("all", names)
+        report = _check(snapshot, names, policy)
+        show(check_output(report, policy), fmt)
     except LockdiagError as error:
-        show(status_only(f"LOCKDIAG UNKNOWN - {str(error).splitlines()[0]}"), fmt)
+        show(unknown_output(str(error), error.hint), fmt)
         raise UnknownStatus(str(error), error.hint) from None
-    report = _check(snapshot, names, policy)
-    show(check_output(report, policy), fmt)
+    except Exception as error:  # a bug: UNKNOWN all the same, the traceback on stderr
+        traceback.print_exc()
+        message = f"internal error: {type(error).__name__}: {error} (a bug in lockdiag)"
+        show(unknown_output(message), fmt)
+        raise UnknownStatus(message) from None
     sys.exit(NAGIOS_EXIT[report.status])
 
 

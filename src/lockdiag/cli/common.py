@@ -282,14 +282,8 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
     """The registry; a broken or missing one stops only the commands that need it (``strict``):
     the others say why on stderr and go on with raw keys and well-known software's keys (an
     incident is no time to be stopped by a mistyped --registry)."""
-    path = _registry_given(path)
-    found = find_registry(path, missing_ok=not strict)
+    found = registry_file(path, strict)
     if found is None:
-        return Registry()
-    if not found.is_file():  # named by --registry or LOCKDIAG_REGISTRY (defaults must exist)
-        reason = "not a file" if found.exists() else "no such file"
-        named = _registry_named(path)
-        _registry_not_used([f"{found}: {reason} (from {named})"])
         return Registry()
     try:
         return plugins.registry_first(load_registry(str(found)))  # plugin clashes: told
@@ -300,9 +294,26 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
         return Registry()
 
 
+def registry_file(path: str | None, strict: bool = True) -> Path | None:
+    """Where the registry is (:func:`find_registry`). A file named by --registry,
+    LOCKDIAG_REGISTRY or the settings file that is not there is an error saying which named
+    it when ``strict``, else a warning and None (the defaults are used only when present)."""
+    path = _registry_given(path)
+    found = find_registry(path, missing_ok=True)
+    if found is None or found.is_file():
+        return found
+    named = _registry_named(path)
+    if strict:
+        what = "is not a file" if found.exists() else "does not exist"
+        raise RegistryError(f"registry file {found} (from {named}) {what}")
+    reason = "not a file" if found.exists() else "no such file"
+    _registry_not_used([f"{found}: {reason} (from {named})"])
+    return None
+
+
 def _registry_given(path: str | None) -> str | None:
-    """--registry's value, unless click took it from LOCKDIAG_REGISTRY: find_registry reads
-    that variable itself, and names it in its messages."""
+    """--registry's value, unless click took it from LOCKDIAG_REGISTRY (find_registry reads
+    that variable itself)."""
     return None if _registry_source() is ParameterSource.ENVIRONMENT else path
 
 

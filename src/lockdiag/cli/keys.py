@@ -11,6 +11,7 @@ from lockdiag.cli.common import (
     complete_namespace,
     format_option,
     get_registry,
+    registry_file,
     registry_option,
     show,
 )
@@ -20,7 +21,7 @@ from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.pg.session import DiagnosticSession
-from lockdiag.registry import check_file, find_registry
+from lockdiag.registry import check_file
 from lockdiag.views.keys import check_output, decode_output, key_output, registry_output
 
 
@@ -45,7 +46,7 @@ def registry_check(registry: str | None, fmt: str) -> None:
     Example:
       lockdiag registry check --registry ops/lockdiag.toml
     """
-    path = find_registry(registry)
+    path = registry_file(registry)
     if path is None:
         raise InputError(
             "no registry file found: give --registry PATH, set LOCKDIAG_REGISTRY, or create "

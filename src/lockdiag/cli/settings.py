@@ -35,6 +35,7 @@ from lockdiag.settings import (
 
 HINT = f"fix it (lockdiag settings show checks it), or run without it: {ENV_VAR}= lockdiag ..."
 UNKNOWN_ON_BAD_INPUT = {"check"}  # a monitoring plugin: bad input is UNKNOWN (3), not 2
+SETTINGS_ERROR = "lockdiag.settings_error"  # for such a command to say in its own --format
 ENVIRONMENT = {"registry": "LOCKDIAG_REGISTRY", "target": "LOCKDIAG_DSN"}
 
 
@@ -48,9 +49,11 @@ def use_settings(ctx: click.Context, name: str) -> None:
             ctx.default_map = {name: command_defaults(settings, command, (name,))}
     except SettingsError as error:
         error.hint = HINT
-        if name in UNKNOWN_ON_BAD_INPUT:
-            error.exit_code = EXIT_UNKNOWN
-        raise
+        if name not in UNKNOWN_ON_BAD_INPUT:
+            raise
+        error.exit_code = EXIT_UNKNOWN
+        ctx.meta[SETTINGS_ERROR] = error  # raised by the command, which knows its --format
+        return
     ctx.meta["lockdiag.settings"] = settings
     warn_of_passwords(settings)
 

@@ -85,7 +85,30 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
         screen=blocks,
         document=lambda: markdown_blocks(incident),
         status=lambda: nagios_line(incident, policy),
-        metrics=lambda: exposition(check_metrics(incident)),
+        metrics=lambda: exposition([up(1), *check_metrics(incident)]),
+    )
+
+
+def up(value: int) -> Metric:
+    """``lockdiag_up``, as the exporter names it, so its target-down alert rule serves the
+    textfile collector too."""
+    return gauge("lockdiag_up", "Whether the check read its server (1) or not (0).", value)
+
+
+def unknown_output(error: str, hint: str | None = None) -> Output:
+    """What `check` says when it cannot decide (no server, a bad snapshot, registry or settings
+    file, bad arguments, a bug), in every format, so that a monitor never reads silence:
+    the verdict line, a JSON object with the error, the Nagios UNKNOWN line, and
+    ``lockdiag_up 0`` with the error as a comment (a label would make each message a new
+    series). Only the first line of a many-line error is shown, with how many more."""
+    lines = error.splitlines() or ["unknown error"]
+    more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+    reason = clean(lines[0]) + more
+    return Output(
+        lambda: [Text([f"UNKNOWN: {reason}"], "verdict")],
+        lambda: {"version": JSON_VERSION, "status": "UNKNOWN", "error": error, "hint": hint},
+        status=lambda: f"LOCKDIAG UNKNOWN - {reason}",
+        metrics=lambda: [f"# lockdiag error: {reason}", *exposition([up(0)])],
     )
 
 
