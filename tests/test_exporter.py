@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.exporter import Exporter, Target
-from lockdiag.registry import parse_registry
+from lockdiag.exporter.server import WORKERS
+from lockdiag.registry import Registry, parse_registry
 
 from conftest import Sessions
 
@@ -83,6 +85,36 @@ def until(condition: object, timeout: float, what: str) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
+    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0)
+
+
+@contextmanager
+def serving(exporter: Exporter, workers: int = WORKERS, queued: int = 256) -> Iterator[str]:
+    """The exporter served in this process (its threads countable), its URL."""
+    port = free_port()
+    server = exporter.serve("127.0.0.1", port, workers, queued)
+    accept = threading.Thread(target=server.serve_forever, daemon=True, name="http accept")
+    accept.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        accept.join(5)
+        exporter.close()
+
+
+def up(body: str, name: str) -> str | None:
+    prefix = f'lockdiag_up{{target="{name}"}} '
+    line = next((line for line in body.splitlines() if line.startswith(prefix)), None)
+    return line.removeprefix(prefix) if line is not None else None
+
+
+def scrape_threads(name: str) -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == f"scrape {name}")
 
 
 @pytest.fixture

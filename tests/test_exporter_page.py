@@ -50,6 +50,7 @@ class FakeTarget:
     seconds: float = 0.0123
     taken_at: float = dataclasses.field(default_factory=time.monotonic)
     down_since: float | None = None
+    stalled: bool = False
 
 
 def bundled_snapshot() -> Snapshot:

@@ -9,58 +9,25 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
 
-from lockdiag.core.findings import CheckPolicy
-from lockdiag.demo.cluster import Cluster, free_port
+from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import ServerError
-from lockdiag.exporter import Exporter, Target
-from lockdiag.exporter.server import REQUEST_TIMEOUT, WORKERS
-from lockdiag.registry import Registry
+from lockdiag.exporter import Target
+from lockdiag.exporter.server import REQUEST_TIMEOUT
 
 from freezer import FreezingProxy
-from test_exporter import get, until
+from test_exporter import get, make_exporter, scrape_threads, serving, until, up
 
 MARGIN = 5.0  # generous: every bound on time below is a deadline plus this
-
-
-def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0)
-
-
-@contextmanager
-def serving(exporter: Exporter, workers: int = WORKERS, queued: int = 256) -> Iterator[str]:
-    """The exporter served in this process (its threads countable), its URL."""
-    port = free_port()
-    server = exporter.serve("127.0.0.1", port, workers, queued)
-    accept = threading.Thread(target=server.serve_forever, daemon=True, name="http accept")
-    accept.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        accept.join(5)
-        exporter.close()
 
 
 @pytest.fixture
 def proxy(cluster: Cluster) -> Iterator[FreezingProxy]:
     with FreezingProxy(cluster.port) as frozen:
         yield frozen
-
-
-def up(body: str, name: str) -> str | None:
-    prefix = f'lockdiag_up{{target="{name}"}} '
-    line = next((line for line in body.splitlines() if line.startswith(prefix)), None)
-    return line.removeprefix(prefix) if line is not None else None
-
-
-def scrape_threads(name: str) -> int:
-    return sum(1 for thread in threading.enumerate() if thread.name == f"scrape {name}")
 
 
 def test_a_hundred_concurrent_scrapes_are_all_answered(cluster: Cluster) -> None:

@@ -3,8 +3,9 @@
 A long-running service above the layers: it holds sessions (pg), analyses (core) and turns
 them into series and a page (views); the CLI only parses its options. One room per job:
 
-- :mod:`.scraping`: a scrape takes at most one snapshot per target, within a deadline; a
-  stalled target never delays the others.
+- :mod:`.scraping`: a scrape takes at most one snapshot per target, the targets
+  concurrently, within a deadline; a stalled target costs that deadline once, then is reported
+  down at once while it is retried in the background.
 - :mod:`.sampling`: a sampler per target watches between scrapes, within a duty cycle, for the
   hold and wait histograms.
 - :mod:`.routes`: which path serves what (/metrics, /probe?target=NAME, /, /-/healthy), the
@@ -61,8 +62,10 @@ class Exporter:
     def pacers(self) -> dict[str, Pacer]:
         return self.samplers.pacers
 
-    def collector(self, names: list[str]) -> _Families:
-        return _Families(self, names)
+    def collector(self, names: list[str], within: float | None = None) -> _Families:
+        """These targets' series, each collection a scrape of ``within`` seconds at most
+        (else the scraper's deadline)."""
+        return _Families(self, names, within)
 
     def exposition(self, names: list[str]) -> bytes:
         """These targets' series as /metrics answers a request that names no format: the
@@ -89,9 +92,9 @@ class Exporter:
 class _Families:
     """The series of some targets, read afresh at each collection."""
 
-    def __init__(self, exporter: Exporter, names: list[str]) -> None:
-        self.exporter, self.names = exporter, names
+    def __init__(self, exporter: Exporter, names: list[str], within: float | None) -> None:
+        self.exporter, self.names, self.within = exporter, names, within
 
     def collect(self) -> Iterator[PrometheusMetric]:
-        yield from families(self.exporter.scraper.metrics(self.names))
+        yield from families(self.exporter.scraper.metrics(self.names, self.within))
         yield from map(inert, self.exporter.samplers.sampled(self.names))

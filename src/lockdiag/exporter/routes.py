@@ -4,12 +4,15 @@
 format the Accept header asks for (OpenMetrics, or the classic text format), gzip when the
 Accept-Encoding has it, only the samples ``name[]`` names. /probe serves configured targets
 only: any other name is 404, so no connection is ever made to an address taken from a request.
-The page and the routing are lockdiag's; the server under them is :mod:`.server`.
+A scraper's ``X-Prometheus-Scrape-Timeout-Seconds`` shortens the scrape's deadline to that,
+less a margin for the answer to reach it. The page and the routing are lockdiag's; the server
+under them is :mod:`.server`.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 from email.message import Message
 from typing import Protocol
 from urllib.parse import parse_qs, urlparse
@@ -21,6 +24,8 @@ from prometheus_client.registry import Collector
 from lockdiag.exporter.server import QUEUE, WORKERS, OneRequestHandler, PooledHTTPServer
 
 DEFAULT_PORT = 9714
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+ANSWER_MARGIN = 0.5  # seconds of the scraper's timeout kept for encoding and sending the answer
 
 
 class Served(Protocol):
@@ -29,7 +34,7 @@ class Served(Protocol):
     @property
     def names(self) -> list[str]: ...
 
-    def collector(self, names: list[str]) -> Collector: ...
+    def collector(self, names: list[str], within: float | None = None) -> Collector: ...
 
     def page(self) -> str: ...
 
@@ -50,6 +55,18 @@ def exposition(
         body = gzip.compress(body)
         answer["Content-Encoding"] = "gzip"
     return body, answer
+
+
+def scrape_budget(headers: Message) -> float | None:
+    """Seconds the scraper lets a scrape take (its timeout, less :data:`ANSWER_MARGIN`, or
+    half of it when it is that short), or None: no header, or not a positive number."""
+    try:
+        seconds = float(headers.get(SCRAPE_TIMEOUT_HEADER, ""))
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return max(seconds - ANSWER_MARGIN, seconds / 2)
 
 
 def serve(
@@ -80,7 +97,8 @@ def serve(
                 self.reply(404, b"not found\n")
 
         def series(self, names: list[str], query: dict[str, list[str]]) -> None:
-            self.reply(200, *exposition(served.collector(names), self.headers, query))
+            collector = served.collector(names, scrape_budget(self.headers))
+            self.reply(200, *exposition(collector, self.headers, query))
 
         def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)

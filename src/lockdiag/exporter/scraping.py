@@ -1,10 +1,15 @@
-"""Scrapes: one snapshot per target at a time, each waited for until a deadline.
+"""Scrapes: one snapshot per target at a time, each waited for until a deadline, once.
 
-Each configured target has one read-only DiagnosticSession for scrapes. Concurrent scrapes of a
-target wait for the snapshot under way and share it, so a stalled target piles up neither
-threads nor sessions; a target not done by the deadline (--timeout plus the session's margin)
-is reported down ("timed out after ...") and the answer goes without it. A snapshot that fails
-because the kept connection was lost (a restarted server) is taken again at once on a fresh one.
+Each configured target has one read-only DiagnosticSession for scrapes, and its snapshots are
+taken in threads of their own (at most one per target), so the targets are read concurrently.
+Concurrent scrapes of a target wait for the snapshot under way and share it, so a stalled
+target piles up neither threads nor sessions. The deadline of a scrape is --timeout plus the
+session's margin, or less when the scraper asks (Prometheus's scrape timeout). A target that
+misses it (a scrape gave up waiting, or its attempt failed only after --timeout: a frozen
+server, a silent network path) is *stalled*: it is reported down at once, and later scrapes
+never wait for it again; each starts a new attempt in the background when none is under way,
+until one answers with a snapshot. A snapshot that fails because the kept connection was lost
+(a restarted server) is taken again at once on a fresh one.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Scrape:
     error: str | None = None
     seconds: float = 0.0
     finished: float = 0.0
+    abandoned: bool = False  # a scrape gave up waiting for it
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Target:
     seconds: float = 0.0  # how long it took
     error: str | None = None  # of the last scrape, or None
     down_since: float | None = None  # time.time() of the first failed scrape after a good one
+    stalled: bool = False  # its last attempt missed its deadline: scrapes do not wait for it
     running: Scrape | None = None  # the snapshot under way: at most one at a time
     last: Scrape | None = None  # the last one done
 
@@ -60,7 +67,7 @@ class Scraper:
         self, targets: list[Target], registry: Registry, policy: CheckPolicy, timeout: float
     ) -> None:
         self.targets = {target.name: target for target in targets}
-        self.registry, self.policy = registry, policy
+        self.registry, self.policy, self.timeout = registry, policy, timeout
         # of each target's scrape: the session's own deadline for one statement
         self.deadline = client_deadline(timeout)
         self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
@@ -102,8 +109,7 @@ class Scraper:
             if self.closing.is_set():
                 session.close()
 
-    @staticmethod
-    def _finish(target: Target, run: Scrape) -> None:
+    def _finish(self, target: Target, run: Scrape) -> None:
         run.finished = time.monotonic()
         run.seconds = run.finished - run.started
         with target.scrape:
@@ -111,6 +117,9 @@ class Scraper:
             target.report, target.error = run.report, run.error
             target.taken_at, target.seconds = run.finished, run.seconds
             target.down_since = _down_since(target.down_since, run.report is not None)
+            # no answer in time: given up on, or failed only after the whole budget (a
+            # connection that timed out, a statement that never came back)
+            target.stalled = run.report is None and (run.abandoned or run.seconds >= self.timeout)
         run.done.set()
 
     @staticmethod
@@ -125,30 +134,52 @@ class Scraper:
         session.close()
         return session.snapshot("all")
 
-    def metrics(self, names: list[str]) -> list[Metric]:
+    def metrics(self, names: list[str], within: float | None = None) -> list[Metric]:
         """Every series of these targets, each labelled ``target``. Waits for each target until
-        the deadline at most: one not done by then is down, and the answer goes without it."""
+        the deadline at most (``within`` seconds, if sooner): one not done by then is down, and
+        the answer goes without it. A stalled target is not waited for at all."""
         asked = time.monotonic()
-        deadline = asked + self.deadline
+        wait = self.deadline if within is None else min(self.deadline, max(0.0, within))
+        deadline = asked + wait
         runs = [(self.targets[name], self.scrape(self.targets[name], asked)) for name in names]
         up = Metric("lockdiag_up", "Whether the target's last scrape read its server (1) or not.")
         took = Metric("lockdiag_scrape_duration_seconds", "How long the target's scrape took.")
-        groups: list[list[Metric]] = [[up, took]]
+        down = Metric(
+            "lockdiag_down_seconds",
+            "How long the target has been down, since its first failed scrape (0 while up).",
+        )
+        groups: list[list[Metric]] = [[up, took, down]]
         for target, run in runs:
-            if run.done.wait(max(0.0, deadline - time.monotonic())):
+            with target.scrape:
+                waits = not target.stalled
+            done = run.done.wait(max(0.0, deadline - time.monotonic()) if waits else 0.0)
+            if done or not self._give_up(target, run, wait):
                 report, seconds = run.report, run.seconds
             else:
-                report, seconds = None, time.monotonic() - asked
-                with target.scrape:
-                    if target.running is run:  # still stalled: the page shows it down too
-                        target.report, target.seconds = None, seconds
-                        target.error = f"timed out after {self.deadline:g}s"
-                        target.down_since = _down_since(target.down_since, False)
+                report, seconds = None, time.monotonic() - run.started
+            with target.scrape:
+                since = target.down_since
             up.add(1 if report is not None else 0, target=target.name)
             took.add(seconds, target=target.name)
+            unreachable = time.time() - since if report is None and since is not None else 0.0
+            down.add(max(0.0, unreachable), target=target.name)
             if report is not None:
                 groups.append(labelled(check_metrics(report), "target", target.name))
         return merged(groups)
+
+    @staticmethod
+    def _give_up(target: Target, run: Scrape, wait: float) -> bool:
+        """A scrape stops waiting for ``run``: the target is down and stalled until an attempt
+        answers. False if ``run`` ended meanwhile (what it said stands)."""
+        with target.scrape:
+            if target.running is not run:
+                return False
+            if not target.stalled:
+                target.error = f"timed out after {wait:g}s"
+            run.abandoned = target.stalled = True
+            target.report, target.seconds = None, time.monotonic() - run.started
+            target.down_since = _down_since(target.down_since, False)
+        return True
 
     def close(self) -> None:
         """Close the sessions; one still under way is closed by its own thread when it ends

@@ -37,6 +37,7 @@ class TargetState(Protocol):
     seconds: float
     taken_at: float  # time.monotonic() when the last scrape ended (0.0: never)
     down_since: float | None  # time.time() when the target went down, None while it is up
+    stalled: bool  # it did not answer in time: retried in the background, scrapes do not wait
 
 
 def page(targets: list[TargetState], interval: float) -> str:
@@ -87,6 +88,8 @@ def _target(index: int, target: TargetState) -> str:
         state = f"unknown — target down since {_down_since(target, scraped)}: " + (
             target.error or "no answer"
         )
+        if target.stalled:
+            state += " (retried in the background; scrapes do not wait for it)"
         return (
             f"<section class='target unknown' id='t{index}'><h2>{_e(target.name)} "
             "<span class='badge unknown'>UNKNOWN</span></h2>"
