@@ -161,6 +161,7 @@ def test_prometheus_output(cluster: Cluster, sessions: Sessions) -> None:
     assert held % "tenant_summary" in lines
     assert held % "unregistered" in lines
     assert "# TYPE lockdiag_longest_wait_seconds gauge" in lines
+    assert "lockdiag_up 1.0" in lines  # its 0 says why the rest is missing (test_check_failures)
     assert result.exit_code == 1
 
 
