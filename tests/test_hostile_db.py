@@ -1,8 +1,10 @@
 """A hostile database: its owner (no superuser) plants code under every name lockdiag reads to
 name well-known keys (views, row-level security policies, index predicates and expressions,
-extended statistics, CHECK constraints, a column type with its own cast). lockdiag, run as a
-superuser or as a pg_monitor role, never runs that code: the server log is the proof, and a
-plain SELECT by another superuser shows that each plant is live."""
+extended statistics, CHECK constraints, a column type with its own cast, functions of their own
+added to a trusted extension, an operator class a superuser made from the owner's function).
+lockdiag (list, who-holds, check and the exporter), run as a superuser or as a pg_monitor role,
+never runs that code: the server log is the proof, and a plain SELECT by another superuser shows
+that each plant is live."""
 
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockdiag.cli import cli
+from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import Cluster
+from lockdiag.exporter import Exporter, Target
+from lockdiag.registry import Registry
 
 from conftest import Sessions
 
@@ -39,6 +44,14 @@ IMMUTABLE AS $$
 BEGIN
     RAISE WARNING 'LOCKDIAG-EVIL % ran as %', what, current_user;
     RETURN true;
+END $$;
+CREATE FUNCTION public.lockdiag_evil_compare(bigint, bigint) RETURNS integer LANGUAGE plpgsql
+IMMUTABLE AS $$
+BEGIN
+    IF current_user <> 'dbowner' THEN  -- not at every comparison while the owner builds
+        RAISE WARNING 'LOCKDIAG-EVIL operator class ran as %', current_user;
+    END IF;
+    RETURN pg_catalog.btint8cmp($1, $2);
 END $$;
 """
 
@@ -92,6 +105,45 @@ TYPES = [
     "CREATE TABLE public.que_jobs (id public.job_id)",
     "INSERT INTO public.que_jobs VALUES ('1')",
 ]
+EXTENSION = [
+    *TABLES,
+    # a trusted extension the owner may create; its script's objects are the bootstrap
+    # superuser's, and the owner adds a function of their own to it
+    "CREATE EXTENSION pgcrypto",
+    "ALTER EXTENSION pgcrypto ADD FUNCTION public.lockdiag_evil_immutable(text)",
+    "CREATE INDEX ON public.good_jobs (id) "
+    "WHERE public.lockdiag_evil_immutable('extension index predicate')",
+    "CREATE INDEX ON public.que_jobs "
+    "((id::text || public.lockdiag_evil_immutable('extension index expression')::text))",
+    "INSERT INTO public.good_job_processes VALUES (gen_random_uuid())",
+    "CREATE STATISTICS s ON (public.lockdiag_evil_immutable('extension statistics')), "
+    "(id::text) FROM public.good_job_processes",
+    "ANALYZE public.good_job_processes",
+    # pgcrypto's own function stays trusted: pgmq.meta is read
+    "CREATE INDEX ON pgmq.meta (public.digest(queue_name::text, 'sha1'))",
+]
+OPCLASS = [
+    # no primary key: the operator class's index is the only one an index scan can use
+    "CREATE TABLE public.que_jobs (id bigint)",
+    # enough rows for lockdiag's own read (id = ANY(keys)) to be planned as an index scan
+    "INSERT INTO public.que_jobs SELECT pg_catalog.generate_series(1, 20000)",
+    # a collation the owner made, on a column lockdiag reads
+    "CREATE COLLATION public.owned (locale = 'C')",
+    "CREATE SCHEMA pgmq",
+    "CREATE TABLE pgmq.meta (queue_name varchar COLLATE public.owned)",
+]
+# only a superuser may create an operator class: one made for the owner, from the owner's
+# comparison function (which the owner may replace at will), then used by the owner; the class
+# is the superuser's, its support function is not
+OPCLASS_ADMIN = [
+    "CREATE OPERATOR CLASS public.job_id_ops FOR TYPE bigint USING btree AS OPERATOR 1 <, "
+    "OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, "
+    "FUNCTION 1 public.lockdiag_evil_compare(bigint, bigint)",
+]
+OPCLASS_LATER = [
+    "CREATE INDEX ON public.que_jobs (id public.job_id_ops)",
+    "ANALYZE public.que_jobs",
+]
 CLEAN = [
     *TABLES,
     "INSERT INTO public.que_jobs VALUES (4242)",
@@ -101,8 +153,12 @@ DATABASES = {
     "hostile_policies": POLICIES,
     "hostile_planner": PLANNER,
     "hostile_types": TYPES,
+    "hostile_extension": EXTENSION,
+    "hostile_opclass": OPCLASS,
     "owned_clean": CLEAN,
 }
+# run as a superuser, then as the owner again: (superuser's, owner's) statements
+LATER = {"hostile_opclass": (OPCLASS_ADMIN, OPCLASS_LATER)}
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +174,12 @@ def hostile(cluster: Cluster) -> Iterator[Cluster]:
         with psycopg.connect(cluster.dsn(user=OWNER, dbname=database), autocommit=True) as owner:
             owner.execute(FUNCTIONS)
             for statement in statements:
+                owner.execute(statement)
+            admin_statements, owner_statements = LATER.get(database, ([], []))
+            with psycopg.connect(cluster.dsn(dbname=database), autocommit=True) as admin:
+                for statement in admin_statements:
+                    admin.execute(statement)
+            for statement in owner_statements:
                 owner.execute(statement)
             owner.execute("CREATE SCHEMA IF NOT EXISTS pgmq")
             for schema in ("public", "pgmq"):
@@ -139,15 +201,31 @@ def listed(cluster: Cluster, user: str, database: str) -> Result:
     return result
 
 
+def every_command(cluster: Cluster, user: str, database: str) -> str:
+    """What `list` prints, after who-holds, check and one exporter scrape ran there too."""
+    dsn = cluster.dsn(user=user, dbname=database)
+    for args in (["who-holds", "--key", str(KEY)], ["check"]):
+        result = CliRunner().invoke(cli, [*args, "--dsn", dsn])
+        assert result.exception is None or isinstance(result.exception, SystemExit), result
+        assert "Traceback" not in result.output
+    exporter = Exporter([Target("hostile", dsn)], Registry(), CheckPolicy(), 5.0, 60.0)
+    try:
+        assert b'lockdiag_up{target="hostile"} 1.0' in exporter.exposition(["hostile"])
+    finally:
+        exporter.close()
+    return listed(cluster, user, database).stdout
+
+
 def hold_key(sessions: Sessions, database: str) -> None:
     sessions.open("job", dbname=database).run(f"SELECT pg_advisory_lock({KEY})")
 
 
+UNTRUSTED = "owned by dbowner, neither built in nor a superuser's: not read"
 EXPECTED_NOTES = {
     "hostile_views": [f"{t} is a view: not read" for t in ALL_TABLES],
     "hostile_planner": [
         "public.good_jobs has index public.good_jobs_id_idx that uses function "
-        "public.lockdiag_evil_immutable(text), neither built in nor an extension's: not read",
+        f"public.lockdiag_evil_immutable(text) {UNTRUSTED}",
         "public.que_jobs has index public.que_jobs_expr_idx that uses function "
         "public.lockdiag_evil_immutable(text)",
         "public.good_job_processes has statistics object public.s that uses function "
@@ -158,20 +236,42 @@ EXPECTED_NOTES = {
     "hostile_types": [
         "public.que_jobs has column id of type public.job_id (expected int8 or int4): not read"
     ],
+    "hostile_extension": [
+        "public.good_jobs has index public.good_jobs_id_idx that uses function "
+        f"public.lockdiag_evil_immutable(text) {UNTRUSTED}",
+        "public.que_jobs has index public.que_jobs_expr_idx that uses function "
+        f"public.lockdiag_evil_immutable(text) {UNTRUSTED}",
+        "public.good_job_processes has statistics object public.s that uses function "
+        f"public.lockdiag_evil_immutable(text) {UNTRUSTED}",
+    ],
+    "hostile_opclass": [
+        "public.que_jobs has index public.que_jobs_id_idx that uses function "
+        f"public.lockdiag_evil_compare(bigint,bigint) {UNTRUSTED}",
+        "pgmq.meta has column queue_name under collation owned (not built in): not read",
+    ],
 }
 
 
 @pytest.mark.parametrize("user", ["postgres", MONITOR])
-@pytest.mark.parametrize("database", ["hostile_views", "hostile_planner", "hostile_types"])
+@pytest.mark.parametrize("database", list(EXPECTED_NOTES))
 def test_planted_code_never_runs_in_lockdiag(
     hostile: Cluster, sessions: Sessions, user: str, database: str
 ) -> None:
     hold_key(sessions, database)
     before = evil_runs(hostile)
-    result = listed(hostile, user, database)
+    shown = every_command(hostile, user, database)
     for note in EXPECTED_NOTES[database]:
-        assert note in result.stdout, result.stdout
+        assert note in shown, shown
     assert evil_runs(hostile) == before, "a planted function ran in lockdiag's session"
+
+
+def test_an_extensions_own_functions_stay_trusted(hostile: Cluster, sessions: Sessions) -> None:
+    """pgcrypto's digest() in an index of pgmq.meta: the script's objects are the bootstrap
+    superuser's, although a database owner created the extension."""
+    hold_key(sessions, "hostile_extension")
+    shown = listed(hostile, "postgres", "hostile_extension").stdout
+    assert "public.good_jobs has index" in shown, shown
+    assert "pgmq.meta" not in shown, shown
 
 
 def test_row_level_security(hostile: Cluster, sessions: Sessions) -> None:
@@ -192,23 +292,34 @@ def test_row_level_security(hostile: Cluster, sessions: Sessions) -> None:
 def test_each_plant_is_live_for_an_ordinary_read(hostile: Cluster) -> None:
     """The control: the same tables read as anyone reads them run the owner's code."""
     reads = {
-        "hostile_views": "SELECT count(*) FROM public.que_jobs",
-        "hostile_planner": "SELECT count(*) FROM public.good_jobs",
-        "hostile_types": "SELECT id::bigint FROM public.que_jobs",
+        "hostile_views": ["SELECT count(*) FROM public.que_jobs"],
+        "hostile_planner": ["SELECT count(*) FROM public.good_jobs"],
+        "hostile_types": ["SELECT id::bigint FROM public.que_jobs"],
+        "hostile_extension": [
+            "SELECT count(*) FROM public.good_jobs",
+            "SELECT count(*) FROM public.que_jobs",
+            "SELECT count(*) FROM public.good_job_processes",
+        ],
+        # an index scan compares with the class's support function
+        "hostile_opclass": ["SELECT id FROM public.que_jobs WHERE id = 7::bigint"],
     }
-    for database, query in reads.items():
+    for database, queries in reads.items():
         with psycopg.connect(hostile.dsn(user=CONTROL, dbname=database), autocommit=True) as c:
-            c.execute(query)
+            for query in queries:
+                c.execute(query)
     with psycopg.connect(hostile.dsn(user=MONITOR, dbname="hostile_policies")) as c:
         c.execute("SELECT count(*) FROM public.que_jobs")
+    wanted = {("view", CONTROL), ("index predicate", CONTROL), ("cast", CONTROL),
+              ("policy", MONITOR), ("extension index predicate", CONTROL),
+              ("extension index expression", CONTROL), ("extension statistics", CONTROL),
+              ("operator class", CONTROL)}  # fmt: skip
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the log is written by the server, a moment later
         ran = {(what, who) for what, who in evil_runs(hostile) if who in (CONTROL, MONITOR)}
-        if len(ran) >= 4:
+        if wanted <= ran:
             break
         time.sleep(0.1)
-    assert {("view", CONTROL), ("index predicate", CONTROL), ("cast", CONTROL),
-            ("policy", MONITOR)} <= ran  # fmt: skip
+    assert wanted <= ran
 
 
 def test_a_clean_table_is_read_by_a_monitor_that_may_lock_it(

@@ -9,25 +9,50 @@ somebody's code in lockdiag's session, with lockdiag's privileges (checked on Po
   and partial-index predicates (relcache.c, RelationGetIndexPredicate), in the expressions of
   its extended statistics, and in its CHECK constraints when constraint exclusion looks at
   them (a UNION ALL of tables): a superuser's plain SELECT ran the owner's function;
-- a column of a user-defined type runs that type's casts and comparison functions.
+- a column of a user-defined type runs that type's casts and comparison functions;
+- an index scan, and the planner's estimates (get_actual_variable_range), call the support
+  functions of the index's operator class: a class a superuser made from an owner's function
+  runs that function (checked: lockdiag's ``id = ANY(...)`` was planned as such a scan).
 
 So, before a user table is read, :func:`vet` checks in the catalog (which runs no user code)
 that it is a plain table (relkind ``r``, read with ``ONLY`` so no child is planned), that RLS
-cannot apply to the connected role, that every column read has the built-in type expected, and
-that no index, constraint or statistics object on it uses a function, operator or type that is
-neither built in nor part of an installed extension (a policy runs only where RLS applies, and
-a rule on a plain table never fires on SELECT). The tables are locked first
-(SHARE UPDATE EXCLUSIVE, NOWAIT, until the read is done): CREATE INDEX, CREATE STATISTICS,
-ANALYZE, ALTER TABLE, CREATE POLICY and DROP all wait for that lock, so what was checked is
-what is read; readers and writers do not (the lock conflicts only with DDL and VACUUM). A table
-that fails any check is skipped with a note that says why.
+cannot apply to the connected role, that every column read has the built-in type expected and
+no collation someone created (a nondeterministic one changes what ``=`` and ``DISTINCT`` see),
+and that nothing an index, constraint or statistics object on it reaches is neither built in
+(oid below 16384) nor owned by a superuser: the functions, operators, types, operator classes
+and families it uses, and from those, step by step, an operator's code and selectivity
+estimators, a type's functions and a domain's constraints, a SQL function's ``BEGIN ATOMIC``
+body, and every member of an operator class's family (the support functions an index scan,
+``get_actual_variable_range`` and the estimates call). The owner is what counts, not extension
+membership: a database owner may ``CREATE EXTENSION`` a trusted extension (pgcrypto...), whose
+script's objects belong to the bootstrap superuser, and then ``ALTER EXTENSION ... ADD
+FUNCTION`` one of their own, which stays theirs (checked on PostgreSQL 15). The tables are
+locked first (SHARE UPDATE EXCLUSIVE, NOWAIT, until the read is done): CREATE INDEX, CREATE
+STATISTICS, ANALYZE, ALTER TABLE, CREATE POLICY and DROP all wait for that lock, so what was
+checked is what is read; readers and writers do not (the lock conflicts only with DDL and
+VACUUM). A table that fails any check is skipped with a note that says why.
 
-What else in lockdiag's queries could reach user code, and why it cannot: every name is
-qualified and ``search_path`` is ``pg_catalog`` (verified after connecting), so operators and
-functions resolve to built-in ones; casts are between built-in types only, which no user can
-redefine; every column lockdiag selects has a built-in type, so output functions are built in;
-settings a database owner attaches to the database (ALTER DATABASE ... SET) are overridden by
-lockdiag's startup options; event triggers (login included) need a superuser to create.
+What else could reach user code, and why it cannot:
+
+- lockdiag's own queries: every name is qualified and ``search_path`` is ``pg_catalog``
+  (verified after connecting), so operators and functions resolve to built-in ones; casts are
+  between built-in types only, which no user can redefine; every column lockdiag selects has a
+  built-in type, so output functions are built in.
+- Operator classes and families, access methods (of tables and indexes), base types with their
+  own input or output functions (written in C), planner support functions, event triggers
+  (login included) and untrusted languages need a superuser to create: what exists of them is
+  the administrator's, trusted like the server's own code. So are the extensions' own scripts;
+  a superuser-owned function that calls an owner's function inside its body, and an extension
+  function that looks names up through a ``search_path`` of its own, are out of reach of any
+  catalog check: that code is the administrator's choice.
+- Columns that are not read: the executor never calls a type's functions for them, and the
+  planner estimates only lockdiag's own clauses, on read columns of built-in types.
+- CHECK constraints: constraint exclusion is off in the read's transaction, so the planner
+  never looks at them; they are vetted anyway.
+- Defaults, generated columns, triggers, foreign keys: never evaluated by a read.
+- Settings a database owner attaches to the database or to a role (ALTER DATABASE ... SET) are
+  overridden by lockdiag's startup options and verified (:mod:`lockdiag.pg.connection`);
+  ``local_preload_libraries`` loads only what the administrator put in ``$libdir/plugins``.
 """
 
 from __future__ import annotations
@@ -122,7 +147,7 @@ def reasons(
     if row_security:
         found.append("has row-level security that applies to this role")
     found += [f"has {column}" for column in wrong_columns]
-    found += [f"has {what}, neither built in nor an extension's" for what in untrusted]
+    found += [f"has {what}, neither built in nor a superuser's" for what in untrusted]
     return tuple(found)
 
 
