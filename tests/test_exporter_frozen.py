@@ -7,11 +7,14 @@ scrape timeout header lowers the deadline."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from email.message import Message
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +167,15 @@ def test_concurrent_scrapes_of_a_stalled_target_share_one_attempt(
             scrape.join(30)
         assert answers == ["0.0"] * 8
         assert scrape_threads("silent") <= 1
+
+
+def test_the_benchmark_runs_and_holds() -> None:
+    """bench/exporter_frozen.py exits 1 when a scrape after the first waits for a frozen
+    target; run small here so that it cannot rot."""
+    script = Path(__file__).resolve().parent.parent / "bench" / "exporter_frozen.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--frozen", "2", "--scrapes", "3", "--timeout", "1s"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "first scrape:" in result.stdout and "next 3 scrapes: median" in result.stdout
