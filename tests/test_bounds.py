@@ -514,7 +514,7 @@ def test_cli_prometheus_labels_are_inert(tmp_path: Path) -> None:
     fleet = runner.invoke(cli, ["check", "--format", "prometheus", "--timeout", "2",
                                 "--dsn", f"host=127.0.0.1 port=1 dbname='{EVIL_DSN}'",
                                 "--dsn", "host=127.0.0.1 port=1 dbname=other"])  # fmt: skip
-    assert "lockdiag_target_up" in fleet.stdout, fleet.stderr
+    assert "lockdiag_up" in fleet.stdout, fleet.stderr
     for result in (checked, fleet):
         assert not RAW_CONTROL.search(result.stdout.rstrip("\n"))
         labels = parsed_labels(result.stdout.splitlines())

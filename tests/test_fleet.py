@@ -89,7 +89,7 @@ def test_check_returns_the_worst_status(
     fine = run(*base, "--dsn", second.dsn(), "--dsn", second.dsn(dbname="template1"))
     assert fine.exit_code == 0
     metrics = run(*base, "--dsn", cluster.dsn(), "--dsn", second.dsn(), "--format", "prometheus")
-    assert f'lockdiag_target_up{{target="127.0.0.1:{second.port}/postgres"}} 1' in metrics.stdout
+    assert f'lockdiag_up{{target="127.0.0.1:{second.port}/postgres"}} 1' in metrics.stdout
     assert metrics.stdout.count("# TYPE lockdiag_findings gauge") == 1
 
 

@@ -119,9 +119,10 @@ def check_command(
     """Findings against thresholds, for cron and alerting.
 
     Exit codes follow the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL,
-    3 UNKNOWN (could not connect, bad registry, bad arguments). Namespaces in the registry
-    add their own critical limits (max_hold, max_wait); expect = "session" namespaces never
-    raise a session-lock finding.
+    3 UNKNOWN (could not connect, a bad --from, registry or settings file, bad arguments),
+    said in every format: the Nagios UNKNOWN line, lockdiag_up 0, a JSON error. Namespaces
+    in the registry add their own critical limits (max_hold, max_wait); expect = "session"
+    namespaces never raise a session-lock finding.
 
     \b
     Examples:

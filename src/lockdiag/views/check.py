@@ -89,9 +89,9 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
     )
 
 
-def up(value: int) -> Metric:
-    """``lockdiag_up``, as the exporter names it, so its target-down alert rule serves the
-    textfile collector too."""
+def up(value: int | None = None) -> Metric:
+    """``lockdiag_up``, as the exporter names it, so that one target-down alert rule serves
+    the exporter, the textfile collector and a fleet's check."""
     return gauge("lockdiag_up", "Whether the check read its server (1) or not (0).", value)
 
 
@@ -404,10 +404,10 @@ def fleet_check_output(
         return f"{clean(line)} | {' '.join(perfdata)}"
 
     def metrics_lines() -> list[str]:
-        up = Metric("lockdiag_target_up", "Whether the target could be read (1) or not (0).")
-        groups = [[up]]
+        read = up()
+        groups = [[read]]
         for target, report, _ in results:
-            up.add(1 if report else 0, target=target)
+            read.add(1 if report else 0, target=target)
             if report is not None:
                 groups.append(labelled(check_metrics(report), "target", target))
         return exposition(merged(groups))
