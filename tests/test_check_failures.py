@@ -202,6 +202,19 @@ def test_bad_arguments_are_said_in_the_format_given_with_them(spelling: list[str
     assert check("--from", INCIDENT, "--format", "xml").stdout.startswith("UNKNOWN: ")
 
 
+def test_bad_arguments_are_said_in_the_format_of_the_settings_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "settings.toml").write_text('[check]\nformat = "prometheus"\n')
+    monkeypatch.setenv("LOCKDIAG_SETTINGS", str(tmp_path / "settings.toml"))
+    result = check("--from", INCIDENT, "--wait-age", "soon")
+    assert result.exit_code == EXIT_UNKNOWN
+    assert said("prometheus", result.stdout) == (
+        "Invalid value for '--wait-age': 'soon' is not a duration (examples: 250ms, 90s, 5m, "
+        "1h30m, 2d)"
+    )
+
+
 def test_the_textfile_collector_gets_a_valid_file_either_way(
     cluster: Cluster, sessions: Sessions, tmp_path: Path
 ) -> None:

@@ -64,20 +64,25 @@ class CheckCommand(click.Command):
     said in the --format asked for, as every other UNKNOWN is."""
 
     def make_context(
-        self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
     ) -> click.Context:
-        asked = self.format_asked(args)
+        settings = (parent.default_map or {}).get(info_name or "", {}) if parent else {}
+        asked = self.format_asked(args, settings.get("fmt", "auto"))  # before click eats args
         try:
-            return super().make_context(info_name, args, *rest, **kwargs)
+            return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
             show(unknown_output(error.format_message()), asked)
             raise _UnknownUsage(error.format_message(), error.ctx) from None
 
-    def format_asked(self, args: list[str]) -> str:
+    def format_asked(self, args: list[str], default: str) -> str:
         """The last valid --format among arguments that click may not be able to parse."""
         choices = next(p.type for p in self.params if p.name == "fmt")
         assert isinstance(choices, click.Choice)
-        asked = "auto"
+        asked = default
         for before, arg in itertools.pairwise(["", *args]):
             flag, _, value = arg.partition("=")
             if before == "--format" and arg in choices.choices:
