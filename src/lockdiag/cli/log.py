@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import codecs
-import io
 import sys
-import zlib
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -22,75 +18,38 @@ from lockdiag.cli.common import (
     show,
     source,
 )
-from lockdiag.core.pglog import LogReader, Names, Tally, relation_oids, report
+from lockdiag.core.pglog import (
+    CHUNK,
+    GZIP_RATIO,
+    LogLines,
+    LogReader,
+    Names,
+    Tally,
+    byte_size,
+    relation_oids,
+    report,
+)
 from lockdiag.errors import InputError
 from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
 from lockdiag.registry import Registry
 from lockdiag.views.log import log_output
 
-GZIP_MAGIC = b"\x1f\x8b"
-CHUNK = 1 << 20  # read buffer: large reads keep a multi-hundred-MB log at disk speed
 TIMES = ["%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
          "%Y-%m-%d"]  # fmt: skip
 
 
-class _Lines:
-    """The text lines of a file or of standard input, gzip or not, read in large chunks.
-    Compressed data that ends early (a file being written, a copy cut short) gives the lines
-    it holds, and ``truncated`` says so."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.truncated = False
-        self._raw: IO[bytes]
-        if name == "-":
-            self._raw = io.BufferedReader(sys.stdin.buffer, CHUNK)  # type: ignore[type-var]
-        else:
-            try:
-                self._raw = Path(name).open("rb", buffering=CHUNK)  # noqa: SIM115 - see close()
-            except OSError as error:
-                raise InputError(f"{name}: cannot read: {error.strerror or error}") from None
-
-    def __iter__(self) -> Iterator[str]:
-        try:
-            compressed = self._raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]
-            if not compressed:
-                # errors="replace": a log holds whatever bytes clients sent
-                yield from io.TextIOWrapper(self._raw, encoding="utf-8", errors="replace",
-                                            newline="")  # fmt: skip
-                return
-            decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            rest = ""
-            for chunk in self._inflated():
-                lines = (rest + decoder.decode(chunk)).split("\n")
-                rest = lines.pop()
-                for line in lines:
-                    yield line + "\n"
-            rest += decoder.decode(b"", final=True)
-            if rest:
-                yield rest
-        except OSError as error:
-            raise InputError(f"{self.name}: cannot read: {error.strerror or error}") from None
-
-    def _inflated(self) -> Iterator[bytes]:
-        """gzip members one after the other (as `zcat` reads them)."""
-        inflater = zlib.decompressobj(wbits=31)
-        try:
-            while chunk := self._raw.read(CHUNK):
-                while chunk:
-                    yield inflater.decompress(chunk)
-                    chunk = inflater.unused_data
-                    if inflater.eof and chunk:
-                        inflater = zlib.decompressobj(wbits=31)
-        except zlib.error:
-            self.truncated = True
-            return
-        yield inflater.flush()
-        self.truncated = not inflater.eof
-
-    def close(self) -> None:
-        if self.name != "-":
-            self._raw.close()
+def _open(name: str) -> IO[bytes]:
+    """A file or FIFO by name, or standard input ('-'): read as a stream, in bounded chunks.
+    A device is refused: /dev/zero or /dev/urandom never end, and no log is one."""
+    if name == "-":
+        return sys.stdin.buffer
+    path = Path(name)
+    if path.is_char_device() or path.is_block_device():
+        raise InputError(f"{name}: a device, not a log file: give a file, a FIFO or '-'")
+    try:
+        return path.open("rb", buffering=CHUNK)
+    except OSError as error:
+        raise InputError(f"{name}: cannot read: {error.strerror or error}") from None
 
 
 def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -131,6 +90,19 @@ def _server_names(tally: Tally, registry: Registry) -> Names:
     # an OID names a table only in its own database: the others' are left as numbers
     relations = {(d, r): named[r] for d, r in wanted if d == here and r in named}
     return Names(databases, relations)
+
+
+def _warn_gzip(name: str, lines: LogLines) -> None:
+    if lines.damage.truncated:
+        click.echo(f"lockdiag: warning: {name}: compressed data ends early (or is damaged): "
+                   "read up to there", err=True)  # fmt: skip
+    if lines.damage.inflate_limit is not None:
+        click.echo(
+            f"lockdiag: warning: {name}: read up to {byte_size(lines.damage.inflate_limit)} of "
+            f"text: the gzip data inflates to more than {GZIP_RATIO} times its size (a "
+            f"decompression bomb?); to read it all: zcat {name} | lockdiag log -",
+            err=True,
+        )
 
 
 @click.command("log")
@@ -190,15 +162,14 @@ def log_command(
     timeline = _timeline_key(key_text, names)
     tally = Tally(since, until, gap, timeline)
     for name in files:
-        lines = _Lines(name)
+        raw = _open(name)
+        lines = LogLines(raw, name)
         try:
             tally.read(LogReader(lines, name, prefix))
+        except OSError as error:
+            raise InputError(f"{name}: cannot read: {error.strerror or error}") from None
         finally:
-            lines.close()
-        if lines.truncated:
-            click.echo(
-                f"lockdiag: warning: {name}: compressed data ends early (or is damaged): "
-                "read up to there",
-                err=True,
-            )
+            if raw is not sys.stdin.buffer:
+                raw.close()
+        _warn_gzip(name, lines)
     show(log_output(report(tally, names, _server_names(tally, names))), fmt)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import csv
 import re
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain, islice
-from typing import Literal, NamedTuple
+from typing import IO, Literal, NamedTuple
 
 import orjson
 
@@ -82,7 +83,8 @@ _WAIT = re.compile(
     r"(?: after (\d+(?:\.\d+)?) ms)?(?: at character \d+)?$"
 )
 _HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: ([\d, ]*)\.")
-_CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.+?); blocked by process (\d+)\.")
+# a tag is short (lmgr.c DescribeLockTag): bounded, so that a crafted DETAIL costs linear time
+_CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.{1,200}?); blocked by process (\d+)\.")
 _QUERY = re.compile(r"Process (\d+): (.*)")
 INTERESTING_ERRORS = {
     "deadlock detected": "deadlock",
@@ -165,20 +167,18 @@ def parse_time(text: str | None) -> datetime | None:
 
 # -- reading: stderr with a prefix, csvlog, jsonlog --------------------------------------------
 
+# every value bounded: names are at most 63 bytes (NAMEDATALEN), host names NI_MAXHOST (1025)
+_VALUE = r"[^\t]{0,1100}?"
+_ZONE = r"(?: [^\s\]]{1,64}?)?"  # the shortest the text after it allows
 _ESCAPES = {
-    "m": r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+(?: [^\s\]]+)?)",
-    "t": r"(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [^\s\]]+)?)",
+    "m": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+{_ZONE})",
+    "t": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE})",
     "n": r"(?P<time>\d+\.\d+)",
-    "s": r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [^\s\]]+)?",
+    "s": rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE}",
     "p": r"(?P<pid>\d+)",
-    "u": r"(?P<user>[^\t]*?)",
-    "d": r"(?P<database>[^\t]*?)",
-    "a": r"(?P<application>[^\t]*?)",
-    "r": r"[^\t]*?",
-    "h": r"[^\t]*?",
-    "L": r"[^\t]*?",
-    "i": r"[^\t]*?",
-    "b": r"[^\t]*?",
+    "u": rf"(?P<user>{_VALUE})",
+    "d": rf"(?P<database>{_VALUE})",
+    "a": rf"(?P<application>{_VALUE})",
     "l": r"\d+",
     "c": r"[0-9a-f]+\.[0-9a-f]+",
     "v": r"[\d/]*",
@@ -186,7 +186,7 @@ _ESCAPES = {
     "e": r"[0-9A-Z]{5}",
     "P": r"\d*",
     "Q": r"-?\d+",
-}
+}  # the others (%r %h %L %i %b and any new letter): _VALUE
 _SEVERITY = r"(?P<severity>[^\W\d_][\w ]{0,30}?):  (?P<text>.*)"
 
 # the layouts met most: PostgreSQL's default, Debian's, pgBadger's advice, RDS, Heroku-like
@@ -223,32 +223,49 @@ def pid_pattern(prefix: str) -> re.Pattern[str]:
 
 
 def _prefix_regex(prefix: str, whole: bool) -> str:
-    parts: list[str] = []
+    """Linear by construction, whatever the line: the prefix is cut into segments, a value
+    and the text after it; each segment but the last is an atomic group (its value ends where
+    the text after it first fits, and is never tried again), and every value's length is
+    bounded, so the last value's search for the severity is too."""
+    segments = [""]
     seen: set[str] = set()
     optional_from: int | None = None
     position = 0
     for found in re.finditer(r"%(-?\d+)?(.)", prefix):
-        parts.append(re.escape(prefix[position : found.start()]))
+        segments[-1] += re.escape(prefix[position : found.start()])
         position = found.end()
         padding, letter = found.groups()
         if letter == "%":
-            parts.append("%")
-        elif letter == "q":
-            optional_from = len(parts)
-        else:
-            piece = _ESCAPES.get(letter, r"[^\t]*?")
-            name = re.match(r"\(\?P<(\w+)>", piece)
-            if name is not None:  # a value named twice is captured once
-                if name.group(1) in seen:
-                    piece = "(?:" + piece[len(name.group(0)) :]
-                seen.add(name.group(1))
-            parts.append(rf" *{piece} *" if padding else piece)
-            if letter == "p" and not whole and optional_from is None:
-                return "".join(parts)
-    parts.append(re.escape(prefix[position:]))
-    if optional_from is not None:
-        parts[optional_from:] = ["(?:" + "".join(parts[optional_from:]) + ")?"]
-    return "".join(parts) + _SEVERITY
+            segments[-1] += "%"
+            continue
+        if letter == "q":
+            optional_from = len(segments)
+            segments.append("")
+            continue
+        piece = _ESCAPES.get(letter, _VALUE)
+        name = re.match(r"\(\?P<(\w+)>", piece)
+        if name is not None:  # a value named twice is captured once
+            if name.group(1) in seen:
+                piece = "(?:" + piece[len(name.group(0)) :]
+            seen.add(name.group(1))
+        if padding:  # spaces before it; after it too, but a free value takes those as its own
+            piece = rf" *+{piece}" + ("" if _VALUE in piece else " *")
+        if letter == "p" and not whole and optional_from is None:
+            return _atomic(segments) + piece
+        segments.append(piece)
+    segments[-1] += re.escape(prefix[position:])
+    if optional_from is None:
+        return _atomic(segments[:-1]) + segments[-1] + _SEVERITY
+    optional = segments[optional_from:]
+    return (
+        _atomic(segments[:optional_from])
+        + f"(?:{_atomic(optional[:-1])}{optional[-1]})?"
+        + _SEVERITY
+    )
+
+
+def _atomic(segments: list[str]) -> str:
+    return "".join(f"(?>{segment})" for segment in segments if segment)
 
 
 def _first_character(prefix: str) -> Callable[[str], bool]:
@@ -267,6 +284,223 @@ def _first_character(prefix: str) -> Callable[[str], bool]:
 _CSV_HEAD = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [^,]*,(?:"[^"]*"|),')
 
 
+# -- reading bytes: bounded whatever the input ------------------------------------------------
+
+CHUNK = 1 << 20  # bytes read (or inflated) at a time
+MAX_LINE = 1 << 20  # a longer line is skipped and counted: a bulk load's statement, or damage
+DETECT_BYTES = 16 << 20  # a file with no line in so many bytes is not a log (NULs, one line)
+GZIP_RATIO = 100  # gzip data inflating to more than this many times its size is a bomb...
+GZIP_FLOOR = 1 << 30  # ...once it has inflated to this much (real logs compress 5 to 30 times)
+LISTED_STRETCHES = 5  # damaged stretches listed by offset; the rest are counted
+_NOT_NUL = re.compile(rb"[^\x00]")
+_ESCAPED = re.compile("[\udc80-\udcff]+")  # undecodable bytes, as "surrogateescape" gives them
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class Stretch(NamedTuple):
+    """Bytes skipped at one place of a file (offsets in its text, after gzip)."""
+
+    offset: int
+    length: int
+
+
+@dataclass
+class Damage:
+    """What reading the bytes of one file skipped or replaced, and where."""
+
+    nul_bytes: int = 0  # NUL bytes, with the partial line before each run of them
+    nul_stretches: list[Stretch] = field(default_factory=list)
+    nul_count: int = 0
+    long_lines: list[Stretch] = field(default_factory=list)
+    long_count: int = 0
+    long_bytes: int = 0
+    undecodable: int = 0  # bytes that are not UTF-8, shown as U+FFFD
+    truncated: bool = False  # gzip data that ends early
+    inflate_limit: int | None = None  # gzip data not read beyond this many inflated bytes
+
+    def summary(self) -> str:
+        """What was skipped, in a few words ("" when nothing was)."""
+        said = []
+        if self.nul_bytes:
+            said.append(f"{byte_size(self.nul_bytes)} of NUL bytes skipped")
+        if self.long_count:
+            said.append(f"{self.long_count} line(s) longer than {byte_size(MAX_LINE)} skipped")
+        return ", ".join(said)
+
+    def nuls(self, offset: int, length: int) -> None:
+        self.nul_bytes += length
+        if self.nul_stretches and sum(self.nul_stretches[-1]) == offset:
+            self.nul_stretches[-1] = Stretch(self.nul_stretches[-1].offset,
+                                             self.nul_stretches[-1].length + length)  # fmt: skip
+            return
+        self.nul_count += 1
+        if len(self.nul_stretches) < LISTED_STRETCHES:
+            self.nul_stretches.append(Stretch(offset, length))
+
+    def long(self, offset: int, length: int) -> None:
+        self.long_bytes += length
+        if self.long_lines and sum(self.long_lines[-1]) == offset:
+            self.long_lines[-1] = Stretch(self.long_lines[-1].offset,
+                                          self.long_lines[-1].length + length)  # fmt: skip
+            return
+        self.long_count += 1
+        if len(self.long_lines) < LISTED_STRETCHES:
+            self.long_lines.append(Stretch(offset, length))
+
+
+class LogLines:
+    """The text lines of a log given as bytes (a file, a FIFO, standard input), plain or gzip
+    (several members, as `zcat` reads them), in batches of about ``CHUNK`` bytes.
+
+    Memory is bounded whatever the input: a line longer than ``MAX_LINE`` is skipped; a run
+    of NUL bytes (what a crash leaves in an append-only file) is skipped with the partial line
+    before it, and the text after it read as a new line; bytes that are not UTF-8 become
+    U+FFFD; gzip data is inflated ``CHUNK`` at a time and not beyond ``GZIP_RATIO`` times its
+    size. ``damage`` says what was skipped and where; ``offset`` is the bytes consumed."""
+
+    def __init__(self, raw: IO[bytes], name: str) -> None:
+        self.name = name
+        self.damage = Damage()
+        self.offset = 0
+        self._raw = raw
+        self._carry = b""  # the start of a line whose end is in the next chunk
+        self._skipping = False  # inside a line longer than MAX_LINE
+        self._long_start = 0
+        self._in_nuls = False  # inside a run of NUL bytes
+
+    def batches(self) -> Iterator[list[str]]:
+        """One list of lines per chunk read (empty when the chunk held no line's end)."""
+        for chunk in self._chunks():
+            lines = self._lines(chunk)
+            self.offset += len(chunk)
+            yield lines
+        if self._skipping:
+            self.damage.long(self._long_start, self.offset - self._long_start)
+        if self._skipping or not self._carry:
+            return
+        last = self._decode(self._carry)  # the last line, without its line break
+        self._carry = b""
+        yield [last]
+
+    def __iter__(self) -> Iterator[str]:
+        return chain.from_iterable(self.batches())
+
+    def _read(self) -> bytes:
+        read1 = getattr(self._raw, "read1", None)  # a pipe: what is there, not a full chunk
+        return read1(CHUNK) if read1 is not None else self._raw.read(CHUNK)
+
+    def _chunks(self) -> Iterator[bytes]:
+        first = self._read()
+        while 0 < len(first) < 2 and (more := self._read()):
+            first += more
+        if first[:2] != GZIP_MAGIC:
+            while first:
+                yield first
+                first = self._read()
+            return
+        yield from self._inflated(first)
+
+    def _inflated(self, first: bytes) -> Iterator[bytes]:
+        """gzip members one after the other, each output at most CHUNK bytes."""
+        inflater = zlib.decompressobj(wbits=31)
+        compressed, inflated = 0, 0
+        pending = first
+        try:
+            while pending:
+                compressed += len(pending)
+                while pending:
+                    out = inflater.decompress(pending, CHUNK)
+                    inflated += len(out)
+                    if inflated > max(GZIP_FLOOR, GZIP_RATIO * compressed):
+                        self.damage.inflate_limit = inflated - len(out)
+                        return
+                    yield out
+                    pending = inflater.unconsumed_tail
+                    if inflater.eof:
+                        pending = inflater.unused_data
+                        inflater = zlib.decompressobj(wbits=31) if pending else inflater
+                pending = self._read()
+        except zlib.error:
+            self.damage.truncated = True
+            return
+        yield inflater.flush()
+        self.damage.truncated = not inflater.eof
+
+    def _lines(self, chunk: bytes) -> list[str]:
+        """The lines that end in ``chunk``; NUL runs skipped."""
+        if not self._in_nuls and 0 not in chunk:  # the common case
+            return self._text(chunk, self.offset)
+        lines: list[str] = []
+        position = 0
+        while position < len(chunk):
+            if self._in_nuls:
+                found = _NOT_NUL.search(chunk, position)
+                end = found.start() if found is not None else len(chunk)
+                self.damage.nuls(self.offset + position, end - position)
+                self._in_nuls = found is None
+                position = end
+                continue
+            nul = chunk.find(0, position)
+            if nul < 0:
+                lines += self._text(chunk[position:], self.offset + position)
+                break
+            lines += self._text(chunk[position:nul], self.offset + position)
+            # the partial line before the NULs lost its end: skipped with them
+            if self._skipping:
+                self.damage.long(self._long_start, self.offset + nul - self._long_start)
+            else:
+                self.damage.nuls(self.offset + nul - len(self._carry), len(self._carry))
+            self._carry, self._skipping, self._in_nuls = b"", False, True
+            position = nul
+        return lines
+
+    def _text(self, data: bytes, at: int) -> list[str]:
+        """The lines that end in ``data`` (no NUL in it; ``at`` its offset)."""
+        if self._skipping:
+            end = data.find(b"\n")
+            if end < 0:
+                return []
+            self.damage.long(self._long_start, at + end + 1 - self._long_start)
+            self._skipping = False
+            data, at = data[end + 1 :], at + end + 1
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._carry += data
+            if len(self._carry) > MAX_LINE:
+                self._long_start = at + len(data) - len(self._carry)
+                self._carry, self._skipping = b"", True
+            return []
+        whole = self._carry + data[: end + 1]
+        self._carry = data[end + 1 :]
+        text = self._decode(whole)
+        lines = text.splitlines(keepends=True)
+        if len(lines) != text.count("\n"):  # a line break of another kind (\r, \f, U+2028)
+            lines = [line + "\n" for line in text[:-1].split("\n")]
+        if max(map(len, lines)) > MAX_LINE:
+            lines = self._without_long(lines, at + end + 1 - len(whole))
+        return lines
+
+    def _without_long(self, lines: list[str], at: int) -> list[str]:
+        kept = []
+        for line in lines:
+            size = len(line.encode("utf-8", "surrogatepass"))
+            if len(line) > MAX_LINE:
+                self.damage.long(at, size)
+            else:
+                kept.append(line)
+            at += size
+        return kept
+
+    def _decode(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            escaped = data.decode("utf-8", "surrogateescape")
+            text, runs = _ESCAPED.subn("\ufffd", escaped)
+            self.damage.undecodable += len(escaped) - len(text) + runs
+            return text
+
+
 @dataclass
 class ReadCounts:
     """What reading one stream met, for the report's notes."""
@@ -281,6 +515,7 @@ class ReadCounts:
     foreign_sample: str | None = None
     outside: int = 0  # entries outside --since/--until
     cut_short: bool = False  # the last line ends without a line break and could not be read
+    damage: Damage = field(default_factory=Damage)  # what reading the bytes skipped
 
 
 def detect(head: list[str], prefix: str | None = None) -> tuple[LogFormat, str | None]:
@@ -317,7 +552,9 @@ BATCH_LINES = 4096
 # lines after which an entry's DETAIL and STATEMENT are not awaited: the server writes them with
 # the message in one write (elog.c send_message_to_server_log), so they follow it at once
 PENDING_LINES = 200
-RECENT_LINES = 4096  # lines kept to name a lock's holders (their latest line)
+RECENT_LINES = 4096  # lines after which a holder not found is looked for again
+RECENT_BATCHES = 2  # batches kept to name a lock's holders (their latest line): 4096 lines or more
+TEXT_MAX = 16 << 10  # characters kept of a message, DETAIL, STATEMENT or CONTEXT
 SAMPLE_EVERY = 64  # one line in so many is read whole, for the language of the messages
 
 
@@ -330,7 +567,7 @@ class _Pending:
     def __init__(self, time: str | None, pid: int, identity: Identity, severity: str,
                  message: str, line: int) -> None:  # fmt: skip
         self.time, self.pid, self.identity, self.line = time, pid, identity, line
-        self.severity, self.message = severity, message
+        self.severity, self.message = severity, message[:TEXT_MAX]
         self.detail: str | None = None
         self.statement: str | None = None
         self.context: str | None = None
@@ -342,12 +579,14 @@ class _Pending:
                  "QUERY": "context"}.get(severity)  # fmt: skip
         if where is None:
             return False
-        setattr(self, where, text)
+        setattr(self, where, text[:TEXT_MAX])
         self.where = where
         return True
 
     def extend(self, text: str) -> None:
-        setattr(self, self.where, f"{getattr(self, self.where) or ''}\n{text}")
+        before = getattr(self, self.where) or ""
+        if len(before) < TEXT_MAX:  # bounded: a statement of a million lines is cut
+            setattr(self, self.where, f"{before}\n{text}"[:TEXT_MAX])
 
     def entry(self) -> Entry:
         return Entry(parse_time(self.time), self.pid, self.identity, self.severity,
@@ -365,42 +604,83 @@ class LogReader:
         prefix: str | None = None,
         identities: dict[int, Identity] | None = None,
     ) -> None:
-        self._lines = iter(lines)
         self.counts = ReadCounts(name)
+        self._consumed: Callable[[], int] = lambda: 0  # bytes read: a list in memory is small
+        self._batches: Iterator[list[str]]
+        if isinstance(lines, LogLines):
+            self._batches = lines.batches()
+            self._consumed = lambda: lines.offset
+            self.counts.damage = lines.damage
+        else:
+            source = iter(lines)
+            self._batches = iter(lambda: list(islice(source, BATCH_LINES)), [])
         self.identities: dict[int, Identity] = identities if identities is not None else {}
         self._prefix = prefix
         self._prefix_text: str | None = None
-        self._recent: deque[str] = deque(maxlen=RECENT_LINES)
+        self._recent: deque[list[str]] = deque(maxlen=RECENT_BATCHES)
         self._looked: dict[int, int] = {}  # holder pid -> lines read when last looked for
         self._lines_read = 0
+        self._blank_lines = 0  # in the batches of blank lines left out of the head
 
     def __iter__(self) -> Iterator[Entry]:
-        head = list(islice(self._lines, DETECT_LINES))
-        if any("\x00" in line for line in head):
-            raise NotALog(f"{self.counts.name}: not a PostgreSQL log: it holds binary data")
-        if not any(line.strip() for line in head):
-            return  # an empty file (a log just rotated)
+        name = self.counts.name
+        head, ended = self._head()
+        if not head:
+            damage = self.counts.damage.summary()
+            if ended and not damage:
+                return  # an empty file (a log just rotated)
+            where = "" if ended else f" in its first {byte_size(DETECT_BYTES)}"
+            raise NotALog(f"{name}: not a PostgreSQL log: no line of text{where}"
+                          + (f" ({damage})" if damage else ""))  # fmt: skip
+        sample = islice((line for batch in head for line in batch if line.strip()), DETECT_LINES)
         try:
-            fmt, prefix = detect(head, self._prefix)
+            fmt, prefix = detect(list(sample), self._prefix)
         except NotALog as error:
-            raise NotALog(f"{self.counts.name}: {error}", error.hint) from None
+            raise NotALog(f"{name}: {error}", error.hint) from None
         self.counts.format, self.counts.prefix = fmt, prefix
-        lines = chain(head, self._lines)
+        batches = chain(_handed_over(head), self._batches)
         if fmt == "csvlog":
-            yield from self._csv(lines)
+            yield from self._csv(batches)
         elif fmt == "jsonlog":
-            yield from self._json(lines)
+            yield from self._json(batches)
         else:
             if "pid" not in prefix_pattern(prefix or "").groupindex:
                 raise InputError(f"--prefix {prefix!r} has no %p: lockdiag needs the pid")
             self._prefix_text = prefix
-            yield from self._stderr(lines, prefix or "")
+            yield from self._stderr(batches, prefix or "")
+        self.counts.lines += self._blank_lines
         if self.counts.entries == 0 and self.counts.unparsed > 0:
             raise NotALog(
-                f"{self.counts.name}: not a PostgreSQL {fmt} log: none of its "
+                f"{name}: not a PostgreSQL {fmt} log: none of its "
                 f"{self.counts.unparsed} line(s) could be read",
                 None if fmt != "stderr" else "give the server's log_line_prefix with --prefix",
             )
+
+    def _head(self) -> tuple[list[list[str]], bool]:
+        """The first batches, up to DETECT_LINES lines of text or DETECT_BYTES read, whichever
+        comes first (batches of blank lines only are counted and left out); and whether the
+        log ended there."""
+        head: list[list[str]] = []
+        seen = 0
+        for batch in self._batches:
+            if any(line.strip() for line in batch):
+                head.append(batch)
+                seen += sum(1 for line in islice(batch, DETECT_LINES) if line.strip())
+            else:
+                self._blank_lines += len(batch)
+            if seen >= DETECT_LINES or self._consumed() > DETECT_BYTES:
+                return head, False
+        return head, True
+
+    def _kept(self, batches: Iterable[list[str]]) -> Iterator[list[str]]:
+        """The batches, each kept among the recent ones as it is read."""
+        for batch in batches:
+            self._recent.append(batch)
+            yield batch
+
+    def _recent_lines(self) -> Iterator[str]:
+        """The lines (records) kept for naming holders, the latest first."""
+        return chain.from_iterable(reversed(batch) for batch in reversed(self._recent))
 
     def _remember(self, pid: int, identity: Identity) -> None:
         known = self.identities
@@ -414,7 +694,7 @@ class LogReader:
         if self.counts.foreign_sample is None:
             self.counts.foreign_sample = f"{severity}:  {message}"[:120]
 
-    def _stderr(self, lines: Iterable[str], prefix: str) -> Iterator[Entry]:
+    def _stderr(self, batches: Iterable[list[str]], prefix: str) -> Iterator[Entry]:
         """Entries of a stderr log: a line with the prefix starts one, or continues the
         pending entry of its pid (DETAIL, STATEMENT, CONTEXT); a line starting with a tab
         continues the line before it (elog.c writes a message's line breaks as "\\n\\t").
@@ -430,9 +710,8 @@ class LogReader:
         starts = _first_character(prefix)
         recent = self._recent
         number = 0
-        source = iter(lines)
-        while batch := list(islice(source, BATCH_LINES)):
-            recent.extend(batch)
+        for batch in batches:
+            recent.append(batch)
             self._lines_read = number + len(batch)
             for raw in batch:
                 number += 1
@@ -504,7 +783,11 @@ class LogReader:
     @staticmethod
     def _identity(found: re.Match[str]) -> Identity:
         named = found.groupdict()
-        return Identity(named.get("user"), named.get("database"), named.get("application"))
+        user, database, application = (
+            value.rstrip(" ") if value else value  # a padded value (%-20a) ends in spaces
+            for value in (named.get("user"), named.get("database"), named.get("application"))
+        )
+        return Identity(user, database, application)
 
     def _named(self, entry: Entry) -> Entry:
         """Before an entry leaves: who its lock's holders are, from their latest lines."""
@@ -526,7 +809,7 @@ class LogReader:
         about locks): only the recent lines are kept, so this is bounded."""
         if self.counts.format == "jsonlog":
             needle = f'"pid":{pid},'
-            for raw in reversed(self._recent):
+            for raw in self._recent_lines():
                 if needle in raw:
                     record = _json_record(raw)
                     if record is not None:
@@ -535,7 +818,7 @@ class LogReader:
             return
         if self.counts.format == "csvlog":
             wanted = str(pid)
-            for raw in reversed(self._recent):
+            for raw in self._recent_lines():
                 if f",{wanted}," in raw and (row := _csv_row(raw)) is not None and row[3] == wanted:
                     self._remember(pid, Identity(row[1] or None, row[2] or None, row[22] or None))
                     return
@@ -544,7 +827,7 @@ class LogReader:
             return
         quick, full = pid_pattern(self._prefix_text).match, prefix_pattern(self._prefix_text).match
         wanted = str(pid)
-        for raw in reversed(self._recent):
+        for raw in self._recent_lines():
             head = quick(raw)
             if head is not None and head.group("pid") == wanted:
                 found = full(raw.rstrip("\r\n"))
@@ -560,47 +843,62 @@ class LogReader:
         else:
             self.counts.unparsed += 1
 
-    def _csv(self, lines: Iterable[str]) -> Iterator[Entry]:
+    def _csv(self, batches: Iterable[list[str]]) -> Iterator[Entry]:
         """csvlog: records split by the parity of their quotes (a quote inside a field is
         doubled, so a record ends on a line where the count of quotes so far is even); a
         record is parsed only when it may concern locks, among the first lines, or as a
-        sample."""
+        sample. A record open for more than MAX_LINE (a line lost to damage upset the
+        parity) is dropped, and reading goes on at the next line that starts a record."""
         counts = self.counts
-        if csv.field_size_limit() < CSV_FIELD_LIMIT:
-            csv.field_size_limit(CSV_FIELD_LIMIT)
-        recent = self._recent
+        if csv.field_size_limit() < MAX_LINE:
+            csv.field_size_limit(MAX_LINE)
         parts: list[str] = []  # the lines of a record that a quoted line break keeps open
+        size = 0  # of the open record
+        lost = False  # after a dropped record: until a line starts a record
         number = 0
-        for number, line in enumerate(lines, 1):
-            odd = line.count('"') % 2 == 1
-            if parts:
-                parts.append(line)
-                if not odd:
+        for batch in batches:
+            records: list[str] = []
+            self._recent.append(records)
+            for line in batch:
+                number += 1
+                if lost:
+                    if not _CSV_HEAD.match(line):
+                        continue
+                    lost = False
+                odd = line.count('"') % 2 == 1
+                if parts:
+                    parts.append(line)
+                    size += len(line)
+                    if not odd:
+                        if size > MAX_LINE:
+                            counts.unparsed += 1
+                            parts, size, lost = [], 0, True
+                        continue
+                    record, parts, size = "".join(parts), [], 0
+                elif odd:
+                    parts.append(line)
+                    size = len(line)
                     continue
-                record, parts = "".join(parts), []
-            elif odd:
-                parts.append(line)
-                continue
-            else:
-                record = line
-            self._lines_read = number
-            recent.append(record)
-            if not (
-                '"process ' in record
-                or "deadlock detected" in record
-                or "canceling statement due to" in record
-                or "terminating connection due to" in record
-                or number <= DETECT_LINES
-                or number % SAMPLE_EVERY == 0
-            ):
-                if record[:1].isdigit():
-                    counts.entries += 1
-                elif record.strip():
-                    counts.unparsed += 1
-                continue
-            entry = self._csv_record(record, number)
-            if entry is not None:
-                yield self._named(entry)
+                else:
+                    record = line
+                self._lines_read = number
+                records.append(record)
+                if not (
+                    '"process ' in record
+                    or "deadlock detected" in record
+                    or "canceling statement due to" in record
+                    or "terminating connection due to" in record
+                    or number <= DETECT_LINES
+                    or number % SAMPLE_EVERY == 0
+                ):
+                    if record[:1].isdigit():
+                        counts.entries += 1
+                    elif record.strip():
+                        counts.unparsed += 1
+                    continue
+                entry = self._csv_record(record, number)
+                if entry is not None:
+                    yield self._named(entry)
         if parts:  # a record cut short: the file is still being written
             counts.cut_short = True
         counts.lines = number
@@ -624,17 +922,15 @@ class LogReader:
             return None
         if not interesting(severity, message):
             return None
-        return Entry(parse_time(row[0]), pid, identity, severity, message,
-                     row[14] or None, row[19] or None, row[18] or None)  # fmt: skip
+        return Entry(parse_time(row[0]), pid, identity, severity, message[:TEXT_MAX],
+                     _clip(row[14]), _clip(row[19]), _clip(row[18]))  # fmt: skip
 
-    def _json(self, lines: Iterable[str]) -> Iterator[Entry]:
+    def _json(self, batches: Iterable[list[str]]) -> Iterator[Entry]:
         """jsonlog: one object a line, always opening with "timestamp" (elog.c write_jsonlog);
         decoded only when it may concern locks, among the first lines, or as a sample."""
         counts = self.counts
-        recent = self._recent
         number = 0
-        for number, line in enumerate(lines, 1):
-            recent.append(line)
+        for number, line in enumerate(chain.from_iterable(self._kept(batches)), 1):
             self._lines_read = number
             if not (line.startswith('{"timestamp":') and line.rstrip().endswith("}")):
                 if line.strip():
@@ -666,10 +962,17 @@ class LogReader:
                 self._remember(pid, identity)
                 yield self._named(Entry(
                     parse_time(_text(record.get("timestamp"))), pid, identity,
-                    severity, message, _text(record.get("detail")),
-                    _text(record.get("statement")), _text(record.get("context")),
+                    severity, message[:TEXT_MAX], _clip(record.get("detail")),
+                    _clip(record.get("statement")), _clip(record.get("context")),
                 ))  # fmt: skip
         counts.lines = number
+
+
+def _handed_over(batches: list[list[str]]) -> Iterator[list[str]]:
+    """The batches in order, each let go of as it is given (the list is emptied)."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()
 
 
 def _csv_row(record: str) -> list[str] | None:
@@ -699,6 +1002,18 @@ def _json_identity(record: dict[str, object]) -> Identity:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _clip(value: object) -> str | None:
+    """A DETAIL, STATEMENT or CONTEXT as kept: bounded (events are kept by the thousand)."""
+    return value[:TEXT_MAX] if isinstance(value, str) and value else None
+
+
+def byte_size(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count} byte{'' if count == 1 else 's'}"
 
 
 # -- aggregation -------------------------------------------------------------------------------
