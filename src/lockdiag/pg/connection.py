@@ -1,5 +1,16 @@
 """Connection parameters and messages shared by every connection lockdiag opens: the
 diagnostic session's settings, libpq's connect timeout, and password-free one-line errors.
+
+A database's owner may attach settings to every session of it (ALTER DATABASE ... SET, checked
+on PostgreSQL 15), and some would change what lockdiag reads or whether it can read:
+``client_encoding = 'SQL_ASCII'`` makes psycopg return bytes (every row dropped), ``LATIN1``
+fails on any character it lacks, ``DateStyle = 'SQL, DMY'`` leaves psycopg unable to parse a
+timestamp, serializable deferrable transactions wait for a safe snapshot behind any serializable
+writer, ``idle_session_timeout = '1ms'`` ends the session between two statements. So lockdiag
+pins each of them for its own session: settings a client sends when connecting win over the
+database's and the role's (PGC_S_CLIENT). ``client_encoding`` goes as libpq's own parameter
+(poolers pass it on: PgBouncer tracks it per client), the others in ``options``; the session
+verifies them all after connecting (:mod:`lockdiag.pg.session`).
 """
 
 from __future__ import annotations
@@ -14,6 +25,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from lockdiag.errors import InputError
 
 APPLICATION_NAME = "lockdiag"
+# psycopg encodes queries and decodes text in the session's client_encoding, from the first
+# statement on: it cannot be SET LOCAL meaningfully (the transaction's own statements would be
+# encoded before the change), so it is only sent when connecting, and verified
+CLIENT_ENCODING = "UTF8"
 
 
 def connect_timeout(timeout: float) -> str:
@@ -34,12 +49,24 @@ def session_settings(timeout: float) -> dict[str, str]:
         # a table whose row-level security would filter a query makes it fail instead of
         # running a policy's code (a user's function) in lockdiag's session
         "row_security": "off",
+        # what psycopg parses timestamps in (the order is pg_settings' full value)
+        "DateStyle": "ISO, MDY",
+        # a serializable deferrable read-only transaction waits for a safe snapshot
+        "default_transaction_isolation": "read committed",
+        "default_transaction_deferrable": "off",
+        "idle_session_timeout": "0",
     }
 
 
 def session_options(timeout: float) -> str:
     """Server settings sent in the startup packet, so they bind the very first statement."""
-    return " ".join(f"-c {name}={value}" for name, value in session_settings(timeout).items())
+    settings = session_settings(timeout).items()
+    # libpq's options: a backslash escapes a space or itself
+    return " ".join(f"-c {name}={_escaped(value)}" for name, value in settings)
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 def conninfo(dsn: str | None, timeout: float) -> str:
@@ -52,6 +79,7 @@ def conninfo(dsn: str | None, timeout: float) -> str:
     return make_conninfo(
         dsn or "",
         application_name=APPLICATION_NAME,
+        client_encoding=CLIENT_ENCODING,
         connect_timeout=connect_timeout(timeout),
         options=f"{user_options} {session_options(timeout)}".strip(),
     )

@@ -12,6 +12,10 @@ conversation runs inside ``BEGIN READ ONLY`` with ``SET LOCAL`` of each setting,
 same round trip, and ends with COMMIT (or ROLLBACK). Never a session-level SET: through
 transaction pooling it would stick to a server connection that other clients then use. Every
 statement has a client-side deadline (:mod:`lockdiag.pg.deadline`).
+
+That transaction is read committed and not deferrable by name, whatever the database's
+defaults. client_encoding cannot be set that way (psycopg has encoded the transaction's
+statements by then): a session whose encoding is not UTF8 even then is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from lockdiag.pg import deadline, queries
 from lockdiag.pg.capture import capture, complete
 from lockdiag.pg.connection import (
     APPLICATION_NAME,
+    CLIENT_ENCODING,
     conninfo,
     one_line,
     scrub,
@@ -149,7 +154,9 @@ class DiagnosticSession:
         """BEGIN READ ONLY, SET LOCAL of every setting and their check: one round trip (a
         multi-statement simple query). Refused when the settings still are not in force."""
         wanted = _wanted(self.timeout)
-        statements: list[sql.Composable] = [sql.SQL("BEGIN READ ONLY")]
+        # explicit: the database's defaults may be serializable and deferrable
+        begin = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY NOT DEFERRABLE"
+        statements: list[sql.Composable] = [sql.SQL(begin)]
         statements += [
             sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.Literal(value))
             for name, value in session_settings(self.timeout).items()
@@ -247,8 +254,15 @@ _REFUSED_HINT = (
 
 
 def _wanted(timeout: float) -> dict[str, str]:
-    """What the check query must read: every setting, and a read-only transaction."""
-    return dict(session_settings(timeout), transaction_read_only="on")
+    """What the check query must read: every setting, the encoding sent when connecting, and a
+    read-only, read-committed, not deferrable transaction."""
+    return dict(
+        session_settings(timeout),
+        client_encoding=CLIENT_ENCODING,
+        transaction_read_only="on",
+        transaction_isolation="read committed",
+        transaction_deferrable="off",
+    )
 
 
 def _settings_query(timeout: float) -> sql.Composed:
