@@ -22,13 +22,13 @@ def find_registry(explicit: str | None = None, missing_ok: bool = False) -> Path
     """Where the registry is: ``--registry``, ``$LOCKDIAG_REGISTRY``, ``./lockdiag.toml``, then
     the user's config directory. An explicit path must exist; the defaults may be absent.
     With ``missing_ok`` an explicit path is returned even when it is not a file, for the
-    caller to say so and go on."""
+    caller to say so, naming what gave the path (the CLI: ``cli.common.registry_file``)."""
     chosen = explicit or os.environ.get(ENV_VAR)
     if chosen:
         path = Path(chosen).expanduser()
         if not path.is_file() and not missing_ok:
-            source = "--registry" if explicit else ENV_VAR
-            raise RegistryError(f"registry file {path} (from {source}) does not exist")
+            source = "" if explicit else f" (from {ENV_VAR})"
+            raise RegistryError(f"registry file {path}{source} does not exist")
         return path
     for candidate in (Path.cwd() / FILE_NAME, config_dir() / FILE_NAME):
         if candidate.is_file():
