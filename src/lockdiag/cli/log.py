@@ -20,12 +20,10 @@ from lockdiag.cli.common import (
 )
 from lockdiag.core.pglog import (
     CHUNK,
-    GZIP_RATIO,
     LogLines,
     LogReader,
     Names,
     Tally,
-    byte_size,
     relation_oids,
     report,
 )
@@ -90,19 +88,6 @@ def _server_names(tally: Tally, registry: Registry) -> Names:
     # an OID names a table only in its own database: the others' are left as numbers
     relations = {(d, r): named[r] for d, r in wanted if d == here and r in named}
     return Names(databases, relations)
-
-
-def _warn_gzip(name: str, lines: LogLines) -> None:
-    if lines.damage.truncated:
-        click.echo(f"lockdiag: warning: {name}: compressed data ends early (or is damaged): "
-                   "read up to there", err=True)  # fmt: skip
-    if lines.damage.inflate_limit is not None:
-        click.echo(
-            f"lockdiag: warning: {name}: read up to {byte_size(lines.damage.inflate_limit)} of "
-            f"text: the gzip data inflates to more than {GZIP_RATIO} times its size (a "
-            f"decompression bomb?); to read it all: zcat {name} | lockdiag log -",
-            err=True,
-        )
 
 
 @click.command("log")
@@ -171,5 +156,10 @@ def log_command(
         finally:
             if raw is not sys.stdin.buffer:
                 raw.close()
-        _warn_gzip(name, lines)
+        if lines.damage.truncated:
+            click.echo(
+                f"lockdiag: warning: {name}: compressed data ends early (or is damaged): "
+                "read up to there",
+                err=True,
+            )
     show(log_output(report(tally, names, _server_names(tally, names))), fmt)

@@ -288,7 +288,8 @@ _CSV_HEAD = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [^,]*,(?:"[^"]*"|),
 
 CHUNK = 1 << 20  # bytes read (or inflated) at a time
 MAX_LINE = 1 << 20  # a longer line is skipped and counted: a bulk load's statement, or damage
-DETECT_BYTES = 16 << 20  # a file with no line in so many bytes is not a log (NULs, one line)
+DETECT_BYTES = 64 << 20  # a file with no line in so many bytes is not a log (NULs, one line)
+HEAD_BATCHES = 8  # batches of lines at most held to tell the format (16 MiB at most)
 GZIP_RATIO = 100  # gzip data inflating to more than this many times its size is a bomb...
 GZIP_FLOOR = 1 << 30  # ...once it has inflated to this much (real logs compress 5 to 30 times)
 LISTED_STRETCHES = 5  # damaged stretches listed by offset; the rest are counted
@@ -358,14 +359,16 @@ class LogLines:
     U+FFFD; gzip data is inflated ``CHUNK`` at a time and not beyond ``GZIP_RATIO`` times its
     size. ``damage`` says what was skipped and where; ``offset`` is the bytes consumed."""
 
-    def __init__(self, raw: IO[bytes], name: str) -> None:
+    def __init__(
+        self, raw: IO[bytes], name: str, chunk: int = CHUNK, max_line: int = MAX_LINE
+    ) -> None:
         self.name = name
+        self.chunk, self.max_line = chunk, max_line  # smaller in tests, to cross boundaries
         self.damage = Damage()
         self.offset = 0
         self._raw = raw
-        self._carry = b""  # the start of a line whose end is in the next chunk
-        self._skipping = False  # inside a line longer than MAX_LINE
-        self._long_start = 0
+        self._carry = bytearray()  # the start of a line whose end is in a later chunk
+        self._skipping = False  # inside a line longer than MAX_LINE (counted as it goes)
         self._in_nuls = False  # inside a run of NUL bytes
 
     def batches(self) -> Iterator[list[str]]:
@@ -374,12 +377,10 @@ class LogLines:
             lines = self._lines(chunk)
             self.offset += len(chunk)
             yield lines
-        if self._skipping:
-            self.damage.long(self._long_start, self.offset - self._long_start)
         if self._skipping or not self._carry:
             return
         last = self._decode(self._carry)  # the last line, without its line break
-        self._carry = b""
+        self._carry = bytearray()
         yield [last]
 
     def __iter__(self) -> Iterator[str]:
@@ -387,7 +388,7 @@ class LogLines:
 
     def _read(self) -> bytes:
         read1 = getattr(self._raw, "read1", None)  # a pipe: what is there, not a full chunk
-        return read1(CHUNK) if read1 is not None else self._raw.read(CHUNK)
+        return read1(self.chunk) if read1 is not None else self._raw.read(self.chunk)
 
     def _chunks(self) -> Iterator[bytes]:
         first = self._read()
@@ -409,7 +410,7 @@ class LogLines:
             while pending:
                 compressed += len(pending)
                 while pending:
-                    out = inflater.decompress(pending, CHUNK)
+                    out = inflater.decompress(pending, self.chunk)
                     inflated += len(out)
                     if inflated > max(GZIP_FLOOR, GZIP_RATIO * compressed):
                         self.damage.inflate_limit = inflated - len(out)
@@ -446,11 +447,9 @@ class LogLines:
                 break
             lines += self._text(chunk[position:nul], self.offset + position)
             # the partial line before the NULs lost its end: skipped with them
-            if self._skipping:
-                self.damage.long(self._long_start, self.offset + nul - self._long_start)
-            else:
+            if not self._skipping:
                 self.damage.nuls(self.offset + nul - len(self._carry), len(self._carry))
-            self._carry, self._skipping, self._in_nuls = b"", False, True
+            self._carry, self._skipping, self._in_nuls = bytearray(), False, True
             position = nul
         return lines
 
@@ -458,25 +457,25 @@ class LogLines:
         """The lines that end in ``data`` (no NUL in it; ``at`` its offset)."""
         if self._skipping:
             end = data.find(b"\n")
+            self.damage.long(at, end + 1 if end >= 0 else len(data))
             if end < 0:
                 return []
-            self.damage.long(self._long_start, at + end + 1 - self._long_start)
             self._skipping = False
             data, at = data[end + 1 :], at + end + 1
         end = data.rfind(b"\n")
         if end < 0:
             self._carry += data
-            if len(self._carry) > MAX_LINE:
-                self._long_start = at + len(data) - len(self._carry)
-                self._carry, self._skipping = b"", True
+            if len(self._carry) > self.max_line:
+                self.damage.long(at + len(data) - len(self._carry), len(self._carry))
+                self._carry, self._skipping = bytearray(), True
             return []
         whole = self._carry + data[: end + 1]
-        self._carry = data[end + 1 :]
+        self._carry = bytearray(data[end + 1 :])
         text = self._decode(whole)
         lines = text.splitlines(keepends=True)
         if len(lines) != text.count("\n"):  # a line break of another kind (\r, \f, U+2028)
             lines = [line + "\n" for line in text[:-1].split("\n")]
-        if max(map(len, lines)) > MAX_LINE:
+        if max(map(len, lines)) > self.max_line:
             lines = self._without_long(lines, at + end + 1 - len(whole))
         return lines
 
@@ -484,14 +483,14 @@ class LogLines:
         kept = []
         for line in lines:
             size = len(line.encode("utf-8", "surrogatepass"))
-            if len(line) > MAX_LINE:
+            if len(line) > self.max_line:
                 self.damage.long(at, size)
             else:
                 kept.append(line)
             at += size
         return kept
 
-    def _decode(self, data: bytes) -> str:
+    def _decode(self, data: bytes | bytearray) -> str:
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -668,7 +667,7 @@ class LogReader:
                 seen += sum(1 for line in islice(batch, DETECT_LINES) if line.strip())
             else:
                 self._blank_lines += len(batch)
-            if seen >= DETECT_LINES or self._consumed() > DETECT_BYTES:
+            if seen >= DETECT_LINES or len(head) >= HEAD_BATCHES or self._consumed() > DETECT_BYTES:
                 return head, False
         return head, True
 

@@ -12,13 +12,18 @@ from datetime import datetime
 from typing import Any
 
 from lockdiag.core.pglog import (
+    GZIP_RATIO,
+    MAX_LINE,
     Cancellation,
+    Damage,
     Deadlock,
     Episode,
     Identity,
     KeyReport,
     LogReport,
     ReadCounts,
+    Stretch,
+    byte_size,
 )
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import JSON_VERSION
@@ -92,6 +97,7 @@ def _notes(report: LogReport) -> list[str]:
             notes.append(f"{name}: {read.unparsed} line(s) could not be read and were skipped")
         if read.cut_short:
             notes.append(f"{name}: the last line is cut short (a file still being written?)")
+        notes += _damage_notes(name, read.damage)
         if read.outside:
             notes.append(f"{name}: {read.outside} lock entr(ies) outside --since/--until")
         if read.foreign:
@@ -111,6 +117,35 @@ def _notes(report: LogReport) -> list[str]:
             "(waits shorter than deadlock_timeout are never logged)"
         )
     return notes
+
+
+def _damage_notes(name: str, damage: Damage) -> list[str]:
+    notes = []
+    if damage.nul_count:
+        notes.append(
+            f"{name}: {byte_size(damage.nul_bytes)} in {damage.nul_count} stretch(es) of NUL "
+            f"bytes skipped (what a crash leaves in a log), with the partial line before each: "
+            f"{_places(damage.nul_stretches, damage.nul_count)}; the rest was read"
+        )
+    if damage.long_count:
+        notes.append(
+            f"{name}: {damage.long_count} line(s) longer than {byte_size(MAX_LINE)} skipped "
+            f"({byte_size(damage.long_bytes)}): {_places(damage.long_lines, damage.long_count)}"
+        )
+    if damage.undecodable:
+        notes.append(f"{name}: {damage.undecodable} byte(s) that are not UTF-8 shown as U+FFFD")
+    if damage.inflate_limit is not None:
+        notes.append(
+            f"{name}: read up to {byte_size(damage.inflate_limit)} of text only: the gzip data "
+            f"inflates to more than {GZIP_RATIO} times its size (a decompression bomb?); to "
+            f"read it all: zcat {name} | lockdiag log -"
+        )
+    return notes
+
+
+def _places(stretches: list[Stretch], count: int) -> str:
+    listed = ", ".join(f"{byte_size(s.length)} at byte {s.offset}" for s in stretches)
+    return listed + (f" and {count - len(stretches)} more" if count > len(stretches) else "")
 
 
 def _episode_row(
@@ -312,6 +347,19 @@ def log_data(report: LogReport) -> dict[str, Any]:
                 "foreign_entries": r.foreign,
                 "outside_range": r.outside,
                 "last_line_cut_short": r.cut_short,
+                "damage": {
+                    "nul_bytes": r.damage.nul_bytes,
+                    "nul_stretches": r.damage.nul_count,
+                    "long_lines": r.damage.long_count,
+                    "long_line_bytes": r.damage.long_bytes,
+                    "skipped": [
+                        [s.offset, s.length]
+                        for s in sorted(r.damage.nul_stretches + r.damage.long_lines)
+                    ],
+                    "undecodable_bytes": r.damage.undecodable,
+                    "gzip_truncated": r.damage.truncated,
+                    "gzip_read_up_to": r.damage.inflate_limit,
+                },
             }
             for r in report.reads
         ],
