@@ -22,11 +22,13 @@ from urllib.parse import urlsplit
 import tomllib
 
 from lockdiag.errors import InputError
-from lockdiag.registry import config_dir, read_bounded
+from lockdiag.registry import config_dir
+from lockdiag.registry.validation import read_text, toml_refusal
 
 FILE_NAME = "settings.toml"
 ENV_VAR = "LOCKDIAG_SETTINGS"
 MAX_SIZE = 256 * 1024  # bytes: a settings file is a few hundred lines of comments at most
+MAX_ELEMENTS = 20_000  # values, items and tables: a thousand [targets] take 4,000
 DEFAULTS = "defaults"  # the table of settings for every command that has the option
 TARGETS = "targets"
 EVERY_COMMAND = ("target", "timeout", "registry", "format")  # what [defaults] may set
@@ -120,12 +122,14 @@ def load_settings(commands: Collection[str]) -> Settings:
     if not path.exists() and os.environ.get(ENV_VAR) is None:
         return Settings(path)
     try:
-        text = read_bounded(path, MAX_SIZE, "settings file").decode("utf-8")
+        text = read_text(path, MAX_SIZE, "settings file")
     except InputError as error:
         raise SettingsError(f"{located(path)}: {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise SettingsError(f"{located(path)}: cannot read: {reason}") from None
+    except OSError as error:
+        raise SettingsError(f"{located(path)}: cannot read: {error.strerror or error}") from None
+    refusal = toml_refusal(text, "settings file", MAX_ELEMENTS)
+    if refusal is not None:
+        raise SettingsError(f"{located(path)}: {refusal}")
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

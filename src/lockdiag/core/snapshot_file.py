@@ -21,7 +21,8 @@ from typing import Any, Literal, Union
 
 from lockdiag.core.model import DerivedKey, LockRow, PoolLink, ServerInfo, Session, Snapshot
 from lockdiag.errors import InputError
-from lockdiag.registry import BinaryData, nesting_depth, read_bounded
+from lockdiag.registry import nesting_depth, read_bounded
+from lockdiag.registry.validation import Unreadable
 
 FILE_FORMAT = "lockdiag-snapshot"
 FILE_VERSION = 1
@@ -33,6 +34,12 @@ MAX_FILE_SIZE = 1 << 30
 # levels of arrays and objects: a snapshot's document uses four (the document, its list of
 # locks, a lock, its blocked_by); the json module recurses once per level
 MAX_DEPTH = 64
+# array items and object members (see _shape): a lock takes 17, so a snapshot of 300,000
+# locks (110 MB) has 5.2 million and takes 460 MB to load. The json module spends up to some
+# 120 bytes an element however few bytes of file make one (an empty array: 3 bytes, 64 of
+# memory), so this bounds any file's cost near the largest real one's: about 1 GB and 20 s
+# at most (an object of 8 million members); 16 MB of empty arrays had taken 470 MB
+MAX_ELEMENTS = 8_000_000
 
 
 def server_info(raw: dict[str, Any], version_num: int) -> ServerInfo:
@@ -148,7 +155,7 @@ def read_file(path: Path, what: str) -> bytes:
     read (see :func:`lockdiag.registry.read_bounded`)."""
     try:
         return read_bounded(path, MAX_FILE_SIZE, what)
-    except (OSError, BinaryData) as error:
+    except (OSError, Unreadable) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise InputError(f"cannot read {what} {path}: {reason}") from None
     except InputError as error:
@@ -161,10 +168,7 @@ def read_recording(path: Path) -> list[str]:
     A snapshot file (`lockdiag snapshot -o`) is a recording of one frame: its document, whole,
     is the one item. They differ from the first line on: each line of a recording is a whole
     document, a snapshot file's first line opens one ("{" alone, as :func:`dumps` writes it)."""
-    try:
-        text = read_file(path, "recording").decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InputError(f"cannot read recording {path}: {error}") from None
+    text = _decoded(read_file(path, "recording"))
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise InputError(f"{path} holds no snapshot")
@@ -180,21 +184,40 @@ def is_snapshot_document(first_line: str) -> bool:
     return opening.startswith("{") and not opening.endswith("}")
 
 
+def _decoded(data: bytes) -> str:
+    """UTF-8 (a byte order mark dropped, as the json module does), each invalid sequence
+    shown as U+FFFD, the replacement character."""
+    return data.decode("utf-8-sig", "replace")
+
+
 def loads(text: str | bytes, name: str = "<snapshot>") -> Snapshot:
-    """A snapshot from the JSON text of a snapshot file (bytes: UTF-8)."""
+    """A snapshot from the JSON text of a snapshot file (bytes: UTF-8, see :func:`_decoded`).
+    Refused before it is parsed when nested deeper than :data:`MAX_DEPTH` or larger than
+    :data:`MAX_ELEMENTS`; a lone surrogate (``"\\ud800"``, which no output can encode) is
+    read as U+FFFD."""
     deep = f"{name}: nested more than {MAX_DEPTH} levels deep: not a snapshot file"
-    if _json_depth(text) > MAX_DEPTH:
+    depth, elements = _shape(
+        text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    )
+    if depth > MAX_DEPTH:
         raise InputError(deep)
+    if elements > MAX_ELEMENTS:
+        raise InputError(
+            f"{name}: more than {MAX_ELEMENTS:,} elements (array items, object members): "
+            "not a snapshot file"
+        )
+    if isinstance(text, bytes):
+        text = _decoded(text)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(
             f"{name}:{error.lineno}: not a snapshot file: invalid JSON ({error.msg})"
         ) from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"cannot read snapshot file {name}: {error}") from None
     except RecursionError:  # a backstop: the scan above counts what json recurses on
         raise InputError(deep) from None
+    if _SURROGATE_ESCAPE.search(text):
+        document = _without_surrogates(document)
     if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
         raise InputError(f'{name}: not a lockdiag snapshot file (no "format": "{FILE_FORMAT}")')
     if document.get("version") != FILE_VERSION:
@@ -240,18 +263,19 @@ def loads(text: str | bytes, name: str = "<snapshot>") -> Snapshot:
     return Snapshot(server, source, scope, sessions, locks, 0.0, derived, notes, pool)
 
 
-_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}",')))
 _STRINGS_CHUNK = 1 << 20  # quotes split at a time: a file of quotes never becomes a list of all
 
 
-def _json_depth(text: str | bytes) -> int:
-    """The nesting of JSON text, its strings left out, up to ``MAX_DEPTH`` + 1 (see
-    :func:`lockdiag.registry.nesting_depth`). Done in C on bytes, in passes that copy: escaped
-    backslashes then escaped quotes dropped (so no quote left is escaped), every byte but
-    brackets and quotes dropped, then the strings: most hold no bracket and are by then an
-    empty pair of quotes; the few others are cut out between quotes. A tenth of the time the
+def _shape(data: bytes) -> tuple[int, int]:
+    """The nesting of JSON text, up to ``MAX_DEPTH`` + 1 (see
+    :func:`lockdiag.registry.nesting_depth`), and its elements: its commas and opening
+    brackets, so every array item and object member and every array and object (at least),
+    its strings left out. Done in C on bytes, in passes that copy: escaped backslashes then
+    escaped quotes dropped (so no quote left is escaped), every byte but brackets, commas and
+    quotes dropped, then the strings: most hold no bracket nor comma and are by then an empty
+    pair of quotes; the few others are cut out between quotes. A twentieth of the time the
     rest of loading takes; a file of a million strings full of brackets, a second."""
-    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     if b"\\" in data:
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     structure = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
@@ -262,7 +286,27 @@ def _json_depth(text: str | bytes) -> int:
             outside.append(b"".join(pieces[int(inside) :: 2]))
             inside ^= len(pieces) % 2 == 0  # an odd number of quotes in the chunk
         structure = b"".join(outside)
-    return nesting_depth(structure, MAX_DEPTH)
+    elements = sum(map(structure.count, (b",", b"[", b"{")))
+    return nesting_depth(structure, MAX_DEPTH), elements
+
+
+# a \ud800-\udfff escape, perhaps half of a pair; a false match (an escaped backslash before
+# "ud800") only costs the walk below
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (and keys) as U+FFFD. The json module
+    joins a pair into one character; a lone one no encoder takes, so no output could show it."""
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 class _FieldError(Exception):

@@ -17,7 +17,8 @@ from psycopg.conninfo import conninfo_to_dict
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Poolers, Registry, read_bounded
+from lockdiag.registry import Poolers, Registry
+from lockdiag.registry.validation import read_text
 
 MAX_PARALLEL = 32
 
@@ -31,21 +32,26 @@ class Capture:
 
 
 TARGETS_LIMIT = 1 << 20  # bytes: a list of DSNs, never more than this
+MAX_TARGETS = 1000  # servers one command reads (MAX_PARALLEL at a time): a larger fleet is split
 
 
 def read_targets(path: Path) -> list[str]:
     """One DSN, URI or libpq service name per line; blank lines and # comments are skipped."""
     try:
-        lines = read_bounded(path, TARGETS_LIMIT, "targets file").decode().splitlines()
+        lines = read_text(path, TARGETS_LIMIT, "targets file").splitlines()
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"cannot read targets file {path}: {error}") from None
-    targets = []
+    except OSError as error:
+        raise InputError(f"cannot read targets file {path}: {error.strerror or error}") from None
+    targets: list[str] = []
     for line in lines:
         text = line.strip()
         if not text or text.startswith("#"):
             continue
+        if len(targets) == MAX_TARGETS:
+            raise InputError(
+                f"{path}: names more than {MAX_TARGETS} servers, the most one command reads"
+            )
         is_dsn = "=" in text or text.startswith(("postgres://", "postgresql://"))
         targets.append(text if is_dsn else f"service={text}")
     if not targets:

@@ -8,6 +8,7 @@ import itertools
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this la
 # levels of tables, arrays and inline tables below the document; a registry uses four
 # (namespaces, a namespace, its values, a value's parts); tomllib recurses once per level
 MAX_DEPTH = 64
+# values, items and tables (see toml_refusal): a registry uses a few hundred; a crafted one
+# this large takes at most some 40 MB and a second to check (1 MiB of table headers: 100 MB)
+MAX_ELEMENTS = 50_000
 READ_CHUNK = 1024 * 1024
 
 
@@ -68,8 +72,8 @@ def check_file(
     """``collisions``: what else claims a namespace's keys (`registry check` passes the
     catalogue of well-known software's keys; loading for a command does not)."""
     try:
-        text = read_bounded(path, MAX_SIZE, "registry file").decode("utf-8")
-    except (OSError, UnicodeDecodeError, BinaryData) as error:
+        text = read_text(path, MAX_SIZE, "registry file")
+    except (OSError, Unreadable) as error:
         reason = getattr(error, "strerror", None) or str(error)
         return None, [Problem("error", f"cannot read: {reason}", str(path))]
     except InputError as error:
@@ -77,24 +81,37 @@ def check_file(
     return parse_registry(text, str(path), collisions)
 
 
-class BinaryData(InputError):
+class Unreadable(InputError):
+    """:func:`read_bounded`'s refusal of a file it does not read at all: not a regular file,
+    or (BinaryData) not text."""
+
+
+class BinaryData(Unreadable):
     """:func:`read_bounded`'s refusal of a file that is not text at all (a NUL byte)."""
 
 
 def read_bounded(path: Path, limit: int, what: str) -> bytes:
     """The bytes of ``path``, read with a bound: never more than ``limit`` + 1 of them, so a
-    huge file, ``/dev/zero`` or a FIFO that never ends is refused without being read whole.
-    A regular file larger than ``limit`` is refused before anything is read; a NUL byte
-    (never in TOML nor JSON text) is refused at the chunk that holds it (BinaryData). Raises
-    InputError with the reason, without the file's name (the caller adds it); OSError is
-    left to the caller.
+    huge file or one that grows without end is refused without being read whole. Only a
+    regular file is read: a FIFO, a device or a socket may never end nor even answer (a FIFO
+    with no writer blocks forever), so it is refused without waiting (opened non-blocking,
+    then looked at). A regular file larger than ``limit`` is refused before anything is
+    read; a NUL byte (never in TOML nor JSON text) is refused at the chunk that holds it
+    (BinaryData). Raises InputError with the reason (Unreadable: a file not read at all),
+    without the file's name (the caller adds it); OSError is left to the caller.
 
-    Shared by the registry and the snapshot file reader (:mod:`lockdiag.core.snapshot_file`),
-    this module being the lowest that both import."""
+    Shared by the registry, the settings, the targets and the snapshot file readers (see
+    :mod:`lockdiag.core.snapshot_file`), this module being the lowest that all import."""
     refused = f"not a {what}"
     chunks: list[bytes] = []
-    with path.open("rb") as file:
-        if os.fstat(file.fileno()).st_size > limit:  # 0 for a device or a FIFO: read on
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a file")
+            raise Unreadable(f"{kind}, not a regular file")
+        os.set_blocking(descriptor, True)
+        if status.st_size > limit:
             raise InputError(f"larger than {size_text(limit)}: {refused}")
         read = 0
         while read <= limit:
@@ -106,9 +123,21 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
                 raise BinaryData(f"binary data (a NUL byte at byte {where})")
             chunks.append(chunk)
             read += len(chunk)
-    if read > limit:
+    if read > limit:  # a file that grew while it was read
         raise InputError(f"larger than {size_text(limit)}: {refused}")
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory",
+}  # fmt: skip
+
+
+def read_text(path: Path, limit: int, what: str) -> str:
+    """:func:`read_bounded`'s bytes as UTF-8 text, each invalid sequence (another encoding,
+    an encoded surrogate) shown as U+FFFD, the replacement character, as a terminal would."""
+    return read_bounded(path, limit, what).decode("utf-8", "replace")
 
 
 def size_text(size: int) -> str:
@@ -155,9 +184,18 @@ _TOML_TEXT = re.compile(
 )
 
 
-def _toml_depth(text: str) -> int:
-    """The bracket nesting of TOML text, strings and comments left out (see nesting_depth)."""
-    return nesting_depth(_TOML_TEXT.sub("", text).encode("utf-8", "surrogatepass"), MAX_DEPTH)
+def toml_refusal(text: str, what: str, most: int) -> str | None:
+    """Why TOML text is refused before tomllib reads it, if it is: brackets nested more
+    than ``MAX_DEPTH`` deep (see :func:`nesting_depth`), or more than ``most`` elements,
+    counted, strings and comments left out, as the marks that make one (``=`` a key's value,
+    ``,`` an item, ``[`` ``{`` a table or an array, ``.`` a dotted key's table): tomllib
+    spends some 60 bytes of memory an element, the file itself one or two."""
+    structure = _TOML_TEXT.sub("", text).encode("utf-8", "surrogatepass")
+    if nesting_depth(structure, MAX_DEPTH) > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep: not a {what}"
+    if sum(map(structure.count, (b"=", b",", b"[", b"{", b"."))) > most:
+        return f"more than {most:,} elements (values, items, tables): not a {what}"
+    return None
 
 
 def _document_depth(document: dict[str, Any]) -> int:
@@ -175,30 +213,38 @@ def _document_depth(document: dict[str, Any]) -> int:
     return deepest
 
 
-def parse_registry(
-    text: str, path: str = FILE_NAME, collisions: Collisions | None = None
-) -> tuple[Registry | None, list[Problem]]:
-    """Validate registry text. Returns the registry (None when an error makes it unusable)
-    and every problem found, errors and warnings, each with its line where it can be located."""
+def _read_toml(text: str, path: str) -> dict[str, Any] | Problem:
+    """The TOML document of a registry file, or why it cannot be read."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
 
-    deep = f"nested more than {MAX_DEPTH} levels deep: not a registry file"
-    too_deep = [Problem("error", deep, path)]
-    if _toml_depth(text) > MAX_DEPTH:
-        return None, too_deep
+    refusal = toml_refusal(text, "registry file", MAX_ELEMENTS)
+    if refusal is not None:
+        return Problem("error", refusal, path)
+    too_deep = Problem(
+        "error", f"nested more than {MAX_DEPTH} levels deep: not a registry file", path
+    )
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         line = getattr(error, "lineno", None) or _line_from_message(str(error))
         message = getattr(error, "msg", None) or re.sub(r"\s*\(at line.*\)$", "", str(error))
-        return None, [Problem("error", f"not valid TOML: {message}", path, line)]
+        return Problem("error", f"not valid TOML: {message}", path, line)
     except RecursionError:  # a backstop: the scan above counts what tomllib recurses on
-        return None, too_deep
-    if _document_depth(document) > MAX_DEPTH:
-        return None, too_deep
+        return too_deep
+    return too_deep if _document_depth(document) > MAX_DEPTH else document
+
+
+def parse_registry(
+    text: str, path: str = FILE_NAME, collisions: Collisions | None = None
+) -> tuple[Registry | None, list[Problem]]:
+    """Validate registry text. Returns the registry (None when an error makes it unusable)
+    and every problem found, errors and warnings, each with its line where it can be located."""
+    document = _read_toml(text, path)
+    if isinstance(document, Problem):
+        return None, [document]
     lines = _LineIndex(text)
     problems: list[Problem] = []
 
