@@ -21,7 +21,7 @@ class Terminal(io.StringIO):
 
 def test_clean_makes_control_characters_visible() -> None:
     assert clean("ok\x1b[31mred\x1b[0m\nnext\ttab\x07\u202e") == (
-        "ok\\e[31mred\\e[0m\\nnext\\ttab\\x07\\x202e"
+        "ok\\e[31mred\\e[0m\\nnext\\ttab\\x07\\u202e"
     )
     assert clean(None) == ""
     assert clean("[bold]markup[/bold]") == "[bold]markup[/bold]"  # rich never parses cells
