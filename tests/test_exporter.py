@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -252,62 +253,74 @@ def test_the_dashboard_asks_only_for_series_that_exist(exporter: Running) -> Non
     assert not missing(), f"the dashboard asks for series the exporter never serves: {missing()}"
 
 
-def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(
-    exporter: Running, tmp_path: Path
-) -> None:
+@contextmanager
+def prometheus(tmp_path: Path, config: str) -> Iterator[str]:
+    """A real Prometheus on loopback with this configuration (beside files written in
+    ``tmp_path``), its API's URL."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
-    rules = (CONTRIB / "prometheus" / "lockdiag-rules.yml").read_text()
-    (tmp_path / "rules.yml").write_text(re.sub(r"for: \d+m", "for: 0s", rules))
-    host = exporter.url.removeprefix("http://")
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "rule_files: [rules.yml]\n"
-        f"scrape_configs:\n  - job_name: lockdiag\n    static_configs: [{{targets: ['{host}']}}]\n"
-    )
+    (tmp_path / "prometheus.yml").write_text(config)
     port = free_port()
-    prometheus = subprocess.Popen(
+    process = subprocess.Popen(
         [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
          f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    api = f"http://127.0.0.1:{port}/api/v1"
-
-    def series(query: str) -> list[dict[str, object]]:
-        try:
-            status, body = get(f"{api}/query?query={urllib.parse.quote(query)}")
-        except OSError:
-            return []
-        result: list[dict[str, object]] = (
-            json.loads(body)["data"]["result"] if status == 200 else []
-        )
-        return result
-
-    def firing() -> set[str]:
-        try:
-            alerts = json.loads(get(f"{api}/alerts")[1])["data"]["alerts"]
-        except (OSError, ValueError, KeyError):
-            return set()
-        return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
-
-    def scraped_cleanly() -> bool:  # it asked for OpenMetrics and gzip, and parsed the answer
-        try:
-            targets = json.loads(get(f"{api}/targets")[1])["data"]["activeTargets"]
-        except (OSError, ValueError, KeyError):
-            return False
-        return [(t["health"], t["lastError"]) for t in targets] == [("up", "")]
-
     try:
-        until(lambda: len(series("lockdiag_up")) == 2, 60, "Prometheus to scrape both targets")
+        yield f"http://127.0.0.1:{port}/api/v1"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def series(api: str, query: str) -> list[dict[str, Any]]:
+    """The result of an instant query to a Prometheus API; none while it does not answer."""
+    try:
+        status, body = get(f"{api}/query?query={urllib.parse.quote(query)}")
+    except OSError:
+        return []
+    result: list[dict[str, Any]] = json.loads(body)["data"]["result"] if status == 200 else []
+    return result
+
+
+def scrape_config(url: str, timeout: str = "1s", rules: str = "") -> str:
+    """One job scraping ``url``'s /metrics every second, within ``timeout``; these rule files."""
+    host = url.removeprefix("http://")
+    return (
+        f"global: {{scrape_interval: 1s, scrape_timeout: {timeout}, evaluation_interval: 1s}}\n"
+        f"rule_files: [{rules}]\n"
+        f"scrape_configs:\n  - job_name: lockdiag\n    static_configs: [{{targets: ['{host}']}}]\n"
+    )
+
+
+def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(
+    exporter: Running, tmp_path: Path
+) -> None:
+    rules = (CONTRIB / "prometheus" / "lockdiag-rules.yml").read_text()
+    (tmp_path / "rules.yml").write_text(re.sub(r"for: \d+m", "for: 0s", rules))
+    with prometheus(tmp_path, scrape_config(exporter.url, rules="rules.yml")) as api:
+
+        def firing() -> set[str]:
+            try:
+                alerts = json.loads(get(f"{api}/alerts")[1])["data"]["alerts"]
+            except (OSError, ValueError, KeyError):
+                return set()
+            return {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+
+        def scraped_cleanly() -> bool:  # it asked for OpenMetrics and gzip, and parsed the answer
+            try:
+                targets = json.loads(get(f"{api}/targets")[1])["data"]["activeTargets"]
+            except (OSError, ValueError, KeyError):
+                return False
+            return [(t["health"], t["lastError"]) for t in targets] == [("up", "")]
+
+        until(lambda: len(series(api, "lockdiag_up")) == 2, 60, "Prometheus to scrape both targets")
         until(scraped_cleanly, 30, "Prometheus to report its scrape healthy")
-        until(lambda: series('lockdiag_advisory_locks{namespace="tenant_summary"}'), 30,
+        until(lambda: series(api, 'lockdiag_advisory_locks{namespace="tenant_summary"}'), 30,
               "lock counts per namespace")  # fmt: skip
-        until(lambda: series("lockdiag_hold_seconds_bucket"), 30, "hold-time histograms")
+        until(lambda: series(api, "lockdiag_hold_seconds_bucket"), 30, "hold-time histograms")
         until(lambda: {"LockdiagStuckOwner", "LockdiagTargetDown"} <= firing(), 60,
               "the stuck-owner and target-down alerts to fire")  # fmt: skip
-    finally:
-        prometheus.terminate()
-        prometheus.wait(10)
 
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

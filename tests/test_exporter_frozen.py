@@ -24,7 +24,17 @@ from lockdiag.exporter.routes import SCRAPE_TIMEOUT_HEADER, scrape_budget
 
 from conftest import Sessions
 from freezer import FreezingProxy
-from test_exporter import get, make_exporter, scrape_threads, serving, until, up
+from test_exporter import (
+    get,
+    make_exporter,
+    prometheus,
+    scrape_config,
+    scrape_threads,
+    series,
+    serving,
+    until,
+    up,
+)
 
 TIMEOUT = 2.0  # --timeout: a frozen target's attempt fails after this at the soonest
 KEY = (4102, 633)  # the healthy target's lock
@@ -136,6 +146,26 @@ def test_the_scrape_timeout_header_lowers_the_deadline(cluster: Cluster) -> None
             assert took < TIMEOUT, "the statement's own deadline was not waited for"
             proxy.close()  # the stalled conversation ends: its scrape too
             until(lambda: scrape_threads("stalled") == 0, 30, "the stalled scrape to end")
+
+
+def test_a_real_prometheus_gets_every_scrape_in_time(
+    cluster: Cluster, silent: str, tmp_path: Path
+) -> None:
+    """Prometheus gives each scrape 1s (and says so in the header); a frozen target would cost
+    TIMEOUT: not one scrape fails, the first included, and the healthy target's series come."""
+    exporter = make_exporter([Target("healthy", cluster.dsn()), Target("silent", silent)], TIMEOUT)
+    with serving(exporter) as url, prometheus(tmp_path, scrape_config(url, "1s")) as api:
+
+        def value(query: str) -> list[str]:
+            return [result["value"][1] for result in series(api, query)]
+
+        until(lambda: value('lockdiag_up{target="silent"}') == ["0"], 60, "the frozen target")
+        until(lambda: value('lockdiag_up{target="healthy"}') == ["1"], 30, "the healthy target")
+        scrapes = 'count_over_time(up{job="lockdiag"}[1m])'
+        until(lambda: int((value(scrapes) or ["0"])[0]) >= 4, 30, "four scrapes")
+        assert value('min_over_time(up{job="lockdiag"}[1m])') == ["1"], "a scrape failed"
+        assert value('lockdiag_waiting_sessions{target="healthy"}') == ["0"]
+        assert float(value('lockdiag_down_seconds{target="silent"}')[0]) > 0
 
 
 @pytest.mark.parametrize(
