@@ -20,6 +20,7 @@ statements by then): a session whose encoding is not UTF8 even then is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -36,10 +37,13 @@ from lockdiag.pg.capture import capture, complete
 from lockdiag.pg.connection import (
     APPLICATION_NAME,
     CLIENT_ENCODING,
+    Undecodable,
     conninfo,
     one_line,
     scrub,
     session_settings,
+    tolerate_undecodable,
+    undecodable_note,
 )
 from lockdiag.pg.deadline import BoundedConnection
 
@@ -67,6 +71,7 @@ class DiagnosticSession:
         self._connection: BoundedConnection | None = None
         self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
         self._told = False
+        self.undecodable = Undecodable()  # text values from the server that were not UTF-8
 
     def __enter__(self) -> DiagnosticSession:
         return self
@@ -96,6 +101,7 @@ class DiagnosticSession:
                 f"cannot connect: {one_line(scrub(str(error), self.dsn))}",
                 hint=_connect_hint(str(error)),
             ) from None
+        tolerate_undecodable(connection, self.undecodable)
         try:
             applied = _settings_row(connection.execute(_settings_query(self.timeout)))
         except psycopg.Error as error:
@@ -196,7 +202,10 @@ class DiagnosticSession:
         may take at most (each statement has the session's deadline anyway)."""
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
         with self.conversation(within) as connection:
+            undecodable = self.undecodable.values
             taken = capture(connection, self.describe(), scope, names)
+            if self.undecodable.values != undecodable:
+                taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
             if self.registry is None:
                 return taken
             return complete(connection, taken, self.registry, self.poolers, self.timeout)
