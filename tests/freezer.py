@@ -8,7 +8,9 @@ succeeds, as it does against a stopped server), ``thaw()`` resumes. ``freeze_aft
 relays the startup and authentication and the first ``n`` queries of each new connection
 (a simple 'Q', or an extended-protocol run from its Parse or Bind to its Sync), then freezes
 that connection: "the server stops
-answering right after the handshake" when ``n`` is 0.
+answering right after the handshake" when ``n`` is 0. ``delay(seconds)`` holds every message the
+client sends that long before relaying it: each round trip (the handshake's too) takes at least
+``seconds``, as over a slow link or to an overloaded server.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 _SSL_OR_GSS_REQUEST = (80877103, 80877104)
@@ -33,6 +36,7 @@ class _Link:
     startup_done: bool = False
     extended: bool = False  # inside an extended-protocol query (after P or B, before Sync)
     pending: bytearray = field(default_factory=bytearray)  # client bytes not yet parsed
+    held: deque[tuple[float, bytes]] = field(default_factory=deque)  # delayed: (when due, bytes)
 
 
 class FreezingProxy:
@@ -42,6 +46,7 @@ class FreezingProxy:
         self.port: int = self.listener.getsockname()[1]
         self.frozen = False
         self.queries_before_freeze: int | None = None
+        self.delay_seconds = 0.0
         self.first_accepted: float | None = None  # time.monotonic() of the first connection
         self.links: list[_Link] = []
         self.lock = threading.Lock()
@@ -70,6 +75,10 @@ class FreezingProxy:
         with self.lock:
             self.queries_before_freeze = count
 
+    def delay(self, seconds: float) -> None:
+        with self.lock:
+            self.delay_seconds = seconds
+
     def close(self) -> None:
         self.running = False
         self.thread.join(5)
@@ -89,7 +98,7 @@ class FreezingProxy:
 
     def _loop(self) -> None:
         while self.running:
-            for key, _ in self.selector.select(timeout=0.05):
+            for key, _ in self.selector.select(timeout=0.01 if self.delay_seconds else 0.05):
                 if key.data is None:
                     self._accept()
                     continue
@@ -98,6 +107,7 @@ class FreezingProxy:
                     if self.frozen or link.frozen:
                         continue  # leave the bytes in the kernel: nothing comes back
                 self._relay(link, from_client)
+            self._release_due()
 
     def _accept(self) -> None:
         client, _ = self.listener.accept()
@@ -123,10 +133,25 @@ class FreezingProxy:
             data = self._count_queries(link, data)
         elif from_client and link.pending:  # held back before a thaw
             data, link.pending = bytes(link.pending) + data, bytearray()
+        if from_client and (self.delay_seconds or link.held):  # in order, behind the held
+            link.held.append((time.monotonic() + self.delay_seconds, data))
+            return
         try:
             sink.sendall(data)
         except OSError:
             self._drop(link)
+
+    def _release_due(self) -> None:
+        """Relay the delayed client bytes whose time has come."""
+        now = time.monotonic()
+        for link in list(self.links):
+            while link.held and link.held[0][0] <= now:
+                _, data = link.held.popleft()
+                try:
+                    link.server.sendall(data)
+                except OSError:
+                    self._drop(link)
+                    break
 
     def _count_queries(self, link: _Link, data: bytes) -> bytes:
         """Relay whole messages until the query that freezes the link; hold back the rest."""

@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any
 
 import pexpect
 import psycopg
 import pytest
 
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
-from lockdiag.errors import EXIT_SERVER, EXIT_UNKNOWN, ServerError
+from lockdiag.errors import EXIT_NEGATIVE, EXIT_SERVER, EXIT_UNKNOWN, ServerError
 from lockdiag.pg import deadline
 from lockdiag.pg.session import DiagnosticSession
 
@@ -432,3 +435,150 @@ def test_row_security_off_refuses_rather_than_runs_a_policy(
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("DROP TABLE public.guarded")
             admin.execute("DROP FUNCTION public.lockdiag_policy_ran()")
+
+
+# -- a slow server: --timeout bounds the whole command -----------------------------------------
+
+SLOW_TIMEOUT = 5.0  # --timeout of the commands below: the whole command gets 6s
+DELAY = 4.0  # each round trip (the handshake's too): each alone is well within --timeout
+WHOLE = "did not answer within 6s"
+WHOLE_NOTE = "--timeout bounds the whole exchange, every round trip included"
+
+
+def test_one_shot_commands_are_bounded_as_a_whole(
+    cluster: Cluster, proxy: FreezingProxy, sessions: Sessions
+) -> None:
+    """Every round trip answered in 4s, under --timeout 5s: each command ends at its 6s (plus
+    a margin of its own), with one clear line, not after the sum of its round trips (12s and
+    more: 37.5s for check in the issue). The four run side by side."""
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 73)")
+    proxy.delay(DELAY)
+    dsn = proxy.dsn(cluster.dsn(sslmode="disable"))  # connecting is one round trip then
+    commands = {
+        "check": (["check", "--format", "nagios"], EXIT_UNKNOWN),
+        "list": (["list"], EXIT_SERVER),
+        "who-holds": (["who-holds", "--key", "4102,73"], EXIT_SERVER),
+        "terminate": (["terminate", str(holder.pid), "--yes"], EXIT_SERVER),
+    }
+    with ThreadPoolExecutor(len(commands)) as pool:
+        runs = {
+            name: pool.submit(lockdiag, *args, "--dsn", dsn, "--timeout", "5s")
+            for name, (args, _) in commands.items()
+        }
+        results = {name: run.result() for name, run in runs.items()}
+    for name, (result, took) in results.items():
+        output = result.stdout + result.stderr
+        assert took < SLOW_TIMEOUT + deadline.margin(SLOW_TIMEOUT) + GENEROUS, (name, took)
+        assert result.returncode == commands[name][1], (name, output)
+        assert "Traceback" not in output, name
+        errors = [line for line in result.stderr.splitlines() if line.startswith("lockdiag: err")]
+        assert len(errors) == 1 and WHOLE in errors[0] and WHOLE_NOTE in errors[0], (name, output)
+    first = results["check"][0].stdout.splitlines()[0]
+    assert first.startswith(f"LOCKDIAG UNKNOWN - the server {WHOLE}"), first
+    assert holder.run("SELECT 1") == [(1,)]  # terminate never got to the signal
+
+
+def test_a_budget_bounds_every_round_trip_of_a_block(
+    cluster: Cluster, proxy: FreezingProxy
+) -> None:
+    """The mechanism alone: in a budget of 1s (2s with the margin), round trips of 0.4s each
+    (BEGIN and COMMIT as well as the statements) end in NoAnswer at the budget, and the
+    connection is closed; outside a budget the same round trips go on."""
+    connection = deadline.connect(proxy.dsn(cluster.dsn()), 5, autocommit=True)
+    proxy.delay(0.4)
+    for _ in range(6):  # 2.4s or more, each round trip well within its own deadline
+        with connection.transaction():
+            connection.execute("SELECT 1")
+    started = time.monotonic()
+    with deadline.budget(1.0), pytest.raises(deadline.NoAnswer) as raised:
+        while True:
+            with connection.transaction():
+                connection.execute("SELECT 1")
+    took = time.monotonic() - started
+    assert 1.5 < took < 2 + GENEROUS, f"{took:.1f}s"
+    assert WHOLE_NOTE in str(raised.value) and "within 2s" in str(raised.value)
+    assert connection.closed
+
+
+def test_begin_and_commit_have_a_deadline(cluster: Cluster, proxy: FreezingProxy) -> None:
+    """A frozen server at the BEGIN of ``transaction()`` (as enrichment opens one): woken at
+    the deadline like a statement, not left waiting for ever."""
+    connection = deadline.connect(proxy.dsn(cluster.dsn()), 0.5, autocommit=True)
+    proxy.freeze()
+    raised: list[BaseException] = []
+
+    def begin() -> None:
+        try:
+            with connection.transaction():
+                pass
+        except BaseException as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=begin, daemon=True)
+    thread.start()
+    thread.join(0.5 + GENEROUS)
+    proxy.thaw()  # a hung BEGIN ends now, and the test fails below
+    thread.join(5)
+    assert raised and isinstance(raised[0], deadline.NoAnswer), raised
+    assert connection.closed
+
+
+# -- terminate tells what followed its signal --------------------------------------------------
+
+
+def test_terminate_a_stopped_backend_says_the_signal_was_sent(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A backend stopped (SIGSTOP) when it is signalled cannot act on the signal: terminate
+    says it sent it and saw no exit within --wait (3s, over --timeout 2s), exit 1, never a
+    cancelled query; resumed, the backend ends."""
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 74)")
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        result, took = lockdiag(
+            "terminate", str(holder.pid), "--yes", "--wait", "3s", "--timeout", "2s",
+            "--dsn", cluster.dsn(),
+        )  # fmt: skip
+        # still there while stopped
+        sessions.until(lambda admin: alive(admin, holder.pid), 5, "the stopped backend")
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_NEGATIVE, output
+    assert f"signal sent to pid {holder.pid}; the backend had not exited within 3s" in (
+        result.stderr
+    )
+    assert "lockdiag: error" not in output and "cancelled" not in output
+    assert "Traceback" not in output
+    assert 3 <= took < 3 + 2 + GENEROUS, f"{took:.1f}s"
+    sessions.until(lambda admin: not alive(admin, holder.pid), 10, "the resumed backend to end")
+
+
+def test_terminate_whose_look_after_the_signal_fails_says_the_signal_was_sent(
+    cluster: Cluster, proxy: FreezingProxy, sessions: Sessions
+) -> None:
+    """The server stops answering right after the signal: terminate says the signal was sent
+    and that whether the backend exited is unknown (exit 1), not only an error."""
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 75)")
+    proxy.freeze_after_queries(3)  # the settings, the preview, the signal; then silence
+    result, took = lockdiag(
+        "terminate", str(holder.pid), "--yes", "--dsn", proxy.dsn(cluster.dsn()),
+        "--timeout", "1s",
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == EXIT_NEGATIVE, output
+    assert (
+        f"signal sent to pid {holder.pid}; whether the backend has exited is unknown: lockdiag "
+        f"could not look after"
+    ) in result.stderr
+    assert NO_ANSWER in result.stderr and "Traceback" not in output
+    assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
+    sessions.until(lambda admin: not alive(admin, holder.pid), 10, "the signalled backend to end")
+
+
+def alive(admin: psycopg.Connection[Any], pid: int) -> bool:
+    row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return row is not None and row[0] > 0

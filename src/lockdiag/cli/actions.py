@@ -23,8 +23,9 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.core.termination import AfterCancel, Preview, after_cancel, nothing_to_cancel, preview
-from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError, ServerError
 from lockdiag.keys import parse_numbers
+from lockdiag.pg import deadline
 from lockdiag.pg.actions import act
 from lockdiag.pg.pooltest import run
 from lockdiag.pg.session import DiagnosticSession
@@ -48,7 +49,7 @@ from lockdiag.views.terminate import (
     **DURATION,
     default="5s",
     show_default=True,
-    help="How long to wait for the backend to exit.",
+    help="How long to wait for the backend to exit (or for a cancel to show), on top of --timeout.",
 )
 @pooler_options
 @connection_options
@@ -65,12 +66,14 @@ def terminate_command(
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
     --cancel acts only while a query runs (an idle session's cancel releases nothing), then
-    says which locks the cancel released and which stayed.
+    says which locks the cancel released and which stayed. --timeout bounds the preview as a
+    whole, and the action after the confirmation (--wait added); once the signal is sent, what
+    follows is said as seen: ended, not exited within --wait, or unknown.
 
     \b
-    Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the session shown);
-    2 refused; 3 server error or missing privilege (pg_signal_backend, or membership in the
-    owner's role).
+    Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the session shown,
+    or signalled but not seen to exit or stop); 2 refused; 3 server error or missing
+    privilege (pg_signal_backend, or membership in the owner's role).
 
     \b
     Examples:
@@ -116,12 +119,20 @@ def terminate_command(
                 raise InputError(refusal)
             if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
                 finish(False, "nothing done")
-        outcome = act(session, plan, cancel, wait)
-        if not outcome.done:
-            finish(False, outcome.message)
-        if not cancel:
-            finish(True, outcome.message, list(plan.releases), [])
-        check, now = _after_cancel(session, plan, wait)
+        with deadline.budget(where.timeout + wait):  # the confirmation may have taken minutes
+            outcome = act(session, plan, cancel, wait)
+            if not outcome.done:
+                finish(False, outcome.message)
+            if not cancel:
+                finish(True, outcome.message, list(plan.releases), [])
+            try:
+                check, now = _after_cancel(session, plan, wait)
+            except ServerError as error:  # the cancel was sent: say so, not only the error
+                finish(
+                    False,
+                    f"cancel request sent to pid {pid}; what it did is unknown: lockdiag could "
+                    f"not read the server again ({error})",
+                )
     finish(check.stopped, cancel_report(plan, now, check, wait), check.released, check.still_held)
 
 

@@ -10,6 +10,7 @@ what changed. Nothing here releases a lock in any other way.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -34,7 +35,9 @@ class Outcome:
 
 def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) -> Outcome:
     """Cancel the query of, or end, the previewed backend, if it is still that session in the
-    state the preview showed; say what happened."""
+    state the preview showed; say what happened. Ending it, wait up to ``wait`` seconds for the
+    backend to exit; once the signal is sent, what follows is reported as seen, never as an
+    error (a stopped backend acts on the signal only when it runs again)."""
     pid = plan.pid
     if plan.pool is not None and plan.pool.via == "console":
         moved = client_since_preview(plan, _link_now(session, plan, plan.pool))
@@ -48,7 +51,6 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
                 "backend_start": plan.session.backend_start,
                 "locks": json.dumps([_lock(lock) for lock in plan.decisive]),
                 "cancel": cancel,
-                "wait_ms": max(1, int(wait * 1000)),
             },
         )
     except NoAnswer as error:  # the statement may have run: say that nobody knows
@@ -80,12 +82,37 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
             return Outcome(True, f"cancel request sent to pid {pid}: its current query stops, "
                            "its session and session-level locks stay")  # fmt: skip
         return Outcome(False, f"pid {pid} is gone: nothing to cancel")
-    if signalled:
+    if not signalled:  # it exited between the check and the signal
+        return Outcome(False, f"pid {pid} is gone: nothing to end")
+    started = time.monotonic()
+    try:
+        exited = _exits_within(session, pid, wait)
+    except ServerError as error:
+        waited = time.monotonic() - started
+        return Outcome(
+            False,
+            f"signal sent to pid {pid}; whether the backend has exited is unknown: lockdiag "
+            f"could not look after {waited:.1f}s ({error})",
+        )
+    if exited:
         return Outcome(True, f"pid {pid} ended; its locks are released")
-    (still_there,) = session.fetch("backend_alive", {"pid": pid}) or (0,)
-    if still_there:
-        return Outcome(False, f"pid {pid} was signalled but had not exited after {wait:g}s")
-    return Outcome(False, f"pid {pid} is gone: nothing to end")
+    return Outcome(False, f"signal sent to pid {pid}; the backend had not exited within {wait:g}s")
+
+
+POLL = 0.05  # seconds between two looks at a signalled backend
+
+
+def _exits_within(session: DiagnosticSession, pid: int, wait: float) -> bool:
+    """Whether the signalled backend is seen gone within ``wait`` seconds: a backend acts on
+    the signal at its next check for interrupts, not at once."""
+    ends = time.monotonic() + wait
+    while True:
+        (alive,) = session.fetch("backend_alive", {"pid": pid}) or (0,)
+        if not alive:
+            return True
+        if time.monotonic() >= ends:
+            return False
+        time.sleep(min(POLL, max(0.0, ends - time.monotonic())))
 
 
 def _link_now(session: DiagnosticSession, plan: Preview, shown: PoolLink) -> PoolLink | None:

@@ -1,20 +1,26 @@
-"""A client-side deadline on every round trip lockdiag has with a server.
+"""A client-side deadline on every round trip lockdiag has with a server, and a time budget
+for a whole exchange: a one-shot command, one refresh of `watch` or `sample`, one scrape.
 
 statement_timeout is the server's own limit: it cannot help when the server itself is stopped
 (SIGSTOP, a frozen VM) or the network path to it silently drops everything: the connection
 stays open, the kernel accepts what is sent, and nothing ever comes back. psycopg 3 has no
 client-side query timeout, and libpq's connect_timeout covers connection establishment only.
+And a server that answers each round trip just in time would make a command of ten round trips
+take ten times --timeout.
 
-Every connection lockdiag opens comes from :func:`connect`: connection establishment is bounded
-by connect_timeout, and each statement sent on the connection (``execute``, through
-:class:`BoundedCursor`) is watched by one shared watchdog thread. A statement's deadline is its
-budget -- ``--timeout``, which is also the session's statement_timeout -- plus :func:`margin`,
-so that a live but slow server's own "canceling statement due to statement timeout" arrives
-first; :func:`limit` shortens the budget for a conversation (`sample`'s last snapshots). When a
-deadline passes, the watchdog sends a cancel request (bounded: it may go nowhere), then shuts the
-connection's socket down: the blocked call wakes with psycopg's OperationalError, the
-connection is closed and the caller gets :class:`NoAnswer`, one line with a hint. The next
-conversation opens a new connection.
+Every connection lockdiag opens comes from :func:`connect`, and every round trip on it (a
+statement, the BEGIN and COMMIT of a transaction: :meth:`BoundedConnection.wait`) is watched by
+one shared watchdog thread. Inside :func:`budget` (the diagnostic session opens one for each
+conversation; `terminate` one for its preview and one for its action) the whole block has
+``--timeout`` plus :func:`margin` from its start: connecting gets what is left of it (libpq's
+connect_timeout, whole seconds, at least 2), and so does each round trip, on every connection
+the block opens (a PgBouncer console's too). Outside one, a round trip gets ``--timeout`` (the
+session's statement_timeout too) plus the margin. The margin lets a live but slow server's own
+"canceling statement due to statement timeout" arrive first. When a deadline passes, the
+watchdog sends a cancel request (bounded: it may go nowhere), then shuts the connection's socket
+down: the blocked call wakes with psycopg's OperationalError, the connection is closed and the
+caller gets :class:`NoAnswer`, one line with a hint. The next conversation opens a new
+connection.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -37,8 +45,10 @@ from lockdiag.errors import ServerError
 from lockdiag.pg.connection import connect_timeout
 
 if TYPE_CHECKING:
+    from psycopg.abc import PQGen
     from psycopg.pq.abc import PGconn
-    from typing_extensions import Self
+
+RV = TypeVar("RV")
 
 MARGIN_FRACTION = 0.2  # of the budget: after statement_timeout, the server's error is on its way
 MARGIN_MIN = 1.0  # seconds: room for the server's error to arrive over a slow link
@@ -64,40 +74,60 @@ class NoAnswer(ServerError):
     """The server (or what is in front of it) did not answer within the client's deadline."""
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The time of a whole exchange with servers: ``timeout`` (--timeout) plus its margin,
+    until ``ends_at`` (time.monotonic())."""
+
+    timeout: float
+    ends_at: float
+
+    @property
+    def seconds(self) -> float:
+        return client_deadline(self.timeout)
+
+    def left(self) -> float:
+        return self.ends_at - time.monotonic()
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("lockdiag_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget(timeout: float) -> Iterator[Budget]:
+    """Everything sent to any server inside the block, by this thread, connecting included,
+    ends within ``timeout`` plus :func:`margin` from now; a block inside another ends no later
+    than the outer one. For a one-shot command, a refresh, a scrape."""
+    outer = _BUDGET.get()
+    whole = Budget(timeout, time.monotonic() + client_deadline(timeout))
+    if outer is not None and outer.ends_at <= whole.ends_at:
+        whole = outer
+    token = _BUDGET.set(whole)
+    try:
+        yield whole
+    finally:
+        _BUDGET.reset(token)
+
+
 class BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every statement has a client-side deadline (see the module).
 
-    ``budget`` is the seconds a statement may take on the server (its statement_timeout),
-    ``ends_at`` the end of the conversation under way when :func:`limit` set one, ``peer`` and
-    ``where`` name the other end in messages."""
+    ``timeout`` is the seconds a statement may take on the server (its statement_timeout, when
+    ``statement_timeout``), ``peer`` and ``where`` name the other end in messages."""
 
     def __init__(self, pgconn: PGconn, row_factory: RowFactory[Any] = tuple_row) -> None:
         super().__init__(pgconn, row_factory)
-        self.cursor_factory = BoundedCursor
-        self.budget = 5.0
-        self.ends_at: float | None = None
+        self.timeout = 5.0
         self.peer = "the server"
         self.where = ""
         self.statement_timeout = False  # whether the server was given the budget too
         self.alarm: _Alarm | None = None  # the statement under way
 
-
-class BoundedCursor(psycopg.Cursor[Any]):
-    """Every ``execute`` (``connection.execute`` too) under the connection's deadline."""
-
-    def execute(  # any query psycopg takes (str, bytes, sql.Composed; a Template in 3.3)
-        self,
-        query: Any,
-        params: Any = None,
-        *,
-        prepare: bool | None = None,
-        binary: bool | None = None,
-    ) -> Self:
-        connection = self.connection
-        if not isinstance(connection, BoundedConnection):
-            return super().execute(query, params, prepare=prepare, binary=binary)
-        with watched(connection):
-            return super().execute(query, params, prepare=prepare, binary=binary)
+    def wait(self, gen: PQGen[RV], *args: Any, **kwargs: Any) -> RV:
+        """Every round trip psycopg makes on the connection (a statement, BEGIN and COMMIT of
+        ``transaction()``, a rollback) goes through here: each under the deadline."""
+        with watched(self):
+            return super().wait(gen, *args, **kwargs)
 
 
 def connect(
@@ -107,13 +137,19 @@ def connect(
     statement_timeout: bool = False,
     **kwargs: Any,
 ) -> BoundedConnection:
-    """A connection whose statements get ``timeout`` plus :func:`margin` at most, opened within
-    libpq's connect_timeout (derived from ``timeout`` too). ``peer`` names the other end in
-    messages; ``statement_timeout``: the session has that server-side limit too (lockdiag's
-    own session). ``kwargs`` go to psycopg."""
-    info = make_conninfo(conninfo, connect_timeout=connect_timeout(timeout))
+    """A connection whose statements get ``timeout`` plus :func:`margin` at most (less in a
+    :func:`budget`), opened within libpq's connect_timeout (``timeout``, or what is left of the
+    budget, in whole seconds). ``peer`` names the other end in messages;
+    ``statement_timeout``: the session has that server-side limit too (lockdiag's own
+    session). ``kwargs`` go to psycopg."""
+    within, whole = timeout, _BUDGET.get()
+    if whole is not None:
+        if whole.left() <= 0:  # spent: no new connection
+            raise NoAnswer(*_ran_out(whole, peer, ""))
+        within = min(timeout, whole.left())
+    info = make_conninfo(conninfo, connect_timeout=connect_timeout(within))
     connection = BoundedConnection.connect(info, **kwargs)
-    connection.budget, connection.peer = timeout, peer
+    connection.timeout, connection.peer = timeout, peer
     connection.statement_timeout = statement_timeout
     host = connection.info.host
     host = f"socket {host}" if host.startswith("/") else host
@@ -122,31 +158,19 @@ def connect(
 
 
 @contextlib.contextmanager
-def limit(connection: BoundedConnection, seconds: float | None) -> Iterator[None]:
-    """A conversation that must end within ``seconds`` (plus the margin): each of its
-    statements gets what is left of that, if less than the connection's budget."""
-    if seconds is None:
-        yield
-        return
-    saved = connection.ends_at
-    ends_at = time.monotonic() + max(0.0, seconds)
-    connection.ends_at = ends_at if saved is None else min(saved, ends_at)
-    try:
-        yield
-    finally:
-        connection.ends_at = saved
-
-
-@contextlib.contextmanager
 def watched(connection: BoundedConnection) -> Iterator[None]:
     """One round trip on ``connection`` under its deadline: past it, the call is woken up and
-    :class:`NoAnswer` raised (the connection is then closed)."""
-    now = time.monotonic()
-    budget = connection.budget
-    if connection.ends_at is not None:
-        budget = min(budget, max(0.0, connection.ends_at - now))
-    extra = margin(connection.budget)
-    alarm = _Alarm(connection, budget + extra, min(CANCEL_BOUND, extra / 2))
+    :class:`NoAnswer` raised (the connection is then closed). In a :func:`budget`, the
+    deadline is what is left of it, if sooner."""
+    seconds, whole = client_deadline(connection.timeout), _BUDGET.get()
+    if whole is not None and whole.left() < seconds:
+        seconds = whole.left()
+    else:
+        whole = None  # the statement's own deadline comes first
+    alarm = _Alarm(connection, seconds, min(CANCEL_BOUND, margin(connection.timeout) / 2), whole)
+    if seconds <= 0:  # the budget is spent: nothing more is sent
+        connection.close()
+        raise alarm.no_answer()
     # a descriptor of our own: the same socket until settled, whatever libpq closes meanwhile
     # (if the connection is closed, the statement fails on its own at once)
     with contextlib.suppress(psycopg.Error, OSError):
@@ -176,8 +200,15 @@ def interrupt(connection: BoundedConnection | None) -> None:
 class _Alarm:
     """The deadline of one round trip; fired by the watchdog, settled by the caller."""
 
-    def __init__(self, connection: BoundedConnection, seconds: float, cancel_bound: float):
+    def __init__(
+        self,
+        connection: BoundedConnection,
+        seconds: float,
+        cancel_bound: float,
+        whole: Budget | None = None,
+    ) -> None:
         self.connection, self.seconds, self.cancel_bound = connection, seconds, cancel_bound
+        self.whole = whole  # the budget that set this deadline, if it was not the statement's
         self.ends_at = time.monotonic() + seconds
         self.lock = threading.Lock()
         self.returned = threading.Event()
@@ -222,22 +253,37 @@ class _Alarm:
 
     def no_answer(self) -> NoAnswer:
         connection = self.connection
-        within = seconds_text(self.seconds)
+        if self.whole is not None:
+            return NoAnswer(*_ran_out(self.whole, connection.peer, connection.where))
         where = f" ({connection.where})" if connection.where else ""
-        hint = (
-            f"{connection.peer}, or the network path to it, may be stopped or overloaded; "
-            "check it from another session, and raise --timeout if it is only slow"
-        )
+        hint = _SLOW_HINT.format(peer=connection.peer)
         if connection.statement_timeout:
             hint = (
-                f"even its statement_timeout of {seconds_text(connection.budget)} did not end "
+                f"even its statement_timeout of {seconds_text(connection.timeout)} did not end "
                 f"the query: {hint}"
             )
         return NoAnswer(
-            f"{connection.peer} did not answer within {within}{where}: lockdiag gave up and "
-            "closed its connection",
+            f"{connection.peer} did not answer within {seconds_text(self.seconds)}{where}: "
+            "lockdiag gave up and closed its connection",
             hint=hint,
         )
+
+
+_SLOW_HINT = (
+    "{peer}, or the network path to it, may be stopped or overloaded; check it from another "
+    "session, and raise --timeout if it is only slow"
+)
+
+
+def _ran_out(whole: Budget, peer: str, where: str) -> tuple[str, str]:
+    """The message and hint of a budget spent before the exchange ended."""
+    where = f" ({where})" if where else ""
+    return (
+        f"{peer} did not answer within {seconds_text(whole.seconds)}{where} (--timeout bounds "
+        "the whole exchange, every round trip included, plus a margin): lockdiag gave up and "
+        "closed its connection",
+        _SLOW_HINT.format(peer=peer),
+    )
 
 
 def _shut_down(descriptor: int) -> None:

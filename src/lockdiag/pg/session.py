@@ -10,8 +10,9 @@ The settings travel in the startup packet, and are verified with one query after
 pooler may drop them (PgBouncer's ``ignore_startup_parameters = options``): then each
 conversation runs inside ``BEGIN READ ONLY`` with ``SET LOCAL`` of each setting, verified in the
 same round trip, and ends with COMMIT (or ROLLBACK). Never a session-level SET: through
-transaction pooling it would stick to a server connection that other clients then use. Every
-statement has a client-side deadline (:mod:`lockdiag.pg.deadline`).
+transaction pooling it would stick to a server connection that other clients then use. Each
+conversation, connecting included, has --timeout plus a margin as a whole, and every statement
+a client-side deadline (:mod:`lockdiag.pg.deadline`).
 
 That transaction is read committed and not deferrable by name, whatever the database's
 defaults. client_encoding cannot be set that way (psycopg has encoded the transaction's
@@ -138,23 +139,24 @@ class DiagnosticSession:
     @contextmanager
     def conversation(self, within: float | None = None) -> Iterator[BoundedConnection]:
         """The connection, for one conversation with lockdiag's settings in force (in a
-        transaction of its own when they must be applied per transaction), each statement
-        under its deadline; ``within``: the whole conversation's budget, if shorter."""
-        with self.errors():
+        transaction of its own when they must be applied per transaction): all of it,
+        connecting included, within the session's timeout plus its margin
+        (:func:`deadline.budget`), or within ``within`` if shorter."""
+        seconds = self.timeout if within is None else max(0.0, min(self.timeout, within))
+        with deadline.budget(seconds), self.errors():
             connection = self.connection
-            with deadline.limit(connection, within):
-                if not self.per_transaction:
-                    yield connection
-                    return
-                self._begin(connection)
-                try:
-                    yield connection
-                except BaseException:
-                    if not connection.closed:
-                        with suppress(psycopg.Error, ServerError):
-                            connection.execute(b"ROLLBACK")
-                    raise
-                connection.execute(b"COMMIT")
+            if not self.per_transaction:
+                yield connection
+                return
+            self._begin(connection)
+            try:
+                yield connection
+            except BaseException:
+                if not connection.closed:
+                    with suppress(psycopg.Error, ServerError):
+                        connection.execute(b"ROLLBACK")
+                raise
+            connection.execute(b"COMMIT")
 
     def _begin(self, connection: BoundedConnection) -> None:
         """BEGIN READ ONLY, SET LOCAL of every setting and their check: one round trip (a

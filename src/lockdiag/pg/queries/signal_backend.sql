@@ -1,10 +1,11 @@
--- terminate and terminate --cancel, PostgreSQL 14 and later (pg_terminate_backend's timeout
--- argument appeared in 14). One statement: the backend is signalled only if it is still the
--- session the preview showed (the same backend_start: a pid can be reused by a new session)
--- and still holds, or waits for, every lock the person decided on; otherwise nothing is sent
--- and the row says what changed. A cancel is sent only while a query runs (a cancel of an idle
--- session returns true and releases nothing). pg_locks is read once (a materialized CTE of
--- this pid's rows).
+-- terminate and terminate --cancel, any supported version. One statement: the backend is
+-- signalled only if it is still the session the preview showed (the same backend_start: a pid
+-- can be reused by a new session) and still holds, or waits for, every lock the person decided
+-- on; otherwise nothing is sent and the row says what changed. A cancel is sent only while a
+-- query runs (a cancel of an idle session returns true and releases nothing). It never waits
+-- for the backend to exit (the caller watches for that: a stopped backend would hold this
+-- statement until statement_timeout and hide that the signal was sent). pg_locks is read once
+-- (a materialized CTE of this pid's rows).
 WITH target AS (
     SELECT a.backend_start, a.state
     FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = %(pid)s
@@ -47,6 +48,6 @@ SELECT v.alive, v.backend_start, v.missing, v.state,
                   OR v.state NOT IN ('idle', 'idle in transaction',
                                      'idle in transaction (aborted)'))
             THEN CASE WHEN %(cancel)s THEN pg_catalog.pg_cancel_backend(%(pid)s)
-                      ELSE pg_catalog.pg_terminate_backend(%(pid)s, %(wait_ms)s) END
+                      ELSE pg_catalog.pg_terminate_backend(%(pid)s) END
        END AS signalled
 FROM verdict AS v
