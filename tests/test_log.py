@@ -366,6 +366,45 @@ def test_bad_lines_are_counted_and_a_truncated_end_is_fine(
     assert "compressed data ends early" in result.stderr
 
 
+def test_a_stretch_of_nul_bytes_is_read_around(
+    incident: Incident, registry: str, tmp_path: Path
+) -> None:
+    """What a crash leaves in an append-only log: the server's first line cut by a megabyte of
+    NUL bytes, and another stretch between two entries; in each format the damage is skipped
+    and said, with where it was, and the story is read whole."""
+    for fmt in _formats(incident):
+        raw = incident.files[fmt].read_bytes()
+        first = raw.index(b"\n") + 1
+        middle = raw.index(b"\n", len(raw) // 2) + 1
+        nuls = b"\0" * (1 << 20)
+        damaged = raw[: first // 2] + nuls + raw[first:middle] + nuls + raw[middle:]
+        path = tmp_path / f"damaged-{incident.files[fmt].name}"
+        path.write_bytes(damaged)
+        data = _json([str(path), "--registry", registry])
+        _check(data, incident)
+        damage = data["files"][0]["damage"]
+        assert damage["nul_stretches"] == 2, (fmt, damage)
+        assert damage["nul_bytes"] == 2 * len(nuls) + first // 2
+        second = first // 2 + len(nuls) + middle - first
+        assert damage["skipped"] == [[0, first // 2 + len(nuls)], [second, len(nuls)]], fmt
+        assert any("stretch(es) of NUL bytes skipped" in note for note in data["notes"])
+
+
+def test_bytes_that_are_not_utf8_are_replaced(incident: Incident, registry: str,
+                                              tmp_path: Path) -> None:  # fmt: skip
+    """Invalid UTF-8 in a statement (a client's LATIN1): U+FFFD, counted; never a traceback."""
+    raw = incident.files["stderr"].read_bytes()
+    path = tmp_path / "latin1.log"
+    path.write_bytes(raw.replace(b"SELECT pg_advisory_lock(4102, 74)",
+                                 b"SELECT pg_advisory_lock(4102, 74) -- caf\xe9 \xff"))  # fmt: skip
+    data = _json([str(path), "--registry", registry])
+    _check(data, incident)
+    statements = raw.count(b"SELECT pg_advisory_lock(4102, 74)")
+    assert data["files"][0]["damage"]["undecodable_bytes"] == 2 * statements > 0
+    (timeout,) = [c for c in data["cancellations"] if c["kind"] == "lock timeout"]
+    assert timeout["statement"].endswith("-- caf\ufffd \ufffd")
+
+
 def test_another_language_is_detected_not_misread(incident: Incident, tmp_path: Path) -> None:
     """A log written with lc_messages = 'de_DE': the severities and messages are German."""
     german = (

@@ -318,6 +318,7 @@ class Damage:
     undecodable: int = 0  # bytes that are not UTF-8, shown as U+FFFD
     truncated: bool = False  # gzip data that ends early
     inflate_limit: int | None = None  # gzip data not read beyond this many inflated bytes
+    _nul_end: int = field(default=-1, repr=False, compare=False)
 
     def summary(self) -> str:
         """What was skipped, in a few words ("" when nothing was)."""
@@ -329,24 +330,32 @@ class Damage:
         return ", ".join(said)
 
     def nuls(self, offset: int, length: int) -> None:
+        """NUL bytes (or the partial line before them) at ``offset``: the same stretch as the
+        last when they follow it."""
         self.nul_bytes += length
-        if self.nul_stretches and sum(self.nul_stretches[-1]) == offset:
-            self.nul_stretches[-1] = Stretch(self.nul_stretches[-1].offset,
-                                             self.nul_stretches[-1].length + length)  # fmt: skip
-            return
-        self.nul_count += 1
-        if len(self.nul_stretches) < LISTED_STRETCHES:
-            self.nul_stretches.append(Stretch(offset, length))
+        if self.nul_count and offset == self._nul_end:
+            if self.nul_count <= LISTED_STRETCHES:
+                last = self.nul_stretches[-1]
+                self.nul_stretches[-1] = Stretch(last.offset, last.length + length)
+        else:
+            self.nul_count += 1
+            if self.nul_count <= LISTED_STRETCHES:
+                self.nul_stretches.append(Stretch(offset, length))
+        self._nul_end = offset + length
 
     def long(self, offset: int, length: int) -> None:
+        """A line too long, from ``offset``: ``length`` bytes so far (see ``longer``)."""
         self.long_bytes += length
-        if self.long_lines and sum(self.long_lines[-1]) == offset:
-            self.long_lines[-1] = Stretch(self.long_lines[-1].offset,
-                                          self.long_lines[-1].length + length)  # fmt: skip
-            return
         self.long_count += 1
         if len(self.long_lines) < LISTED_STRETCHES:
             self.long_lines.append(Stretch(offset, length))
+
+    def longer(self, length: int) -> None:
+        """More bytes of the last line too long."""
+        self.long_bytes += length
+        if self.long_count <= LISTED_STRETCHES:
+            last = self.long_lines[-1]
+            self.long_lines[-1] = Stretch(last.offset, last.length + length)
 
 
 class LogLines:
@@ -457,37 +466,45 @@ class LogLines:
         """The lines that end in ``data`` (no NUL in it; ``at`` its offset)."""
         if self._skipping:
             end = data.find(b"\n")
-            self.damage.long(at, end + 1 if end >= 0 else len(data))
+            self.damage.longer(end + 1 if end >= 0 else len(data))
             if end < 0:
                 return []
             self._skipping = False
             data, at = data[end + 1 :], at + end + 1
         end = data.rfind(b"\n")
         if end < 0:
-            self._carry += data
-            if len(self._carry) > self.max_line:
-                self.damage.long(at + len(data) - len(self._carry), len(self._carry))
-                self._carry, self._skipping = bytearray(), True
+            self._hold(data, at)
             return []
         whole = self._carry + data[: end + 1]
-        self._carry = bytearray(data[end + 1 :])
+        self._carry = bytearray()
+        if len(whole) > self.max_line:
+            whole = self._without_long(whole, at + end + 1 - len(whole))
+        self._hold(data[end + 1 :], at + end + 1)
         text = self._decode(whole)
         lines = text.splitlines(keepends=True)
         if len(lines) != text.count("\n"):  # a line break of another kind (\r, \f, U+2028)
             lines = [line + "\n" for line in text[:-1].split("\n")]
-        if max(map(len, lines)) > self.max_line:
-            lines = self._without_long(lines, at + end + 1 - len(whole))
         return lines
 
-    def _without_long(self, lines: list[str], at: int) -> list[str]:
-        kept = []
-        for line in lines:
-            size = len(line.encode("utf-8", "surrogatepass"))
-            if len(line) > self.max_line:
-                self.damage.long(at, size)
+    def _hold(self, data: bytes, at: int) -> None:
+        """The start of a line whose end is to come: kept, or skipped once too long."""
+        self._carry += data
+        if len(self._carry) > self.max_line:
+            self.damage.long(at + len(data) - len(self._carry), len(self._carry))
+            self._carry, self._skipping = bytearray(), True
+
+    def _without_long(self, whole: bytearray, at: int) -> bytearray:
+        """Whole lines less those longer than max_line (measured in bytes, as the carry)."""
+        pieces = whole.split(b"\n")
+        if max(map(len, pieces)) <= self.max_line:
+            return whole
+        kept = bytearray()
+        for piece in pieces[:-1]:  # the last is empty: ``whole`` ends with a line break
+            if len(piece) > self.max_line:
+                self.damage.long(at, len(piece) + 1)
             else:
-                kept.append(line)
-            at += size
+                kept += piece + b"\n"
+            at += len(piece) + 1
         return kept
 
     def _decode(self, data: bytes | bytearray) -> str:
