@@ -25,10 +25,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockdiag import registry as registry_module
+from lockdiag import settings as settings_module
 from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
+from lockdiag.pg import fleet
 from lockdiag.registry import MAX_DEPTH as TOML_DEPTH
 from lockdiag.registry import MAX_SIZE, check_file, nesting_depth, parse_registry
 from lockdiag.render import Output, Table, clean, csv_cell, render
@@ -192,6 +194,10 @@ def test_limits_are_documented_values() -> None:
     assert snapshot_file.MAX_FILE_SIZE == 1 << 30
     assert MAX_SIZE == 1 << 20
     assert JSON_DEPTH == TOML_DEPTH == 64
+    assert snapshot_file.MAX_ELEMENTS == 8_000_000
+    assert registry_module.validation.MAX_ELEMENTS == 50_000
+    assert settings_module.MAX_ELEMENTS == 20_000
+    assert fleet.MAX_TARGETS == 1000
 
 
 def test_a_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:

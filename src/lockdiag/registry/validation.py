@@ -105,12 +105,13 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
     refused = f"not a {what}"
     chunks: list[bytes] = []
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a file")
+        raise Unreadable(f"{kind}, not a regular file")
+    os.set_blocking(descriptor, True)
     with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a file")
-            raise Unreadable(f"{kind}, not a regular file")
-        os.set_blocking(descriptor, True)
         if status.st_size > limit:
             raise InputError(f"larger than {size_text(limit)}: {refused}")
         read = 0
