@@ -9,6 +9,11 @@ as real processes, each with a timeout of its own: without the deadline they han
 fails at that timeout. Bounds on time are generous (--timeout plus 5 s), never tight, except
 for q in watch, which must not wait for the deadline at all.
 
+A server that answers each round trip just in time (a delaying proxy) costs a one-shot command
+its --timeout plus the margin as a whole, not the sum of its round trips; and terminate says what
+followed its signal (sent; seen gone, not exited within --wait, or unknown) whatever the
+deadline, on a backend stopped with SIGSTOP.
+
 And the session lockdiag gets is the one it asked for: row_security = off is in force (a policy
 is refused, never run); the PgBouncer cases are in test_pooler.py.
 """

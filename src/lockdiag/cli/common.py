@@ -143,7 +143,9 @@ def _connection(command: F, fleet: bool) -> F:
         metavar="DURATION",
         default="5s",
         show_default=True,
-        help="statement_timeout and connect timeout of lockdiag's session (e.g. 2s, 500ms).",
+        help="Time limit of the command as a whole, connecting and every round trip included "
+        "(of each refresh in watch and sample, each target's scrape in the exporter), plus a "
+        "margin of a fifth (1s to 5s); also lockdiag's statement_timeout (e.g. 2s, 500ms).",
     )(command)
     if fleet:
         command = click.option(
