@@ -286,7 +286,7 @@ _CSV_HEAD = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [^,]*,(?:"[^"]*"|),
 
 # -- reading bytes: bounded whatever the input ------------------------------------------------
 
-CHUNK = 1 << 20  # bytes read (or inflated) at a time
+CHUNK = 256 << 10  # bytes read (or inflated) at a time: well under MAX_LINE (see _text)
 MAX_LINE = 1 << 20  # a longer line is skipped and counted: a bulk load's statement, or damage
 DETECT_BYTES = 64 << 20  # a file with no line in so many bytes is not a log (NULs, one line)
 HEAD_BATCHES = 8  # batches of lines at most held to tell the format (16 MiB at most)
