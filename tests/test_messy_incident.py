@@ -589,6 +589,7 @@ class PageTarget:
     seconds: float = 0.0123
     taken_at: float = field(default_factory=time.monotonic)
     down_since: float | None = None
+    stalled: bool = False
 
 
 @pytest.fixture(scope="module")

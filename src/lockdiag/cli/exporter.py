@@ -59,7 +59,9 @@ def exporter_command(
     Each scrape takes at most one snapshot per target (concurrent scrapes share it); a
     sampler per target probes its backends every --interval and reads the lock table when
     they changed, within --duty-cycle, for the hold and wait histograms. A dead
-    target shows lockdiag_up 0 and leaves the others untouched. Targets are named by host,
+    target shows lockdiag_up 0 and leaves the others untouched; one that does not answer
+    in time costs one deadline, then is retried in the background while scrapes report it
+    down at once. Prometheus' scrape timeout shortens the deadline. Targets are named by host,
     port and database, never with a password; /probe?target=NAME serves one of them.
 
     \b

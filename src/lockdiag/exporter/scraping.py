@@ -23,7 +23,7 @@ from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.errors import LockdiagError, ServerError
-from lockdiag.pg.deadline import client_deadline
+from lockdiag.pg.deadline import budget, client_deadline
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.views.check import check_metrics
@@ -96,7 +96,8 @@ class Scraper:
     def _take(self, target: Target, run: Scrape) -> None:
         session = self.sessions[target.name]
         try:
-            snapshot = self._snapshot(session, run.started + self.deadline)
+            with budget(self.timeout):  # the retry on a fresh connection shares it
+                snapshot = self._snapshot(session, run.started + self.deadline)
             diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
             run.report = diagnosis.incident(self.policy)
         except LockdiagError as error:
