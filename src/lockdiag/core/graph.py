@@ -58,6 +58,24 @@ class Blockers:
     roots: list[Root]  # ordered by impact: sessions blocked in total, then longest wait
     cycles: list[list[int]]  # waits that loop back on themselves (a deadlock not yet broken)
 
+    def queues(self) -> list[Queue]:
+        """Waiters at the head of a lock queue, most sessions queued behind first."""
+        return lock_queues(self)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A waiter that others queue behind: it waits for a lock that ``holders`` hold, and the
+    sessions in ``queued`` wait only because its request came first (pg_blocking_pids names
+    it, not the holders: their own requests conflict with its request, not with what the
+    holders hold). Once it stops waiting, they are granted at once."""
+
+    waiter: int
+    entry: LockEntry  # the lock it waits for
+    holders: tuple[int, ...]  # who holds what it waits for
+    queued: tuple[int, ...]  # sessions waiting behind it alone, in queue order
+    longest_wait: float | None  # the longest of their waits
+
 
 def blockers(snapshot: Snapshot, entries: list[LockEntry]) -> Blockers:
     """The graph of ``entries``: the snapshot analysed with every lock type (a Diagnosis's)."""
@@ -193,3 +211,39 @@ def behind(graph: Blockers, pid: int) -> list[int]:
                 found[waiter] = None
                 queue.append(waiter)
     return list(found)
+
+
+def lock_queues(graph: Blockers) -> list[Queue]:
+    """Every waiter at the head of a queue: one that holders keep waiting and that sessions
+    wait behind alone (each of their edges points to it, as queued). A session queued behind
+    two waiters is no one's: cancelling one of them would not free it."""
+    edges: dict[int, list[Edge]] = defaultdict(list)
+    for edge in graph.edges:
+        edges[edge.waiter].append(edge)
+    behind_only: dict[int, list[int]] = defaultdict(list)
+    for waiter, out in edges.items():
+        heads = {e.blocker for e in out}
+        if len(heads) == 1 and all(e.kind == "queued" for e in out):
+            behind_only[out[0].blocker].append(waiter)
+    found: list[Queue] = []
+    for head, queued in behind_only.items():
+        node = graph.nodes.get(head)
+        holders = tuple(e.blocker for e in edges.get(head, ()) if e.kind == "holds")
+        if node is None or node.waits is None or not holders:
+            continue
+        waits = [w.waited for p in queued if (w := graph.nodes[p].waits) and w.waited is not None]
+        found.append(Queue(head, node.waits, holders, tuple(queued), max(waits, default=None)))
+    found.sort(key=lambda q: (-len(q.queued), -(q.longest_wait or 0.0), q.waiter))
+    return found
+
+
+def oldest_wait(graph: Blockers, holds: list[LockEntry]) -> float | None:
+    """The longest wait of the sessions waiting for any of ``holds``: how long the lock has
+    been unavailable to them (not how long its holder has held it)."""
+    waits = [
+        w.waited
+        for entry in holds
+        for pid in entry.blocks
+        if (node := graph.nodes.get(pid)) and (w := node.waits) and w.waited is not None
+    ]
+    return max(waits, default=None)

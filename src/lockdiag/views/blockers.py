@@ -6,7 +6,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from lockdiag.core.graph import Blockers, Node, Root, Tree
+from lockdiag.core.findings import figures, queue_evidence, queue_step
+from lockdiag.core.graph import Blockers, Node, Queue, Root, Tree, oldest_wait, tree_pids
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean, text_height
@@ -77,7 +78,8 @@ def tree_rows(tree: Tree, report: Blockers, prefix: str = "", last: bool = True)
             line += f" holds {held}"
             bound = max((e.held_at_least or 0.0) for e in node.holds)
             if any(e.held_at_least is not None for e in node.holds):
-                line += f" (≥ {format_duration(bound)})"
+                both = figures(bound, oldest_wait(report, node.holds))
+                line += f" ({both or f'≥ {format_duration(bound)}'})"
         glyphs, child_prefix = "", ""
     else:
         glyphs = prefix + ("└─ " if last else "├─ ")
@@ -144,6 +146,7 @@ def blockers_output(incident: Incident) -> Output:
     """The chains, worst root first, in the incident's order; for a ticket, one pipe table
     of every session in the chains instead of the trees."""
     report = incident.report.graph
+    queues = report.queues()
     causes = ordered_roots(incident)
     roots = [cause.root for cause in causes if cause.root is not None]
 
@@ -161,7 +164,7 @@ def blockers_output(incident: Incident) -> Output:
         if not roots and not report.cycles:
             return nothing()
         chains = [
-            chain_lines(heading, root, report, columns)
+            chain_lines(heading, root, report, columns, queue_lines(root, report, queues))
             for heading, root in zip(headings(), roots, strict=True)
         ]
         cycles = [_cycle_line(cycle) for cycle in report.cycles]
@@ -195,6 +198,15 @@ def blockers_output(incident: Incident) -> Output:
                 for r in roots
             ],
             "cycles": report.cycles,
+            "queues": [
+                {
+                    "waiter": q.waiter,
+                    "holders": list(q.holders),
+                    "queued": list(q.queued),
+                    "longest_wait_seconds": q.longest_wait,
+                }
+                for q in queues
+            ],
         }
 
     def document() -> list[Block]:
@@ -208,11 +220,30 @@ def blockers_output(incident: Incident) -> Output:
 Chain = tuple[list[str], list[list[str]]]  # a heading's screen lines, each tree row's
 
 
-def chain_lines(heading: str, root: Root, graph: Blockers, columns: int) -> Chain:
-    """A root's heading and tree rows as screen lines ``columns`` wide (0: unwrapped), a
-    wrapped row kept under the tree's indent."""
+def chain_lines(
+    heading: str, root: Root, graph: Blockers, columns: int, notes: tuple[str, ...] = ()
+) -> Chain:
+    """A root's heading (and ``notes`` under it, kept with it) and tree rows as screen lines
+    ``columns`` wide (0: unwrapped), a wrapped row kept under the tree's indent."""
     rows = [row.wrapped(columns) for row in tree_rows(root.tree, graph)]
-    return TreeRow("", heading, "  ").wrapped(columns), rows
+    top = [line for text in [heading, *notes] for line in TreeRow("", text, "  ").wrapped(columns)]
+    return top, rows
+
+
+def queue_lines(root: Root, graph: Blockers, queues: list[Queue]) -> tuple[str, ...]:
+    """The lock queues in a root's chain, the quick way out first: sessions queued behind a
+    waiter are freed by cancelling its wait, without touching the holder."""
+    inside = set(tree_pids(root.tree))
+    server = graph.snapshot.server
+    return tuple(
+        line
+        for queue in queues
+        if queue.waiter in inside
+        for line in (
+            f"  queue: {clean(queue_evidence(queue, server))}",
+            f"  first: {clean(queue_step(queue, graph.snapshot))}",
+        )
+    )
 
 
 def fit_chains(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
+from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind, figures
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
@@ -118,9 +118,12 @@ CAUSE_HEADERS = ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED", "L
 
 
 def _brief(detail: list[str]) -> list[str]:
-    """A cause's detail when it cannot be shown whole: its impact (the first line) and its
-    next step (the last)."""
-    return detail if len(detail) <= 2 else [detail[0], detail[-1]]
+    """A cause's detail when it cannot be shown whole: its impact (the first line), the lock
+    queue's way out where there is one, and its next step (the last)."""
+    if len(detail) <= 2:
+        return detail
+    first = [line for line in detail[1:-1] if line.startswith("  first: ")]
+    return [detail[0], *first, detail[-1]]
 
 
 def _fitting(lines: list[str], room: int, columns: int) -> list[str]:
@@ -187,15 +190,23 @@ def _who(cause: Cause) -> str:
 
 
 def cause_detail(cause: Cause) -> list[str]:
+    """Its impact, the lock queue's way out first where there is one, its findings, the
+    figures where they need a word, the waits it causes, its owner, its next step."""
     detail = [f"  {cause.impact}"] if cause.impact else []
+    queue = next((f for f in cause.symptoms if f.kind == Kind.LOCK_QUEUE), None)
+    if queue is not None:
+        detail += [f"  queue: {clean(queue.evidence)}", f"  first: {clean(queue.next_step)}"]
     if cause.findings:
         detail.append(f"  {clean(cause.findings[0].evidence)}")
     detail += [f"  also {f.kind} ({f.severity}): {clean(f.evidence)}" for f in cause.findings[1:]]
+    both = figures(cause.age, cause.contended[0].longest_wait if cause.contended else None)
+    if both is not None:
+        detail.append(f"  figures: {both}")
     if cause.symptoms:
         detail.append(f"  {caused_line(cause.symptoms)}")
     if cause.owner is not None:
         detail.append(f"  {owner_line(cause.owner)}")
-    detail.append(f"  next: {clean(cause.next_step)}")
+    detail.append(f"  {'then' if queue else 'next'}: {clean(cause.next_step)}")
     return detail
 
 
@@ -226,7 +237,8 @@ def _worst(findings: tuple[Finding, ...]) -> Style:
 
 def caused_line(symptoms: tuple[Finding, ...]) -> str:
     """The findings inside a cause's chains (waits, mostly), folded into one line."""
-    who = ", ".join(f"pid {f.pid}" for f in symptoms[:5]) + (" ..." if len(symptoms) > 5 else "")
+    pids = list(dict.fromkeys(f.pid for f in symptoms))  # a session may have two findings
+    who = ", ".join(f"pid {pid}" for pid in pids[:5]) + (" ..." if len(pids) > 5 else "")
     waits = [f.value or 0.0 for f in symptoms if f.kind in WAITS]
     longest = f", longest {format_duration(max(waits))}" if waits else ""
     what = "wait(s)" if len(waits) == len(symptoms) else "finding(s)"

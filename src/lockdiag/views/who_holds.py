@@ -6,6 +6,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import WhoHolds
+from lockdiag.core.findings import queue_evidence, queue_step
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import ownership
@@ -108,6 +109,25 @@ def _in_cause_terms(
     return f"{label}: {who} is {what}{through}: {cause.impact or clean(cause.evidence)}{severity}"
 
 
+def queue_lines(report: WhoHolds) -> list[str]:
+    """Where a waiter for this key heads a queue (an exclusive request that shared ones queue
+    behind): the queue, and the quick way out first."""
+    if not report.waiters or report.incident is None:
+        return []
+    graph = report.incident().report.graph
+    waiting = {e.lock.pid for e in report.waiters}
+    server = graph.snapshot.server
+    return [
+        line
+        for queue in graph.queues()
+        if queue.waiter in waiting
+        for line in (
+            f"queue: {clean(queue_evidence(queue, server))}",
+            f"first: {clean(queue_step(queue, graph.snapshot))}",
+        )
+    ]
+
+
 def _who(pid: int | None, app: str | None) -> str:
     who = f"pid {pid}" if pid is not None else "a prepared transaction"
     return who + (f" ({clean(app)})" if app else "")
@@ -171,6 +191,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     now = snapshot.server.now
     key = report.key
     answer, next_step = cause_verdict(report)
+    way_out = queue_lines(report)
 
     def blocks() -> list[Block]:
         holding = [HolderRow(e, now) for e in report.holders]
@@ -180,7 +201,8 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         return [
             Text([clean(verdict(report))], "verdict"),
             Text([answer], "verdict"),
-            Text([f"next: {clean(next_step)}"] if next_step else []),
+            Text(way_out),
+            Text([f"{'then' if way_out else 'next'}: {clean(next_step)}"] if next_step else []),
             Text(
                 [
                     f"key: pg_locks {key}, {key.form} {key.describe()}; "
@@ -216,6 +238,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "held": report.held,
             "verdict": answer,
             "next_step": next_step,
+            "queue": way_out,
             "summary": verdict(report),
             "holders": [entry_data(e) for e in report.holders],
             "waiters": [entry_data(e) for e in report.waiters],
