@@ -298,3 +298,57 @@ def test_markdown_is_a_pipe_table_of_every_session() -> None:
     assert "tenant\\_summary 73" in root and "root" in root
     waiter = next(r for r in body if "| 9933 " in r)
     assert "pid 4163" in waiter and "7m28s" in waiter and "ExclusiveLock" in waiter
+
+
+# -- which figure is which ---------------------------------------------------------------------
+
+
+def test_a_chatty_holder_shows_both_figures_and_what_each_means(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A holder that runs SELECT 1 every 200 ms on its connection while it holds a session
+    lock: its lower bound (since its last change of state) stays under a second while its
+    waiter's wait grows. Side by side the two figures would read as a contradiction: each
+    view says what each one means, and never dates the holder by the queue."""
+    import threading
+    import time
+
+    holder = sessions.open("chatty")
+    holder.run("SELECT pg_advisory_lock(4102, 9)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 9)")
+    sessions.waiting(waiter)
+    stop = threading.Event()
+
+    def chat() -> None:
+        while not stop.wait(0.2):
+            holder.run("SELECT 1")
+
+    chatter = threading.Thread(target=chat, daemon=True)
+    chatter.start()
+    try:
+        time.sleep(3)
+        meaning = "counts from the holder's last change of state, as PostgreSQL records no lock"
+        args = ["--dsn", cluster.dsn(), "--format", "plain"]
+        text = shown_once(["blockers", *args], meaning)
+        row = text.splitlines()[1]
+        assert row.startswith(f"pid {holder.pid} chatty [idle ") and meaning in row, text
+        assert "its oldest waiter has waited 3" in row, row
+        assert "by this session or by one before it" in row, row
+        shown = shown_once(["who-holds", "tenant_summary", "9", *args], meaning)
+        assert any(line.startswith("figures: held ≥ ") for line in shown.splitlines()), shown
+        checked = shown_once(["check", "--wait-age", "1s", *args], meaning)
+        assert any(line.startswith("  figures: held ≥ ") for line in checked.splitlines())
+    finally:
+        stop.set()
+        chatter.join(5)
+
+
+def shown_once(args: list[str], text: str, tries: int = 20) -> str:
+    """The output of the first of ``tries`` runs that shows ``text`` (a chatty holder has a
+    lower bound only when the read finds it between two of its queries), else the last."""
+    for _ in range(tries):
+        output = CliRunner().invoke(cli, args).stdout
+        if text in output:
+            break
+    return output

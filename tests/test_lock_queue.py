@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 from click.testing import CliRunner
+from terminal import screen_of
 
 from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
@@ -20,7 +21,6 @@ from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry
 
 from conftest import Sessions, Worker
-from terminal import screen_of
 
 APPS = 15
 
@@ -73,9 +73,7 @@ def test_the_queue_rules_as_the_server_states_them(cluster: Cluster, outage: Out
     assert sorted(queue.queued) == sorted(app.pid for app in outage.apps)
 
 
-def test_check_names_the_waiting_ddl_and_its_cancel_first(
-    cluster: Cluster, outage: Outage
-) -> None:
+def test_check_names_the_waiting_ddl_and_its_cancel_first(cluster: Cluster, outage: Outage) -> None:
     ddl, reader = outage.ddl.pid, outage.reader.pid
     args = ["check", "--dsn", cluster.dsn(), "--wait-age", "0s"]
     document = json.loads(invoke(*args, "--format", "json"))
@@ -91,7 +89,6 @@ def test_check_names_the_waiting_ddl_and_its_cancel_first(
     first = next(i for i, line in enumerate(text) if line.startswith("  first: "))
     then = next(i for i, line in enumerate(text) if line.startswith("  then: "))
     assert first < then, text
-    print("\n".join(text))
 
 
 def test_check_on_a_terminal_keeps_the_way_out_and_the_other_causes(
@@ -105,7 +102,6 @@ def test_check_on_a_terminal_keeps_the_way_out_and_the_other_causes(
     sessions.waiting(waiter)
     screen = screen_of(["check", "--dsn", cluster.dsn(), "--wait-age", "0s"], (24, 80),
                        codes=(1, 2))  # fmt: skip
-    print("\n".join(screen))
     text = "\n".join(screen)
     assert f"lockdiag terminate {outage.ddl.pid} --cancel" in text.replace("\n", " ")
     assert any(f"pid {other.pid} (job)" in line for line in screen), text
@@ -113,10 +109,11 @@ def test_check_on_a_terminal_keeps_the_way_out_and_the_other_causes(
 
 def test_blockers_names_the_queue_under_its_root(cluster: Cluster, outage: Outage) -> None:
     text = invoke("blockers", "--dsn", cluster.dsn(), "--format", "plain")
-    print(text)
     lines = text.splitlines()
     assert lines[1].startswith(f"  queue: pid {outage.ddl.pid} (deploy) waits for AccessExclusive")
-    assert lines[2].startswith(f"  first: cancel its wait first: lockdiag terminate {outage.ddl.pid}")
+    assert lines[2].startswith(
+        f"  first: cancel its wait first: lockdiag terminate {outage.ddl.pid}"
+    )
     document = json.loads(invoke("blockers", "--dsn", cluster.dsn(), "--format", "json"))
     (queue,) = document["queues"]
     assert queue["waiter"] == outage.ddl.pid and len(queue["queued"]) == APPS
@@ -128,7 +125,7 @@ def test_the_advised_cancel_frees_the_queue_at_once(cluster: Cluster, outage: Ou
     result = CliRunner().invoke(
         cli, ["terminate", str(outage.ddl.pid), "--cancel", "--yes", "--dsn", cluster.dsn()]
     )
-    print(result.stdout, result.stderr)
+    assert result.exit_code == 0 and "its query stopped" in result.stdout, result.stdout
     assert all(app.done(10) and app.error is None for app in outage.apps)
     assert outage.ddl.done(10) and isinstance(outage.ddl.error, psycopg.errors.QueryCanceled)
     assert outage.reader.connection.info.transaction_status.name == "INTRANS"
@@ -152,7 +149,6 @@ def test_who_holds_names_an_exclusive_request_that_shared_ones_queue_behind(
         readers.append(reader)
     args = ["who-holds", "--key", "5,5", "--dsn", cluster.dsn()]
     lines = invoke(*args, "--format", "plain").splitlines()
-    print("\n".join(lines))
     first = f"first: cancel its wait first: lockdiag terminate {writer.pid} --cancel frees the 3"
     assert lines[2].startswith(f"queue: pid {writer.pid} (writer) waits for Exclusive on ")
     assert lines[3].startswith(first), lines

@@ -679,8 +679,8 @@ def figures(held: float | None, waited: float | None) -> str | None:
     if held is None or waited is None or waited < 2 * held + 1.0:
         return None
     return (
-        f"held ≥ {format_duration(held)} counts from the holder's last change of state "
-        f"(PostgreSQL records no lock time); its oldest waiter has waited "
+        f"held ≥ {format_duration(held)} counts from the holder's last change of state, "
+        f"as PostgreSQL records no lock time; its oldest waiter has waited "
         f"{format_duration(waited)}: the lock has been taken that long, by this session or "
         "by one before it"
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import WhoHolds
-from lockdiag.core.findings import queue_evidence, queue_step
+from lockdiag.core.findings import figures, queue_evidence, queue_step
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import ownership
@@ -192,6 +192,9 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     key = report.key
     answer, next_step = cause_verdict(report)
     way_out = queue_lines(report)
+    held = [e.held_at_least for e in report.holders if e.held_at_least is not None]
+    waited = [e.waited for e in report.waiters if e.waited is not None]
+    both = figures(max(held, default=None), max(waited, default=None))
 
     def blocks() -> list[Block]:
         holding = [HolderRow(e, now) for e in report.holders]
@@ -201,12 +204,13 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         return [
             Text([clean(verdict(report))], "verdict"),
             Text([answer], "verdict"),
+            Text([f"figures: {both}"] if both else []),
             Text(way_out),
             Text([f"{'then' if way_out else 'next'}: {clean(next_step)}"] if next_step else []),
             Text(
                 [
                     f"key: pg_locks {key}, {key.form} {key.describe()}; "
-                    f"SQL: {lock_sql(report.decoded, _seen(report.holders))}"
+                    f"SQL: {lock_sql(report.decoded, _seen(report.holders), report.holders)}"
                 ]
             ),
             table(
@@ -234,11 +238,12 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "namespace": decoded.namespace.name if decoded.namespace else None,
             "resource": decoded.resource,
             "known": known_data(decoded.known) if decoded.known else None,
-            "key": key_data(key, report.decoded, _seen(report.holders)),
+            "key": key_data(key, report.decoded, _seen(report.holders), report.holders),
             "held": report.held,
             "verdict": answer,
             "next_step": next_step,
             "queue": way_out,
+            "figures": both,
             "summary": verdict(report),
             "holders": [entry_data(e) for e in report.holders],
             "waiters": [entry_data(e) for e in report.waiters],
