@@ -8,16 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from enum import Enum
 from operator import attrgetter
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
 from lockdiag.core.catalogue import Known, collisions, software_of_session
-from lockdiag.core.graph import Blockers, Queue, tree_pids
-from lockdiag.core.model import ServerInfo, Session, Snapshot, describe_lock
-from lockdiag.core.ownership import Ownership, ownership, tell_apart
+from lockdiag.core.graph import Blockers, tree_pids
+from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
+from lockdiag.core.ownership import (
+    Ownership,
+    may_release,
+    ownership,
+    tell_apart,
+    what_ending_breaks,
+    written,
+)
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
 from lockdiag.registry import Namespace
@@ -38,8 +44,6 @@ class Kind(str, Enum):
     EXPECT_VIOLATED = "expect-violated"
     MAX_HOLD = "max-hold"
     MAX_WAIT = "max-wait"
-    LOCK_QUEUE = "lock-queue"
-    STALLED = "stalled"
 
     def __str__(self) -> str:
         return self.value
@@ -194,8 +198,6 @@ def check(
         *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
         *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
-        *_lock_queues(graph, policy),
-        *_stalled(snapshot, software, policy),
     ]
     return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes)
 
@@ -369,18 +371,28 @@ def _idle_holder_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) ->
     """For an idle holder of session locks: with no evidence that its work is over, both
     possibilities and the step that tells them apart; ending it only once that is known."""
     apart = tell_apart(entry, snapshot)
-    if not owner.allows_ending:
+    if not may_release(owner, advisory=True):
         return (
             "idle proves only that it is idle: its work may go on elsewhere (on another "
             "connection, or outside the database), or the unlock was missed (a missing "
             "pg_advisory_unlock, a lock taken through a pooled connection). Tell them apart: "
-            f"{apart}. Do not end the session before you know: mid-work, a second instance "
-            "would take the lock"
+            f"{apart}. Do not end it before you know: "
+            + what_ending_breaks("ending it", _namespace(entry))
         )
+    return _ending_step(entry, owner, apart)
+
+
+def _ending_step(entry: LockEntry, owner: Ownership, apart: str, lost: str = "") -> str:
+    """Ending the session, offered after the step that checks the owning process, for a
+    holder whose evidence allows it (see core.ownership.may_release)."""
     return (
         f"{owner.sentence}. Check the owning process first: {apart}. Once its work is known "
-        f"to be over: lockdiag terminate {entry.lock.pid}"
+        f"to be over: lockdiag terminate {entry.lock.pid}" + (f" ({lost})" if lost else "")
     )
+
+
+def _namespace(entry: LockEntry) -> Namespace | None:
+    return entry.decoded.namespace if entry.decoded is not None else None
 
 
 def _waits(waiters: list[LockEntry], policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
@@ -420,6 +432,7 @@ def _stuck_owners(
 ) -> Iterator[Finding]:
     server = snapshot.server
     reported: set[int | None] = set()
+    advisory = _advisory_holders(snapshot) if stuck else set()  # read only when needed
     for entry in stuck:
         session = entry.session
         if session is None or entry.lock.pid in reported:
@@ -443,34 +456,54 @@ def _stuck_owners(
             f"{len(entry.blocks)} session(s) wait for its lock",
             software_step(known, entry.lock.pid)
             if known is not None
-            else _stuck_owner_step(entry, owner, snapshot),
+            else _stuck_owner_step(entry, owner, snapshot, pid in advisory),
             entry,
             idle,
             owner=owner,
         )
 
 
-def _stuck_owner_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) -> str:
-    """For a holder idle in transaction while others wait: what its idleness can mean, the
-    step that tells it apart, and a timeout for that program's role only (a server-wide one
-    would also end every other program's normal pauses)."""
+def _advisory_holders(snapshot: Snapshot) -> set[int | None]:
+    """The backends holding an advisory lock: their exclusion depends on their sessions."""
+    return {r.pid for r in snapshot.locks if r.granted and r.locktype == "advisory"}
+
+
+def _stuck_owner_step(
+    entry: LockEntry, owner: Ownership, snapshot: Snapshot, advisory: bool
+) -> str:
+    """For a holder idle in transaction while others wait: what its idleness can mean and the
+    step that tells it apart. A holder of advisory locks may be idle in its transaction by
+    design: no timeout and no terminate without evidence (see core.ownership.may_release).
+    For one holding none: a timeout for that program only (a server-wide one would also end
+    the pauses of programs that do), and ending it where it has written nothing."""
+    apart, lost = tell_apart(entry, snapshot), written(entry.session)
+    if advisory:
+        if may_release(owner, advisory):
+            return _ending_step(entry, owner, apart, lost or "rolls back its transaction")
+        return (
+            "idle in transaction proves only that it is idle: some programs hold their lock so "
+            "by design (a coordination library's lock connection, a two-phase commit between "
+            f"its phases), others lost track of it. Tell them apart: {apart}. No "
+            "idle_in_transaction_session_timeout and no terminate: "
+            + what_ending_breaks("either", _namespace(entry))
+        )
     session = entry.session
     role = session.user if session and session.user and not session.hidden else "ROLE"
     step = (
         "idle in transaction proves only that it is idle: the program keeps its transaction "
-        "open between statements, working elsewhere (another connection, a call outside the "
-        f"database) or having lost track of it. Tell them apart: {tell_apart(entry, snapshot)}. "
-        "To bound such pauses for that program only, set idle_in_transaction_session_timeout "
-        "to more than its longest normal pause in its own connections (SET at connect), or "
-        f"with ALTER ROLE {role} SET idle_in_transaction_session_timeout when no other program "
-        "uses that role (not server-wide)"
+        f"open between statements, or lost track of it. Tell them apart: {apart}. It holds no "
+        "advisory lock, so idle_in_transaction_session_timeout is safe for it: set it above "
+        "its longest normal pause in its own connections (SET at connect), or by ALTER ROLE "
+        f"{role} if no program of that role holds advisory locks in a transaction (never "
+        "server-wide)"
     )
+    if session is not None and session.wrote is False:  # a reader: ending it costs no data
+        return f"{step}. {lost[:1].upper()}{lost[1:]}: lockdiag terminate {entry.lock.pid}"
     if owner.allows_ending:
-        step += (
-            f". {owner.sentence}: once its work is known to be over, lockdiag terminate "
-            f"{entry.lock.pid} (rolls back its transaction)"
+        return f"{step}. {owner.sentence}: once its work is known to be over, " + (
+            f"lockdiag terminate {entry.lock.pid} ({lost or 'rolls back its transaction'})"
         )
-    return step
+    return f"{step}. {lost[:1].upper()}{lost[1:]}" if lost else step
 
 
 def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> Iterator[Finding]:
@@ -606,163 +639,3 @@ def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> 
             age,
             count,
         )
-
-
-# -- the lock queue, which figure is which, known software stalled -----------------------------
-
-
-def _lock_queues(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
-    """A waiter that sessions queue behind (a DDL waiting behind an idle reader, say): they
-    wait for its request, not for the holder's lock, so cancelling its wait frees them at once;
-    a fact no wait finding says. Fires with the longest of their waits, as --wait-age."""
-    server = graph.snapshot.server
-    for queue in graph.queues():
-        severity = policy.wait_age.severity(queue.longest_wait)
-        if severity is None:
-            continue
-        yield Finding(
-            Kind.LOCK_QUEUE,
-            severity,
-            queue.waiter,
-            _label(queue.entry, server),
-            queue_evidence(queue, server),
-            queue_step(queue, graph.snapshot),
-            queue.entry,
-            float(len(queue.queued)),
-        )
-
-
-def queue_evidence(queue: Queue, server: ServerInfo) -> str:
-    """``pid 812 (deploy) waits for AccessExclusive on relation public.orders, held by pid
-    700; 15 session(s) wait behind its request (pg_blocking_pids names it), not for that
-    lock``."""
-    holders = _pids(queue.holders)
-    return (
-        f"{_who(queue.entry)} waits for {queue.entry.lock.mode.removesuffix('Lock')} on "
-        f"{_label(queue.entry, server)}, held by {holders}; {len(queue.queued)} session(s) "
-        "wait behind its request (pg_blocking_pids names it), not for that lock"
-    )
-
-
-def queue_step(queue: Queue, snapshot: Snapshot) -> str:
-    """The quick way out first: the waiting statement is cancelled (it holds nothing the queue
-    waits for, and its program is told by the error), then retried with a lock_timeout so
-    that it gives up instead of holding up the queue; then the holder."""
-    pid = queue.waiter
-    advisory = sum(
-        1 for r in snapshot.locks if r.pid == pid and r.granted and r.locktype == "advisory"
-    )
-    held = (
-        f"; it holds {advisory} advisory lock(s): the rollback releases those taken for its "
-        "transaction, and its program sees the error"
-        if advisory
-        else ""
-    )
-    return (
-        f"cancel its wait first: lockdiag terminate {pid} --cancel frees the "
-        f"{len(queue.queued)} session(s) behind it at once (its statement fails; retry it "
-        f"after SET lock_timeout = '5s'){held}; then see to the holder, "
-        f"{_pids(queue.holders)}"
-    )
-
-
-def _pids(pids: Iterable[int]) -> str:
-    return "pid " + ", ".join(map(str, pids))
-
-
-def figures(held: float | None, waited: float | None) -> str | None:
-    """Where a holder's lower bound is far below its oldest waiter's wait, what each figure
-    means: both are true, and side by side without a word they read as a contradiction. The
-    holder is not dated by the queue: a session queued ahead of a waiter may have been granted
-    after that waiter began to wait (A holds, B and C wait; A ends: B's lock is younger than
-    C's wait)."""
-    if held is None or waited is None or waited < 2 * held + 1.0:
-        return None
-    return (
-        f"held ≥ {format_duration(held)} counts from the holder's last change of state, "
-        f"as PostgreSQL records no lock time; its oldest waiter has waited "
-        f"{format_duration(waited)}: the lock has been taken that long, by this session or "
-        "by one before it"
-    )
-
-
-# pg_repack's main connection, step 4 (bin/pg_repack.c, repack_one_table): it applies its log
-# (repack.repack_apply) and polls SQL_XID_ALIVE once a second until the transactions open at
-# its snapshot have ended, printing "Waiting for N transactions to finish. First PID: ..."
-REPACK_POLLS = ("virtualtransaction = ANY", "repack.repack_apply")
-VACUUM = ("vacuum ", "autovacuum: ")  # pg_repack ignores these (its SQL_XID_SNAPSHOT)
-
-
-def _stalled(
-    snapshot: Snapshot, software: dict[int, Known], policy: CheckPolicy
-) -> Iterator[Finding]:
-    """pg_repack waiting for older transactions: its lock's holder polls, so its lower bound
-    never passes a second and no threshold on it can fire. The transactions it waits for are
-    at least those of its database opened before its own first one (its table lock's, taken
-    before its snapshot); the oldest is named. Fires with how long it has been at the table."""
-    now = snapshot.server.now
-    for pid, known in software.items():
-        session = snapshot.session(pid)
-        if known.software != "pg_repack" or session is None or session.hidden:
-            continue
-        if not any(poll in (session.query or "") for poll in REPACK_POLLS):
-            continue
-        own = {s.pid: s for s in snapshot.sessions.values()
-               if s.database == session.database
-               and s.application_name == session.application_name}  # fmt: skip
-        # its table lock's transaction (step 1, before its snapshot), else its connection's
-        began = min((s.xact_start for s in own.values() if s.xact_start),
-                    default=session.backend_start)  # fmt: skip
-        if began is None:
-            continue
-        older = sorted(
-            (s for s in snapshot.sessions.values()
-             if s.pid not in own and _waited_for(s, session.database, began)),
-            key=lambda s: s.xact_start or now,
-        )  # fmt: skip
-        at_it = (now - began).total_seconds()
-        severity = policy.wait_age.severity(at_it)
-        if not older or severity is None:
-            continue
-        yield Finding(
-            Kind.STALLED,
-            severity,
-            pid,
-            known.label,
-            f"pg_repack (pid {pid}) has been at {known.meaning.removeprefix('repack of ')} for "
-            f"{format_duration(at_it)} and waits for {len(older)} older transaction(s) to "
-            f"finish (its output: 'Waiting for {len(older)} transactions to finish'); the "
-            f"oldest: {_transaction(older[0], now)}",
-            f"pg_repack goes on by itself once pid {older[0].pid}'s transaction ends: ask its "
-            "program to commit or roll back (it is not pg_repack's); leave pg_repack running "
-            "(stopped mid-run it leaves its trigger and its repack.log_<oid> table behind)",
-            None,
-            at_it,
-        )
-
-
-def _waited_for(other: Session, database: str | None, began: datetime) -> bool:
-    """A transaction pg_repack waits for: in its database, opened before its own first."""
-    start, query = other.xact_start, (other.query or "").lstrip().lower()
-    return (
-        start is not None
-        and start < began
-        and other.database == database
-        and not query.startswith(VACUUM)
-    )
-
-
-def _transaction(session: Session, now: datetime) -> str:
-    """``pid 7 (old-transaction), idle in transaction since 2026-...+00:00 (3m10s), last
-    query: SELECT ...``."""
-    start = session.xact_start
-    assert start is not None
-    app = f" ({session.application_name})" if session.application_name else ""
-    verb = "running" if session.state == "active" else "last query"
-    query = " ".join((session.query or "").split())
-    query = query[:120] + ("…" if len(query) > 120 else "")
-    age = format_duration((now - start).total_seconds())
-    return (
-        f"pid {session.pid}{app}, {session.state or 'state unknown'} in a transaction since "
-        f"{start.isoformat(timespec='seconds')} ({age}){f', {verb}: {query}' if query else ''}"
-    )

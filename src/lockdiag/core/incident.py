@@ -6,9 +6,11 @@ its *contended* locks — the ones others wait for, by queue length, then the lo
 it is named by the lock that matters, never by its first lock in sort order. Its *impact* is
 the sessions it holds up (in all and directly) and the longest of their waits; its severity is
 at least the worst of the waits it causes; its *symptoms* are the wait findings of its chains
-(and any finding about a session inside its chain). One order — impact, then severity, then
-age — and one count serve `check`, `list`, `blockers`, `watch`, `who-holds`, `sample` and the
-exporter's page, so no two of them can disagree about what comes first.
+(and any finding about a session inside its chain). One order — sessions held up, then
+whether it ends by itself (a lock whose client is gone, an idle holder, before a query at
+work), then the longest wait, severity and age — and one count serve `check`, `list`,
+`blockers`, `watch`, `who-holds`, `sample` and the exporter's page, so no two of them can
+disagree about what comes first.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Literal
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.findings import CAUSES, WAITS, CheckReport, Finding, Kind, Severity
 from lockdiag.core.graph import Root, tree_pids
-from lockdiag.core.model import ServerInfo, Session, describe_lock
+from lockdiag.core.model import IDLE_STATES, ServerInfo, Session, describe_lock
 from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
 
@@ -246,15 +248,28 @@ def _headline(finding: Finding) -> tuple[int, int, float]:
     return (place, SEVERITY_RANK[finding.severity], -(finding.value or 0.0))
 
 
-def _rank(cause: Cause) -> tuple[int, float, int, float, int]:
-    """Impact (sessions held up, then the longest wait), then severity, then age."""
+def _rank(cause: Cause) -> tuple[int, int, float, int, float, int]:
+    """Impact (sessions held up), then whether it ends by itself, then the longest wait, then
+    severity, then age."""
     return (
         -cause.blocked,
+        _ends_by_itself(cause),
         -(cause.longest_wait or 0.0),
         SEVERITY_RANK[cause.severity],
         -(cause.age or 0.0),
         cause.pid or 0,
     )
+
+
+def _ends_by_itself(cause: Cause) -> int:
+    """0: it will not end on its own (its client is gone, it is idle, or it is a prepared
+    transaction); 1: unknown (its state hidden); 2: it is working (a query runs), so it may."""
+    owner, session = cause.owner, cause.session
+    if (owner is not None and owner.level == "proven") or cause.pid in (None, 0):
+        return 0
+    if session is None or session.state is None:
+        return 1
+    return 0 if session.state in IDLE_STATES else 2
 
 
 def _label(entry: LockEntry, server: ServerInfo) -> str:

@@ -47,6 +47,17 @@ class Session:
     backend_type: str | None = None
     leader_pid: int | None = None
     query: str | None = None
+    # backend_xid as a number, 0 when it has none (InvalidTransactionId; the view shows NULL);
+    # None when not read (a snapshot file from before lockdiag read it). Visible for every
+    # role's session, pg_read_all_stats or not.
+    backend_xid: int | None = None
+
+    @property
+    def wrote(self) -> bool | None:
+        """Whether its transaction may have written: a transaction id is assigned at its first
+        write (or row lock), so a backend without one has written nothing and ending it loses
+        no writes. None when unknown."""
+        return None if self.backend_xid is None else self.backend_xid != 0
 
     @property
     def hidden(self) -> bool:

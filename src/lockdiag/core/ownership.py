@@ -14,6 +14,13 @@ the advice that follows a held lock states its evidence, at one of three levels:
 With ``unknown`` the advice names both possibilities and the step that tells them apart (the
 owning process, found from the client address and port; the program's other sessions now),
 and never offers to end the session.
+
+The exclusion rule (:func:`may_release`): a timeout, a termination or a cancel releases every
+lock of the session, and a program that holds an advisory lock believes it keeps it. Some hold
+one idle in a transaction by design (a coordination library's lock connection, a two-phase
+commit between its phases): ended, another instance takes the lock while the first still
+believes it holds it. Such an action is advised for a holder of advisory locks only with
+``proven`` or ``declared`` evidence; otherwise the advice says what it would break.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Literal
 from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.model import Session, Snapshot
 from lockdiag.durations import format_duration
+from lockdiag.registry import Namespace
 
 Level = Literal["proven", "declared", "unknown"]
 SIBLINGS_SHOWN = 3  # the program's other sessions named in the advice
@@ -73,6 +81,42 @@ def ownership(group: list[LockEntry]) -> Ownership:
                 "one outlived its transaction",
             )
     return Ownership("unknown", "the session is idle: that proves only that it is idle")
+
+
+def may_release(owner: Ownership, advisory: bool) -> bool:
+    """The exclusion rule, decided here only: whether an action that releases the session's
+    locks (a timeout, a termination, a cancel) may be advised. Never for a holder of advisory
+    locks, unless its program is gone (proven) or its lock is outside its design (declared)."""
+    return owner.allows_ending or not advisory
+
+
+def what_ending_breaks(action: str, namespace: Namespace | None) -> str:
+    """For a holder of advisory locks without that evidence: what ``action`` would break, and
+    the registry's declared terms for the lock where it has any."""
+    breaks = (
+        f"{action} would release its lock while its program may believe it holds it: another "
+        "instance would take it"
+    )
+    if namespace is None:
+        return breaks
+    declared = f'{namespace.name} declares expect = "{namespace.expect}"'
+    if namespace.max_hold is None:
+        return f"{breaks}. {declared} and no max_hold: declare one to bound its holds"
+    limit = format_duration(namespace.max_hold)
+    return f"{breaks}. {declared} and max_hold {limit}, not seen passed"
+
+
+def written(session: Session | None) -> str:
+    """What ending the session would lose of its writes, from its transaction id; "" when the
+    snapshot does not say (a file from before lockdiag read it)."""
+    if session is None or session.wrote is None:
+        return ""
+    if not session.wrote:
+        return "it has written nothing (no transaction id), so ending it loses no writes"
+    return (
+        f"it holds transaction id {session.backend_xid}, so it may have written: ending it "
+        "rolls that back"
+    )
 
 
 def tell_apart(entry: LockEntry, snapshot: Snapshot) -> str:

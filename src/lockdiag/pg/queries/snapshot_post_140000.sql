@@ -31,7 +31,9 @@ SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
            'xact_start', a.xact_start, 'query_start', a.query_start,
            'state_change', a.state_change, 'state', a.state,
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
-           'backend_type', a.backend_type, 'leader_pid', a.leader_pid, 'query', a.query)
+           'backend_type', a.backend_type, 'leader_pid', a.leader_pid, 'query', a.query,
+           -- 0 for none, so a file from before this column reads as unknown, not as none
+           'backend_xid', COALESCE(a.backend_xid::text::bigint, 0))
 FROM pg_catalog.pg_stat_activity AS a
 WHERE a.pid <> pg_catalog.pg_backend_pid()
 UNION ALL
