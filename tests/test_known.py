@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -562,12 +563,37 @@ def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessio
             cli, ["check", "--dsn", cluster.dsn(dbname="repack_db"), "--format", "json",
                   "--idle-age", "0s", "--session-age", "0s", "--wait-age", "0s"],
         )  # fmt: skip
-        steps = [f["next_step"] for f in json.loads(result.stdout)["findings"]
-                 if f["pid"] == holder]  # fmt: skip
+        about = [f for f in json.loads(result.stdout)["findings"] if f["pid"] == holder]
+        # stalled in its own terms: the transaction it waits for, named (its holder polls,
+        # so no threshold on its lock's age could ever fire)
+        (stalled,) = [f for f in about if f["kind"] == "stalled"]
+        assert stalled["lock"] == "pg_repack: repack of table public.t", stalled
+        assert "pg_repack (pid " in stalled["evidence"], stalled
+        assert "waits for 1 older transaction(s) to finish" in stalled["evidence"], stalled
+        assert (
+            f"the oldest: pid {old.pid} (old-transaction), idle in transaction, its "
+            "transaction open since " in stalled["evidence"]
+        ), stalled
+        assert stalled["evidence"].endswith("last query: SELECT count(*) FROM other"), stalled
+        step = stalled["next_step"]
+        assert step.startswith(f"pg_repack goes on by itself once pid {old.pid}'s transaction")
+        assert "timeout" not in step and "terminate" not in step, step
+        steps = [f["next_step"] for f in about if f["kind"] != "stalled"]
         assert steps, result.stdout
         for step in steps:
             assert "check the repack" in step and "repack.log_<oid>" in step, step
             assert "timeout" not in step and "terminate" not in step, step
+        # once it has been at the table past --wait-age's warning level, in plain text
+        heading = f"WARNING stalled: pg_repack: repack of table public.t  pid {holder}"
+        for _ in range(20):
+            text = CliRunner().invoke(
+                cli, ["check", "--dsn", cluster.dsn(dbname="repack_db"), "--wait-age", "1s,1h",
+                      "--format", "plain"],
+            ).stdout  # fmt: skip
+            if heading in text:
+                break
+            time.sleep(0.2)
+        assert heading in text, text
         # its second connection, idle in transaction on purpose with ACCESS SHARE on t, holds
         # up a DDL: a stuck owner by the rule, but pg_repack's, so no timeout and no terminate
         ddl = sessions.open("schema-change", dbname="repack_db")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import Enum
 from operator import attrgetter
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
 from lockdiag.core.catalogue import Known, collisions, software_of_session
-from lockdiag.core.graph import Blockers, tree_pids
-from lockdiag.core.model import ServerInfo, Snapshot, describe_lock
+from lockdiag.core.graph import Blockers, Queue, tree_pids
+from lockdiag.core.model import ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.core.ownership import (
     Ownership,
     may_release,
@@ -44,6 +45,8 @@ class Kind(str, Enum):
     EXPECT_VIOLATED = "expect-violated"
     MAX_HOLD = "max-hold"
     MAX_WAIT = "max-wait"
+    LOCK_QUEUE = "lock-queue"
+    STALLED = "stalled"
 
     def __str__(self) -> str:
         return self.value
@@ -198,6 +201,8 @@ def check(
         *_crowded_roots(graph, policy, snapshot.server),
         *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
         *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
+        *_lock_queues(graph, policy),
+        *_stalled(snapshot, software, policy),
     ]
     return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes)
 
@@ -639,3 +644,164 @@ def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> 
             age,
             count,
         )
+
+
+# -- the lock queue, which figure is which, known software stalled -----------------------------
+
+
+def _lock_queues(graph: Blockers, policy: CheckPolicy) -> Iterator[Finding]:
+    """A waiter that sessions queue behind (a DDL waiting behind an idle reader, say): they
+    wait for its request, not for the holder's lock, so cancelling its wait frees them at once;
+    a fact no wait finding says. Fires with the longest of their waits, as --wait-age."""
+    server = graph.snapshot.server
+    for queue in graph.queues():
+        severity = policy.wait_age.severity(queue.longest_wait)
+        if severity is None:
+            continue
+        yield Finding(
+            Kind.LOCK_QUEUE,
+            severity,
+            queue.waiter,
+            _label(queue.entry, server),
+            queue_evidence(queue, server),
+            queue_step(queue, graph.snapshot),
+            queue.entry,
+            float(len(queue.queued)),
+        )
+
+
+def queue_evidence(queue: Queue, server: ServerInfo) -> str:
+    """``pid 812 (deploy) waits for AccessExclusive on relation public.orders, held by pid
+    700; 15 session(s) wait behind its request (pg_blocking_pids names it), not for that
+    lock``."""
+    holders = _pids(queue.holders)
+    return (
+        f"{_who(queue.entry)} waits for {queue.entry.lock.mode.removesuffix('Lock')} on "
+        f"{_label(queue.entry, server)}, held by {holders}; {len(queue.queued)} session(s) "
+        "wait behind its request (pg_blocking_pids names it), not for that lock"
+    )
+
+
+def queue_step(queue: Queue, snapshot: Snapshot) -> str:
+    """The quick way out first: the waiting statement is cancelled (it holds nothing the queue
+    waits for, and its program is told by the error), then retried with a lock_timeout so
+    that it gives up instead of holding up the queue; then the holder."""
+    pid = queue.waiter
+    advisory = sum(
+        1 for r in snapshot.locks if r.pid == pid and r.granted and r.locktype == "advisory"
+    )
+    held = (
+        f"; it holds {advisory} advisory lock(s): the rollback releases those taken for its "
+        "transaction, and its program sees the error"
+        if advisory
+        else ""
+    )
+    return (
+        f"cancel its wait first: lockdiag terminate {pid} --cancel frees the "
+        f"{len(queue.queued)} session(s) behind it at once (its statement fails; retry it "
+        f"after SET lock_timeout = '5s'){held}; then see to the holder, "
+        f"{_pids(queue.holders)}"
+    )
+
+
+def _pids(pids: Iterable[int]) -> str:
+    return "pid " + ", ".join(map(str, pids))
+
+
+def figures(held: float | None, waited: float | None) -> str | None:
+    """Where a holder's lower bound is far below its oldest waiter's wait, what each figure
+    means: both are true, and side by side without a word they read as a contradiction. The
+    holder is not dated by the queue: a session queued ahead of a waiter may have been granted
+    after that waiter began to wait (A holds, B and C wait; A ends: B's lock is younger than
+    C's wait)."""
+    if held is None or waited is None or waited < 2 * held + 1.0:
+        return None
+    return (
+        f"held ≥ {format_duration(held)} counts from the holder's last change of state, "
+        f"as PostgreSQL records no lock time; its oldest waiter has waited "
+        f"{format_duration(waited)}: the lock has been taken that long, by this session or "
+        "by one before it"
+    )
+
+
+# pg_repack's main connection, step 4 (bin/pg_repack.c, repack_one_table): it applies its log
+# (repack.repack_apply) and polls SQL_XID_ALIVE once a second until the transactions open at
+# its snapshot have ended, printing "Waiting for N transactions to finish. First PID: ..."
+REPACK_POLLS = ("virtualtransaction = ANY", "repack.repack_apply")
+VACUUM = ("vacuum ", "autovacuum: ")  # pg_repack ignores these (its SQL_XID_SNAPSHOT)
+
+
+def _stalled(
+    snapshot: Snapshot, software: dict[int, Known], policy: CheckPolicy
+) -> Iterator[Finding]:
+    """pg_repack waiting for older transactions: its lock's holder polls, so its lower bound
+    never passes a second and no threshold on it can fire. The transactions it waits for are
+    at least those of its database opened before its own first one (its table lock's, taken
+    before its snapshot); the oldest is named. Fires with how long it has been at the table."""
+    now = snapshot.server.now
+    for pid, known in software.items():
+        session = snapshot.session(pid)
+        if known.software != "pg_repack" or session is None or session.hidden:
+            continue
+        if not any(poll in (session.query or "") for poll in REPACK_POLLS):
+            continue
+        own = {s.pid: s for s in snapshot.sessions.values()
+               if s.database == session.database
+               and s.application_name == session.application_name}  # fmt: skip
+        # its table lock's transaction (step 1, before its snapshot), else its connection's
+        began = min((s.xact_start for s in own.values() if s.xact_start),
+                    default=session.backend_start)  # fmt: skip
+        if began is None:
+            continue
+        older = sorted(
+            (s for s in snapshot.sessions.values()
+             if s.pid not in own and _waited_for(s, session.database, began)),
+            key=lambda s: s.xact_start or now,
+        )  # fmt: skip
+        at_it = (now - began).total_seconds()
+        severity = policy.wait_age.severity(at_it)
+        if not older or severity is None:
+            continue
+        yield Finding(
+            Kind.STALLED,
+            severity,
+            pid,
+            known.label,
+            f"pg_repack (pid {pid}) has been at {known.meaning.removeprefix('repack of ')} for "
+            f"{format_duration(at_it)} and waits for {len(older)} older transaction(s) to "
+            f"finish (its output: 'Waiting for {len(older)} transactions to finish'); the "
+            f"oldest: {_transaction(older[0], now)}",
+            f"pg_repack goes on by itself once pid {older[0].pid}'s transaction ends: ask its "
+            "program to commit or roll back (it is not pg_repack's); leave pg_repack running "
+            "(stopped mid-run it leaves its trigger and its repack.log_<oid> table behind)",
+            None,
+            at_it,
+        )
+
+
+def _waited_for(other: Session, database: str | None, began: datetime) -> bool:
+    """A transaction pg_repack waits for: in its database, opened before its own first."""
+    start, query = other.xact_start, (other.query or "").lstrip().lower()
+    return (
+        start is not None
+        and start < began
+        and other.database == database
+        and not query.startswith(VACUUM)
+    )
+
+
+def _transaction(session: Session, now: datetime) -> str:
+    """``pid 7 (old-transaction), idle in transaction, its transaction open since
+    2026-...+00:00 (3m10s), last query: SELECT ...``."""
+    start = session.xact_start
+    assert start is not None
+    app = f" ({session.application_name})" if session.application_name else ""
+    verb = "running" if session.state == "active" else "last query"
+    query = " ".join((session.query or "").split())
+    query = query[:120] + ("…" if len(query) > 120 else "")
+    age = format_duration((now - start).total_seconds())
+    return (
+        f"pid {session.pid}{app}, {session.state or 'state unknown'}, its transaction open "
+        f"since {start.isoformat(timespec='seconds')} ({age})"
+        + (f", {verb}: {query}" if query else "")
+    )
