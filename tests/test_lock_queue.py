@@ -100,11 +100,14 @@ def test_check_on_a_terminal_keeps_the_way_out_and_the_other_causes(
     waiter = sessions.open("job-2")
     waiter.start("SELECT pg_advisory_lock(77, 1)")
     sessions.waiting(waiter)
-    screen = screen_of(["check", "--dsn", cluster.dsn(), "--wait-age", "0s"], (24, 80),
-                       codes=(1, 2))  # fmt: skip
+    args = ["check", "--dsn", cluster.dsn(), "--wait-age", "0s", "--idle-age", "0s"]
+    screen = screen_of(args, (24, 80), codes=(1, 2))
     text = "\n".join(screen)
-    assert f"lockdiag terminate {outage.ddl.pid} --cancel" in text.replace("\n", " ")
-    assert any(f"pid {other.pid} (job)" in line for line in screen), text
+    assert f"lockdiag terminate {outage.ddl.pid} --cancel" in text.replace("\n", " "), text
+    first = next(i for i, line in enumerate(screen) if line.startswith("  first: "))
+    then = next(i for i, line in enumerate(screen) if line.startswith("  then: "))
+    assert first < then, text  # the quick way out, then the holder
+    assert any(f"pid {other.pid} (job)" in line for line in screen[then:]), text
 
 
 def test_blockers_names_the_queue_under_its_root(cluster: Cluster, outage: Outage) -> None:
