@@ -242,7 +242,8 @@ def measure_server(
         ms = medians(rounds(repeats, 15), {
             "pg_locks_ms": lambda: server_ms(cluster, "SELECT * FROM pg_locks"),
             "snapshot_ms": lambda: server_ms(cluster, snapshot_sql,
-                                             {"all_types": True, "names": []}),
+                                             {"all_types": True, "names": [],
+                                              "software_tables": []}),
             "wiki_self_join_ms": lambda: server_ms(cluster, WIKI_SELF_JOIN),
         })  # fmt: skip
     return {

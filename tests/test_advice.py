@@ -90,7 +90,7 @@ def test_a_coordinator_whose_work_runs_on_another_connection_is_not_ended(
     assert "whether its work is over: unknown" in text.splitlines()[0], text
     assert "outlived its work" not in text
     assert "terminate" not in (document["next_step"] or ""), document["next_step"]
-    assert "SQL: SELECT pg_advisory_lock(4500, 1) (as held now: a session lock)" in text, text
+    assert "SQL: SELECT pg_advisory_lock(4500, 1) (its holder's own query)" in text, text
 
 
 def test_library_code_idle_between_two_statements_is_not_ended(
@@ -156,7 +156,8 @@ def test_a_broken_registry_rule_is_evidence_and_ending_comes_after_checking(
     ), step
     text, _ = who_holds(cluster, registry, "4501,9")
     assert 'cart_sync declares transaction-level locks (expect = "xact")' in text, text
-    assert "SQL: SELECT pg_advisory_lock(4501, 9) (as held now; cart_sync expects" in text
+    own = "SQL: SELECT pg_advisory_lock(4501, 9) (its holder's own query; cart_sync expects"
+    assert own in text, text
 
 
 def test_a_rails_migration_is_spoken_of_in_its_terms(

@@ -235,7 +235,8 @@ def test_list_who_holds_and_check_name_the_plugins_software(
         ", session lock of Acme Deploy (held for the whole acme deploy); 1 waiting"
         in (who.stdout.splitlines()[0])
     )
-    assert "SQL: SELECT pg_try_advisory_lock(4711000001) (as Acme Deploy takes it)" in who.stdout
+    # the holder's own query shows the call: the strongest evidence of how it was taken
+    assert "SQL: SELECT pg_advisory_lock(4711000001) (its holder's own query)" in who.stdout
 
     check = lockdiag(
         site, "check", "--session-age", "0s,1h", "--wait-age", "0s,5m", "--dsn", cluster.dsn(),

@@ -90,7 +90,8 @@ def namespace_of(entry: LockEntry) -> str:
         return "unregistered"
     if decoded.namespace is not None:
         return decoded.namespace.name
-    return decoded.known.software if decoded.known is not None else "unregistered"
+    known = decoded.known
+    return known.software if known is not None and known.names else "unregistered"
 
 
 def decode(
@@ -214,7 +215,8 @@ def analyse(
             continue
         # flags depend on the backend and on the namespace (or on being unregistered)
         context = (pid, database, None if decoded is None else id(decoded.namespace)
-                   if decoded.namespace else decoded.known is None)  # fmt: skip
+                   if decoded.namespace
+                   else not (decoded.known and decoded.known.names))  # fmt: skip
         flags = flags_of.get(context)
         if flags is None:
             flags = flags_of[context] = _flags(backend, decoded, True, (), policy)
@@ -391,8 +393,8 @@ def _flags(
         flags.append(Flag.LONG_SESSION_LOCK)
     if blocks and session and session.state in IN_TRANSACTION_IDLE and held is not None:
         flags.append(Flag.STUCK_OWNER)  # idle in transaction for the whole read
-    if decoded is not None and namespace is None and decoded.known is None:
-        flags.append(Flag.UNREGISTERED)
+    if decoded is not None and namespace is None and not (decoded.known and decoded.known.names):
+        flags.append(Flag.UNREGISTERED)  # nobody named it ("could be" names nothing)
     if pool is not None and certain_session and decoded is not None:
         if pool.via == "address":
             flags.append(Flag.POOLED_SESSION_LOCK)

@@ -2,12 +2,15 @@
 
 Formulas and constants come from each project's source (see the README's table and
 ``tests/test_known.py`` for the checked example values). A registry namespace always wins over
-the catalogue, and the catalogue over a plugin's entries (:mod:`lockdiag.plugins`). Four
+the catalogue, and the catalogue over a plugin's entries (:mod:`lockdiag.plugins`). Five
 confidences:
 
 - ``exact``: a fixed key that the software uses, recognisable from the triple alone;
 - ``derived``: computed from the lock's database name, the software's rows or a listed name;
-- ``guess``: a small number that many programs could use (Airflow's 1 and 2);
+- ``corroborated``: a guess that its database or its sessions confirm (:data:`SIGNS`);
+- ``guess``: a small number that many programs could use (Airflow's 1 and 2), and nothing
+  seen confirms it: it names nothing ("could be Apache Airflow"), and no advice speaks in that
+  software's terms;
 - ``plugin``: declared by an installed plugin, lockdiag has not checked it.
 """
 
@@ -15,15 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from typing import Literal
 
 from lockdiag import plugins
-from lockdiag.core.model import DerivedKey, Snapshot
+from lockdiag.core.model import DerivedKey, Session, Snapshot
 from lockdiag.keys import (
     PAIR_SUBID,
     LockTriple,
@@ -35,7 +39,7 @@ from lockdiag.keys import (
 )
 from lockdiag.registry import Candidates, Namespace, Registry
 
-Confidence = Literal["exact", "derived", "guess", "plugin"]
+Confidence = Literal["exact", "derived", "corroborated", "guess", "plugin"]
 
 
 SoftwareKind = plugins.Kind
@@ -66,14 +70,29 @@ SOFTWARE: dict[str, Software] = {
         "(LOCK TABLE changes) and psql applies each change in another backend",
     ),
     "goose": Software("migration", "pg_try_advisory_lock", "held for the whole migration run"),
-    "node-pg-migrate": Software("migration", "pg_advisory_lock", "held for the whole run"),
-    "Kysely": Software("migration", "pg_advisory_lock", "held for the whole migration run"),
+    # src/runner.ts lock(): pg_try_advisory_lock(PG_MIGRATE_LOCK_ID)
+    "node-pg-migrate": Software("migration", "pg_try_advisory_lock", "held for the whole run"),
+    # PostgresAdapter.acquireMigrationLock: in the run's transaction (transactional DDL)
+    "Kysely": Software("migration", "pg_advisory_xact_lock",
+                       "held by the migration run's transaction"),
     "Marten": Software("scheduler", "pg_try_advisory_lock",
                        "held by the node that applies schema changes or leads the daemon"),
     "liquibase-sessionlock": Software("migration", "pg_try_advisory_lock",
                                       "held for the whole update"),
-    "Apache Airflow": Software("scheduler", "pg_advisory_lock",
-                               "held by a migration, or by the scheduler's critical section"),
+    # airflow/utils/db.py create_global_lock(DBLocks.MIGRATIONS): pg_advisory_lock(1) (with
+    # lock_timeout 1800 ms), by initdb, upgradedb, resetdb and providers creating their tables
+    "Apache Airflow": Software(
+        "migration", "pg_advisory_lock",
+        "held while airflow db migrate (or reset) runs, or while a provider (edge3, standard) "
+        "creates its tables at start",
+    ),
+    # jobs/scheduler_job_runner.py _executable_task_instances_to_queued: pg_try_advisory_xact_lock
+    # (DBLocks.SCHEDULER_CRITICAL_SECTION); a scheduler that does not get it skips that loop
+    "Apache Airflow scheduler": Software(
+        "scheduler", "pg_try_advisory_xact_lock",
+        "held by one scheduler's transaction while it queues task instances; the other "
+        "schedulers skip that loop",
+    ),
     "Ruby on Rails": Software("migration", "pg_try_advisory_lock",
                               "held for the whole db:migrate"),
     "sqlx": Software("migration", "pg_advisory_lock", "held for the whole migrate run"),
@@ -160,17 +179,77 @@ class Known:
     confidence: Confidence
     plugin: str | None = None  # the plugin that declared it (confidence "plugin")
     declared: Software | None = None  # a plugin's software: SOFTWARE names built-ins only
+    evidence: str = ""  # what confirmed a guess (confidence "corroborated")
+
+    @property
+    def names(self) -> bool:
+        """Whether it names the lock: a guess nothing confirms only says what it could be."""
+        return self.confidence != "guess"
 
     @property
     def label(self) -> str:
         if self.plugin is not None:
             return f"{self.software}: {self.meaning} (declared by plugin {self.plugin})"
-        mark = "?" if self.confidence == "guess" else ""
-        return f"{self.software}{mark}: {self.meaning}"
+        if self.confidence == "guess":  # no claim about what it does
+            return f"could be {self.software}"
+        return f"{self.software}: {self.meaning}"
 
     @property
     def behaviour(self) -> Software | None:
+        """How its software behaves, for advice in its terms; none for a mere guess."""
+        if self.confidence == "guess":
+            return None
         return self.declared or SOFTWARE.get(self.software)
+
+
+@dataclass(frozen=True)
+class Signs:
+    """What confirms a guess-level key of one software: its tables in the lock's database
+    (all of them), an application_name it sets (a prefix), or its own words in the query text
+    of a session on the key. A software with guess keys and no signs stays "could be"."""
+
+    tables: tuple[str, ...] = ()
+    applications: tuple[str, ...] = ()
+    query: re.Pattern[str] | None = None
+
+
+_AIRFLOW = Signs(
+    ("dag", "dag_run", "task_instance"),  # airflow/models: DagModel, DagRun, TaskInstance
+    ("airflow",),
+    re.compile(r"\b(?:dag_run|task_instance|serialized_dag|slot_pool)\b", re.IGNORECASE),
+)
+SIGNS: dict[str, Signs] = {
+    "Apache Airflow": _AIRFLOW,
+    "Apache Airflow scheduler": _AIRFLOW,
+    # dbos/_schemas/system_database.py (schema dbos); saq/queue/postgres.py's default tables
+    "DBOS": Signs(("workflow_status", "operation_outputs"), (), re.compile(r"\bdbos\.")),
+    "SAQ": Signs(("saq_jobs", "saq_versions"), (), re.compile(r"\bsaq_(?:jobs|stats)\b")),
+}
+# the tables the snapshot looks for in the connected database (one catalog read)
+SIGN_TABLES = sorted({table for signs in SIGNS.values() for table in signs.tables})
+QUERY_PREFIX = 4096  # characters of a query searched for a software's words
+
+
+def corroboration(
+    known: Known, database: str, tables: Collection[str] | None, sessions: Iterable[Session]
+) -> str:
+    """What confirms a guess in one database ("" when nothing does): its software's tables
+    there (``tables``: None when the snapshot could not see that database's), or a session
+    that holds or waits for the key naming that software (application_name, query text)."""
+    signs = SIGNS.get(known.software)
+    if signs is None:
+        return ""
+    if tables is not None and signs.tables and set(signs.tables) <= set(tables):
+        return f"its tables {', '.join(signs.tables)} are in database {database}"
+    for session in sessions:
+        app = (session.application_name or "").lower()
+        if signs.applications and app.startswith(signs.applications):
+            return f"its holder's application_name is {session.application_name!r}"
+        query = (session.query or "")[:QUERY_PREFIX]
+        found = signs.query.search(query) if signs.query is not None else None
+        if found is not None:
+            return f"its holder's query names {found.group(0)}"
+    return ""
 
 
 def java_hash(text: str) -> int:
@@ -202,8 +281,11 @@ FIXED: dict[LockTriple, Known] = {
     from_pair(java_hash("databasechangeloglock"), java_hash("public")): Known(
         "liquibase-sessionlock", "changelog lock (schema public)", "exact"
     ),
+    # airflow/utils/db.py DBLocks, an IntEnum: MIGRATIONS = 1, SCHEDULER_CRITICAL_SECTION = 2
     from_bigint(1): Known("Apache Airflow", "migrations lock (DBLocks.MIGRATIONS)", "guess"),
-    from_bigint(2): Known("Apache Airflow", "scheduler critical section", "guess"),
+    from_bigint(2): Known(
+        "Apache Airflow scheduler", "critical section (DBLocks.SCHEDULER_CRITICAL_SECTION)", "guess"
+    ),
     # postgres-migrations dist/with-lock.js: pg_try_advisory_lock(-8525285245963000605)
     from_bigint(-8525285245963000605): Known("postgres-migrations", "migration lock", "exact"),
     # PgQueuer schema_plan.advisory_key: zlib.crc32 of the (qualified) queue table, "pgqueuer"
@@ -284,13 +366,16 @@ def pg_boss_key(database: str, schema: str, name: str) -> int:
     return _signed64(digest)
 
 
-def collisions(namespace: Namespace) -> list[str]:
-    """Well-known software keys that fall inside a namespace of the team."""
+def collisions(namespace: Namespace, guesses: bool = True) -> list[str]:
+    """Well-known software keys that fall inside a namespace of the team (with ``guesses``
+    False, only the keys that name a lock by themselves: a guess is a number others use)."""
     found = [
         f"namespace {namespace.name!r} contains the key {triple.describe()} that "
         f"{known.software} uses ({known.meaning})"
         for triple, known in FIXED.items()
-        if triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
+        if triple.form == namespace.form
+        and split_namespace(triple)[0] == namespace.id
+        and (guesses or known.names)
     ]
     if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
         found.append(
@@ -344,7 +429,9 @@ def name_keys(
     dbos_apps: Iterable[str] = (),
 ) -> dict[LockTriple, Known]:
     """Keys of names the team lists as candidates, for libraries that hash names in Python,
-    Ruby or JavaScript in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2, MD5)."""
+    Ruby or JavaScript in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2, MD5). A name
+    listed for a library that hashes with a digest is also tried with every other common
+    digest and byte order (:func:`digest_keys`): helpers differ only in those."""
     found: dict[LockTriple, Known] = {}
     for table in slonik_tables:
         found[slonik_migrator_key(table)] = Known(
@@ -354,10 +441,6 @@ def name_keys(
         found[dbos_background_key(app)] = Known(
             "DBOS background jobs", f"background jobs lock of application {app!r}", "derived"
         )
-    for name in advisory_lock_npm:
-        digest = hashlib.sha256(name.encode()).digest()
-        a, b = struct.unpack("<ii", digest[:8])  # readInt32LE(0), readInt32LE(4)
-        found[from_pair(a, b)] = Known("advisory-lock (npm)", f"lock {name!r}", "derived")
     for name in medusa:
         found[from_bigint(medusa_hash(name))] = Known(
             "@medusajs/locking-postgres", f"lock {name!r}", "derived"
@@ -369,11 +452,48 @@ def name_keys(
         found[from_bigint(to_int4(crc32(name)))] = Known(
             "django-pglocks", f"lock {name!r} (1.0.x)", "derived"
         )
-        digest = hashlib.sha256(name.encode()).digest()  # 2.x and django-pgware
-        found[from_bigint(_signed64(digest))] = Known("django-pglocks", f"lock {name!r}", "derived")
-    for name in pals:
-        digest = hashlib.sha1(name.encode(), usedforsecurity=False).digest()
-        found[from_bigint(_signed64(digest, "<"))] = Known("pals", f"lock {name!r}", "derived")
+    for name in dict.fromkeys((*django_pglocks, *pals, *advisory_lock_npm)):
+        for triple, known in digest_keys(name).items():
+            found.setdefault(triple, known)
+    return found
+
+
+Shape = Literal["bigint", "int4", "pair"]
+# helpers that hash a name with a common digest, by digest, byte order and key shape (from
+# their source): the other combinations are named by what they compute
+DIGEST_HELPERS: dict[tuple[str, str, Shape], str] = {
+    ("sha256", "big", "bigint"): "django-pglocks",  # 2.x and django-pgware: [:8], "big"
+    ("sha256", "little", "bigint"): "django-pglock",  # Opus10's: [:8], "little", signed
+    ("sha1", "little", "bigint"): "pals",  # struct.unpack("<q", sha1(...)[:8])
+    ("sha256", "little", "pair"): "advisory-lock (npm)",  # readInt32LE(0), readInt32LE(4)
+}
+DIGESTS = ("sha256", "sha1", "md5")
+
+
+def digest_keys(name: str) -> dict[LockTriple, Known]:
+    """The keys a helper makes of ``name`` with sha256, sha1 or md5: the first 8 bytes as a
+    bigint, the first 4 as an int4 (passed as a bigint), or the first 8 as two int4 (a pair),
+    each read big-endian and little-endian, signed."""
+    found: dict[LockTriple, Known] = {}
+    for algorithm in DIGESTS:
+        digest = hashlib.new(algorithm, name.encode(), usedforsecurity=False).digest()
+        for order in ("big", "little"):
+            endian = ">" if order == "big" else "<"
+            first, second = struct.unpack(f"{endian}ii", digest[:8])
+            keys: dict[Shape, LockTriple] = {
+                "bigint": from_bigint(_signed64(digest, endian)),
+                "int4": from_bigint(first),
+                "pair": from_pair(first, second),
+            }
+            for shape, triple in keys.items():
+                helper = DIGEST_HELPERS.get((algorithm, order, shape))
+                meaning = f"lock {name!r}"
+                if helper is None:
+                    helper, meaning = (
+                        "hashed name",
+                        f"{name!r} ({algorithm}, {order}-endian {shape})",
+                    )
+                found.setdefault(triple, Known(helper, meaning, "derived"))
     return found
 
 
@@ -609,15 +729,30 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
         if lock.locktype == "advisory" and lock.database in names
     }
     catalogue = build_catalogue(candidates, databases, snapshot.derived)
-    for lock in snapshot.locks:  # pg_repack: the table, by name where this snapshot knows it
+    guesses = {k: v for k, v in catalogue.anywhere.items() if v.confidence == "guess"}
+    spaces = {key.classid for key in guesses}  # an int's test first: most locks are in none
+    sessions_on: dict[tuple[str, LockTriple], set[int]] = {}  # the pids on each guessed key
+    for lock in snapshot.locks:
         key = lock.advisory_key
-        if key is None or key.objsubid != PAIR_SUBID or key.classid != REPACK_LOCK_PREFIX:
+        if key is None or lock.database not in names:
+            continue
+        if key.classid in spaces and key in guesses:
+            sessions_on.setdefault((names[lock.database], key), set()).add(lock.pid or 0)
+        if key.objsubid != PAIR_SUBID or key.classid != REPACK_LOCK_PREFIX:
             continue
         name = snapshot.server.relation_name(lock.database, repack_table_oid(key))
-        if name is not None and lock.database in names:
+        if name is not None:  # pg_repack: the table, by name where this snapshot knows it
             catalogue.per_database.setdefault(names[lock.database], {})[key] = repack_known(
                 key, name
             )
+    for (database, key), pids in sessions_on.items():
+        known = guesses[key]
+        tables = snapshot.server.software_tables if database == snapshot.server.database else None
+        sessions = [snapshot.sessions[pid] for pid in sorted(pids) if pid in snapshot.sessions]
+        evidence = corroboration(known, database, tables, sessions)
+        if evidence:  # one Known per database and key: findings count locks by identity
+            confirmed = replace(known, confidence="corroborated", evidence=evidence)
+            catalogue.per_database.setdefault(database, {}).setdefault(key, confirmed)
     return catalogue
 
 
@@ -636,11 +771,19 @@ def repack_known(triple: LockTriple, table: str | None = None) -> Known:
 
 # sessions that software names through application_name, for the connections that hold no key
 # of it: pg_repack's second connection, idle in transaction on purpose for the whole repack
-BY_APPLICATION = {"pg_repack": Known("pg_repack", "repack (its second connection)", "guess")}
+BY_APPLICATION = {
+    "pg_repack": Known(
+        "pg_repack",
+        "repack (its second connection)",
+        "corroborated",
+        evidence=("its application_name is 'pg_repack'"),
+    )
+}
 
 
 def software_of_session(application_name: str | None) -> Known | None:
-    """Software told by the application_name it sets (a guess: any client may set it)."""
+    """Software told by the application_name it sets (any client may set it: corroborated,
+    not exact)."""
     return BY_APPLICATION.get(application_name or "")
 
 

@@ -544,16 +544,19 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> 
 
 def _unregistered(unregistered: list[LockEntry]) -> Iterator[Finding]:
     """One finding per database, holder and kind of advice, counting the keys it is about."""
-    # the advice depends on the key space (form and high word) only: grouped by space first
-    spaces: dict[tuple[str | None, int | None, int, int], list[LockEntry]] = {}
+    # the advice depends on the key space (form and high word) and the key's shape only, and
+    # on how many keys the holder has in it: grouped by space and shape first
+    spaces: dict[tuple[str | None, int | None, int, int, KeyShape], list[LockEntry]] = {}
     for entry in unregistered:
         if entry.lock.granted:
             triple = entry.decoded.triple  # type: ignore[union-attr]
-            key = (entry.database, entry.lock.pid, triple.objsubid, triple.classid)
+            shape = key_shape(triple)
+            key = (entry.database, entry.lock.pid, triple.objsubid, triple.classid, shape)
             spaces.setdefault(key, []).append(entry)
     groups: dict[tuple[str | None, int | None, str], list[LockEntry]] = {}
     for (database, pid, *_), found in spaces.items():
-        step = unregistered_step(found[0].decoded.triple)  # type: ignore[union-attr]
+        keys = len(set(map(_TRIPLE, found)))
+        step = unregistered_step(found[0].decoded.triple, keys)  # type: ignore[union-attr]
         groups.setdefault((database, pid, step), []).extend(found)
     for (database, _, step), found in groups.items():
         first = found[0]
@@ -574,37 +577,76 @@ def _unregistered(unregistered: list[LockEntry]) -> Iterator[Finding]:
 
 _TRIPLE = attrgetter("decoded.triple")
 PLAUSIBLE_ID = 1 << 20  # team namespaces are small numbers; a hash's high word rarely is
+BYTE = range(-128, 256)  # a digest's byte, read signed or unsigned
+KeyShape = Literal["small", "int4-hash", "bytes", ""]
+SMALL_NUMBER = (
+    "a small number (an enum, a counter or an object's id), not a hash: the bigint keys "
+    "0..4294967295 share id 0 with the keys of Sqitch, Prisma, goose and Marten, so no "
+    "namespace can take them as they are; find the code that takes it (its query, its "
+    'application) and give it a namespace of its own: [namespaces.NAME] id = N, form = "bigint", '
+    "taking pg_advisory_lock(N << 32 | number)"
+)
 HASHED_32 = (
-    "a 32-bit key, most likely a hashed name (hashtext(), crc32 as django-pglocks 1.0 does, "
-    "djb2 as @medusajs/locking-postgres does) or a plain number: list candidate names under "
-    "[known] (hashtext, django_pglocks, medusa); no namespace id fits it (id 0 would take in "
-    "the keys of Sqitch, Prisma, goose, Marten and Airflow)"
+    "a 32-bit key, most likely a hashed name (hashtext(); crc32 as django-pglocks 1.0 does; "
+    "djb2 as @medusajs/locking-postgres does; the first 4 bytes of a sha256, sha1 or md5 "
+    "digest): list candidate names under [known] (hashtext, django_pglocks, medusa: a name "
+    "listed under django_pglocks is tried with each digest, in both byte orders); no "
+    "namespace id fits it (a sign-extended int4: id 0 or -1)"
 )
 HASHED_64 = (
-    "looks like a 64-bit hash of a name (pals, django-pglocks 2.x, GoodJob, pg-boss...): list "
-    "candidate names under [known] (pals, django_pglocks) to see it named"
+    "looks like a 64-bit hash of a name (the first 8 bytes of a sha256, sha1 or md5 digest, "
+    "as django-pglocks, django-pglock, pals, GoodJob or pg-boss take them): list candidate "
+    "names under [known] django_pglocks or pals; each is tried with each digest, in both "
+    "byte orders"
 )
 HASHED_PAIR = (
-    "looks like a pair made by hashing a name (with_advisory_lock, advisory-lock on npm): "
-    "list candidate names under [known] (with_advisory_lock, advisory_lock_npm)"
+    "looks like a pair made by hashing a name (with_advisory_lock puts a crc32 first, "
+    "advisory-lock on npm two int4 of a sha256): list candidate names under [known] "
+    "(with_advisory_lock, advisory_lock_npm: tried with sha256, sha1 and md5, both byte "
+    "orders); if the first number is instead fixed in a program's code, more keys with the "
+    "same first number will show it"
+)
+BYTES_PAIR = (
+    "a pair of two byte-sized numbers: two bytes of a digest (md5, sha1, sha256), or an enum "
+    "and a small number; one key cannot tell which, and a digest's byte is no namespace id: "
+    "find the code that takes it (its query, its application); a fixed first number there is "
+    "the namespace id to name in the registry file"
 )
 
 
-def unregistered_step(triple: LockTriple) -> str:
-    """The advice that fits a key nobody named: a namespace id only where the key looks like
-    one (and no well-known software's key falls in it), else how to name a hashed key."""
+def key_shape(triple: LockTriple) -> KeyShape:
+    """What a key's numbers look like: a small bigint (an enum, an id), a sign-extended
+    32-bit value (a hash), a pair of byte-sized numbers (digest bytes, or an enum), or
+    nothing in particular ("")."""
+    first, second = triple.pair  # the high and low words of a bigint, as int4
+    if triple.form == "pair":
+        return "bytes" if first in BYTE and second in BYTE else ""
+    if triple.classid in (0, 0xFFFFFFFF):  # within int4, or an unsigned 32-bit value
+        return "small" if abs(triple.bigint) < PLAUSIBLE_ID else "int4-hash"
+    return ""
+
+
+def unregistered_step(triple: LockTriple, keys: int = 1) -> str:
+    """The advice that fits a key nobody named, ``keys`` being how many keys its holder has
+    in its space (form and first number) with its shape: a namespace id only where the key
+    looks like one (several keys share it, or a small first number; never a digest's byte,
+    and never an id that takes in a well-known software's key), else what it looks like."""
     namespace_id = triple.pair[0]  # the first int4 (pair) or the high word (bigint)
-    if triple.form == "bigint" and namespace_id in (0, -1):
-        return HASHED_32  # a sign-extended int4
-    if not 0 < abs(namespace_id) < PLAUSIBLE_ID:
-        return HASHED_PAIR if triple.form == "pair" else HASHED_64
+    shape = key_shape(triple)
+    if shape == "int4-hash":
+        return HASHED_32
+    if shape == "bytes":
+        return BYTES_PAIR
+    plausible = keys > 1 or shape == "small" or 0 < abs(namespace_id) < PLAUSIBLE_ID
     probe = Namespace(name="NAME", id=namespace_id, form=triple.form)
-    if collisions(probe):
-        return HASHED_PAIR if triple.form == "pair" else HASHED_64
-    return (
-        f"name it in the registry file: [namespaces.NAME] id = {namespace_id}, "
-        f'form = "{triple.form}"'
-    )
+    if plausible and not collisions(probe, guesses=False):
+        return (
+            f"name it in the registry file: [namespaces.NAME] id = {namespace_id}, "
+            f'form = "{triple.form}"'
+        )
+    if shape == "small":
+        return SMALL_NUMBER
+    return HASHED_PAIR if triple.form == "pair" else HASHED_64
 
 
 def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> Iterator[Finding]:

@@ -146,6 +146,8 @@ class ServerInfo:
     relations: dict[int, str] = field(default_factory=dict)  # oid -> schema.name, this database
     tables: list[str] = field(default_factory=list)  # well-known software's tables found here
     extensions: list[str] = field(default_factory=list)  # pg_partman, pgmq, when installed
+    # tables here that confirm a guessed key's software (catalogue.SIGN_TABLES), by name
+    software_tables: list[str] = field(default_factory=list)
 
     def relation_name(self, database: int | None, relation: int | None) -> str | None:
         """A locked relation's name, when it lives in this database (or is shared)."""

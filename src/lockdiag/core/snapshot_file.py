@@ -48,6 +48,7 @@ def server_info(raw: dict[str, Any], version_num: int) -> ServerInfo:
     raw["relations"] = raw.get("relations") or {}  # json_object_agg of no rows is NULL
     raw["tables"] = raw.get("tables") or []
     raw["extensions"] = raw.get("extensions") or []
+    raw["software_tables"] = raw.get("software_tables") or []
     return build_record(ServerInfo, raw, "server")
 
 

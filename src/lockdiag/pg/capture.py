@@ -54,7 +54,9 @@ def capture(
     relations: dict[int, str] = {}
     make = LockRow._make
     with connection.cursor() as cursor:
-        cursor.execute(sql.encode(), {"all_types": scope == "all", "names": names or []})
+        params = {"all_types": scope == "all", "names": names or [],
+                  "software_tables": catalogue.SIGN_TABLES}  # fmt: skip
+        cursor.execute(sql.encode(), params)
         elapsed = time.perf_counter() - started
         # a batch of rows at a time (loaded in C): never all the rows in a list at once
         for row in chain.from_iterable(iter(partial(cursor.fetchmany, BATCH), [])):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
-from lockdiag.core.analysis import Decoded
+from lockdiag.core.analysis import Decoded, LockEntry
 from lockdiag.durations import format_duration
 from lockdiag.keys import DERIVATION, LockTriple
 from lockdiag.registry import AdvisoryKey, Problem, Registry
@@ -17,32 +19,64 @@ from lockdiag.views.common import (
 # -- registry, key, decode ---------------------------------------------------------------------
 
 
-def lock_sql(decoded: Decoded, seen: str | None = None) -> str:
-    """The SQL that takes this key as its owner does: for a lock held now with a certain
-    lifetime (``seen``, "session"), that lifetime's function; else a namespace's expected
-    lifetime (both calls when it expects either), well-known software's own function, else
-    a transaction lock (the safe default)."""
+# a lock function called with literal numbers, as a query's text shows it
+CALL = re.compile(
+    r"\b(pg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?)\s*\(\s*([-+]?\d{1,20})\s*"
+    r"(?:,\s*([-+]?\d{1,11})\s*)?\)",
+    re.IGNORECASE,
+)
+QUERY_PREFIX = 65536  # characters of a query searched for the call
+
+
+def own_call(key: LockTriple, queries: Iterable[str | None]) -> str | None:
+    """The call that takes ``key`` in one of its holders' own query texts, as written there
+    (pg_stat_activity shows a session's current or last statement)."""
+    for query in queries:
+        for match in CALL.finditer((query or "")[:QUERY_PREFIX]):
+            function, *numbers = match.groups()
+            args = tuple(int(n) for n in numbers if n is not None)
+            if args == key.args:
+                return key.sql(function.lower())
+    return None
+
+
+def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEntry] = ()) -> str:
+    """The SQL that takes this key, from the strongest evidence: a holder's own query that
+    calls it (``holders``); a lock held now as a certain session lock (``seen``, "session");
+    the namespace's expected lifetime (both calls when it expects either); the function that
+    well-known software calls (not a mere guess's); else unknown."""
     key = decoded.triple
     namespace, known = decoded.namespace, decoded.known
+    expected = None
+    if namespace is not None:
+        expected = {
+            "session": key.sql("pg_try_advisory_lock"),
+            "any": f"{key.sql()} or {key.sql('pg_try_advisory_lock')}",
+        }.get(namespace.expect, key.sql())
     behaviour = known.behaviour if known is not None else None
+    call = own_call(key, (e.session.query for e in holders if e.session is not None))
+    if call is not None:
+        mismatch = namespace is not None and namespace.expect == "xact" and "xact" not in call
+        return f"{call} (its holder's own query" + (
+            f"; {namespace.name} expects {expected})" if mismatch and namespace else ")"
+        )
     if seen == "session" and (behaviour is None or "xact" in behaviour.function):
         taken = key.sql("pg_advisory_lock")
         if namespace is not None and namespace.expect == "xact":
-            return f"{taken} (as held now; {namespace.name} expects {key.sql()})"
+            return f"{taken} (as held now; {namespace.name} expects {expected})"
         return f"{taken} (as held now: a session lock)"
-    if namespace is not None:
-        if namespace.expect == "session":
-            return key.sql("pg_try_advisory_lock")
-        if namespace.expect == "any":
-            return f"{key.sql()} or {key.sql('pg_try_advisory_lock')}"
-        return key.sql()
+    if expected is not None:
+        return expected
     if known is not None and behaviour is not None:
         return f"{key.sql(behaviour.function)} (as {known.software} takes it)"
-    return key.sql()
+    return f"unknown: any advisory lock function called with {key.describe()} takes it"
 
 
 def key_data(
-    key: LockTriple, decoded: Decoded | None = None, seen: str | None = None
+    key: LockTriple,
+    decoded: Decoded | None = None,
+    seen: str | None = None,
+    holders: Iterable[LockEntry] = (),
 ) -> dict[str, Any]:
     return {
         "form": key.form,
@@ -50,7 +84,7 @@ def key_data(
         "classid": key.classid,
         "objid": key.objid,
         "objsubid": key.objsubid,
-        "sql": lock_sql(decoded, seen) if decoded is not None else key.sql(),
+        "sql": lock_sql(decoded, seen, holders) if decoded is not None else key.sql(),
     }
 
 

@@ -48,6 +48,12 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
            'database', pg_catalog.current_database(),
            'hashed', (SELECT pg_catalog.json_object_agg(s, pg_catalog.hashtext(s))
                       FROM pg_catalog.unnest(%(names)s::text[]) AS s),
+           -- tables (in any schema) whose presence confirms a guessed key's software, such
+           -- as Airflow's dag, dag_run, task_instance: %(software_tables)s, by name only
+           'software_tables', (SELECT pg_catalog.json_agg(DISTINCT c.relname::text)
+                               FROM pg_catalog.pg_class AS c
+                               WHERE c.relname = ANY (%(software_tables)s::pg_catalog.name[])
+                                 AND c.relkind IN ('r', 'p')),
            'extensions', (SELECT pg_catalog.json_agg(e.extname) FROM pg_catalog.pg_extension AS e
                           WHERE e.extname IN ('pg_partman', 'pgmq')),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
@@ -67,4 +73,4 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
                       WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),
                             ('public', 'good_job_processes'), ('public', 'que_jobs'),
-                            ('pgmq', 'meta'), ('pgboss', 'queue'))))
+                            ('pgmq', 'meta'), ('pgboss', 'queue'), ('dramatiq', 'queue'))))
