@@ -224,6 +224,12 @@ SIGNS: dict[str, Signs] = {
     # dbos/_schemas/system_database.py (schema dbos); saq/queue/postgres.py's default tables
     "DBOS": Signs(("workflow_status", "operation_outputs"), (), re.compile(r"\bdbos\.")),
     "SAQ": Signs(("saq_jobs", "saq_versions"), (), re.compile(r"\bsaq_(?:jobs|stats)\b")),
+    # RelStorage 4.3.0: tables of both schemas, its connections' names ("RS: Store", "RS: Load")
+    "RelStorage": Signs(
+        ("object_state", "commit_row_lock"),
+        ("rs: ",),
+        re.compile(r"\b(?:lock_objects_and_detect_conflicts|lock_and_choose_tid)\b"),
+    ),
 }
 # the tables the snapshot looks for in the connected database (one catalog read)
 SIGN_TABLES = sorted({table for signs in SIGNS.values() for table in signs.tables})
@@ -328,6 +334,9 @@ def database_keys(database: str) -> dict[LockTriple, Known]:
         found[from_bigint(key)] = Known(
             "golang-migrate", f"migration lock of database {database}", "derived"
         )
+    found[grafana_key(database)] = Known(
+        "Grafana", f"migration lock of database {database}", "derived"
+    )
     found.update(pg_boss_keys(database))
     digest = hashlib.md5(f"{database}.pgboss.pgboss".encode(), usedforsecurity=False).digest()
     found[from_bigint(_signed64(digest))] = Known("pg-boss v7-v9", "maintenance lock", "derived")
@@ -604,6 +613,7 @@ def build_catalogue(
                 (*SLONIK_TABLES, *candidates.slonik_migrator_tables),
                 candidates.dbos_apps,
             ),
+            **tooz_keys(candidates.tooz),
             **exact,
         },
         per_database={name: database_keys(name) for name in databases},
@@ -825,6 +835,7 @@ _SOURCES = {
     "good_job_concurrency": ("GoodJob", "concurrency key {name!r}"),
     "good_job_process": ("GoodJob", "process {name}"),
 }
+_SOURCES["dramatiq"] = ("dramatiq-pg", "message {name}")  # "<queue>/<message_id>"
 
 
 def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[DerivedKey]:
@@ -856,3 +867,90 @@ def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[De
         software, template = _SOURCES[source]
         found.append(DerivedKey(database, key, "bigint", software, template.format(name=name)))
     return found
+
+
+# -- more programs that hold their locks idle by design (run or read for issue 34) ------------
+# Each one checked in its source at the version named, and run against PostgreSQL 15 where it is
+# Python (tests/test_known_world.py); the known-locks guide says how each one holds.
+
+SOFTWARE.update({
+    # tooz 9.1.0 tooz/drivers/pgsql.py PostgresLock: pg_advisory_lock(md5(name)[0], md5(name)[1])
+    # on a psycopg2 connection of its own, never autocommit: idle in transaction while held
+    "tooz": Software(
+        "library", "pg_advisory_lock",
+        "held by one member of an OpenStack service for as long as it keeps its lock, on a "
+        "connection of its own that stays idle in transaction the whole time (the driver's "
+        "implicit transaction)",
+        "check the member that holds it (its service's process and log) before acting: a "
+        "timeout or a termination frees the lock while that member still believes it holds "
+        "it, and another member takes it at once",
+    ),
+    # RelStorage 4.3.0 adapters/postgresql: locker.py, procs/lock_objects_and_detect_conflicts.sql
+    # and procs/*/lock_and_choose_tid.sql; connmanager.py names the store connection "RS: Store"
+    "RelStorage": Software(
+        "library", "pg_advisory_xact_lock",
+        "held by a ZODB two-phase commit: its store connection ('RS: Store') stays idle in "
+        "transaction between vote and finish with one lock per object it changes (the key is "
+        "the object's OID) and takes the commit lock -1 to finish; a pack holds the session "
+        "lock -2",
+        "check the ZODB application that is committing (its process, its log) before acting: "
+        "ending the store connection between vote and finish fails the commit's second phase "
+        "('Resources may be in an inconsistent state')",
+    ),
+    # dramatiq-pg 0.12.0 dramatiq_pg/broker.py CONSUME_ONE and message_lock(): a session lock
+    # per consumed message on the consumer connection (application_name "dramatiq-pg")
+    "dramatiq-pg": Software(
+        "queue", "pg_try_advisory_lock",
+        "held for each message a worker has consumed until the worker acks it, by the "
+        "worker's consumer connection ('dramatiq-pg'), idle in autocommit between its polls",
+        "check the dramatiq worker (its process, the message's row in dramatiq.queue) before "
+        "acting: freeing the lock lets another worker consume the same message again",
+    ),
+    # grafana pkg/services/sqlstore/migrator/migrator.go RunMigrations: a dedicated sql.Conn
+    # takes pg_try_advisory_lock(GenerateAdvisoryLockId(dbName)) while the migrations run in
+    # transactions on other connections (older releases: inside one xorm session)
+    "Grafana": Software(
+        "migration", "pg_try_advisory_lock",
+        "held while a Grafana server migrates its database at start, by a connection of its "
+        "own left idle while the migrations run on other connections",
+    ),
+    # jackc/tern migrate/migrate.go: lockNum 9628173550095224 on the migrator's own connection
+    "tern": Software(
+        "migration", "pg_advisory_lock",
+        "held for the whole migrate run by the connection that runs each migration",
+    ),
+})  # fmt: skip
+
+# RelStorage's administrative keys: negative so as never to meet an OID (locker.py). Small
+# numbers other code may pick too: named only with RelStorage's tables or sessions (SIGNS).
+FIXED[from_bigint(-1)] = Known("RelStorage", "commit lock", "guess")
+FIXED[from_bigint(-2)] = Known("RelStorage", "pack lock", "guess")
+# tern migrate/migrate.go: "arbitrary random number", copied by projects that vendor tern
+FIXED[from_bigint(9628173550095224)] = Known("tern", "migration lock", "exact")
+
+# a session that names itself, whatever it holds (its per-object keys are plain OIDs)
+BY_APPLICATION["RS: Store"] = Known(
+    "RelStorage", "store connection of a ZODB commit (its object locks are the OIDs)",
+    "corroborated", evidence="its application_name is 'RS: Store'",
+)  # fmt: skip
+BY_APPLICATION["dramatiq-pg"] = Known(
+    "dramatiq-pg", "consumer connection (a lock per consumed message)",
+    "corroborated", evidence="its application_name is 'dramatiq-pg'",
+)  # fmt: skip
+
+
+def tooz_key(name: str) -> LockTriple:
+    """tooz's PostgresLock: the first two bytes of md5(name), passed as the two int4 keys."""
+    digest = hashlib.md5(name.encode(), usedforsecurity=False).digest()
+    return from_pair(digest[0], digest[1])
+
+
+def tooz_keys(names: Iterable[str]) -> dict[LockTriple, Known]:
+    """Only 65,536 keys: two names may share one, and any program's small pair may be one."""
+    return {tooz_key(name): Known("tooz", f"lock {name!r}", "derived") for name in names}
+
+
+def grafana_key(database: str) -> LockTriple:
+    """Grafana's migration lock: golang-migrate's GenerateAdvisoryLockId(dbName), with no
+    other names: ``crc32(dbName) * 1486364155`` as an unsigned 32-bit number."""
+    return from_bigint((crc32(database) * 1486364155) % 2**32)

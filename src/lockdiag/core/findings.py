@@ -297,7 +297,7 @@ def software_step(known: Known, pid: int | None) -> str:
             f"acting; ending its session mid-{behaviour.kind} can leave {known.software}'s "
             "record of applied changes out of step with the schema"
         )
-    if behaviour.kind == "library":
+    if behaviour.kind == "library" and not behaviour.check:  # a library with a documented hold
         return (
             f"{known.software} {known.meaning}: {behaviour.normal}; look for the code path that "
             "takes it and never lets go"

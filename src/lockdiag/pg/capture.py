@@ -32,6 +32,7 @@ _ENRICHMENT_TABLES = {
     "enrich_good_job_concurrency": "public.good_jobs",
     "enrich_good_job_processes": "public.good_job_processes",
     "enrich_pg_boss": "pgboss.queue",
+    "enrich_dramatiq": "dramatiq.queue",
 }
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most

@@ -82,6 +82,7 @@ TABLES: dict[str, dict[str, tuple[str, ...]]] = {
     "public.que_jobs": {"id": ("int8", "int4")},
     "pgmq.meta": {"queue_name": TEXT},
     "pgboss.queue": {"table_name": TEXT},
+    "dramatiq.queue": {"queue_name": TEXT, "message_id": ("uuid",), "mtime": TIMESTAMP},
 }
 
 

@@ -116,6 +116,7 @@ class Candidates:
     medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
     slonik_migrator_tables: tuple[str, ...] = ()  # @slonik/migrator migrationTableName values
     dbos_apps: tuple[str, ...] = ()  # DBOS application names (config "name")
+    tooz: tuple[str, ...] = ()  # lock names given to tooz get_lock() (its PostgreSQL driver)
 
 
 @dataclass(frozen=True)

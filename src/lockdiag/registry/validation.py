@@ -28,7 +28,7 @@ TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
     "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
-    "advisory_lock_npm", "medusa", "slonik_migrator_tables", "dbos_apps",
+    "advisory_lock_npm", "medusa", "slonik_migrator_tables", "dbos_apps", "tooz",
 )  # fmt: skip
 KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
