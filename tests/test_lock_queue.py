@@ -59,7 +59,7 @@ def test_the_queue_rules_as_the_server_states_them(cluster: Cluster, outage: Out
     """pg_blocking_pids names the reader for the ALTER and the ALTER (not the reader) for each
     application query: their ACCESS SHARE conflicts with its queued request only."""
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        blocked = dict(
+        blocked: dict[int, list[int]] = dict(
             admin.execute(
                 "SELECT pid, pg_blocking_pids(pid) FROM pg_locks WHERE NOT granted "
                 "AND relation = 'orders'::regclass"
