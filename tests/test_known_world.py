@@ -314,6 +314,47 @@ def test_dramatiq_pg_run_for_real(cluster: Cluster, programs: list[Program]) -> 
     worker.finish()
 
 
+# -- django-pglock: sha256 read little-endian ------------------------------------------------
+
+DJANGO_PGLOCK = """
+import sys
+import django
+from django.conf import settings
+settings.configure(
+    DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1",
+                           "PORT": sys.argv[1], "USER": "postgres", "NAME": "postgres"}},
+    INSTALLED_APPS=["pgactivity", "pglock"],
+)
+django.setup()
+import pglock
+with pglock.advisory(sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_django_pglock_run_for_real(
+    cluster: Cluster, programs: list[Program], tmp_path: Path
+) -> None:
+    """django-pglock 1.8.0 (pglock/core.py _cast_lock_id): ``pg_advisory_lock(int.from_bytes(
+    sha256(name)[:8], "little", signed=True))``, a session lock on Django's connection, idle
+    between queries. A name listed under [known] django_pglocks is tried in that byte order."""
+    packages = pip_target("django-pglock==1.8.0", "django", "psycopg2-binary")
+    program = Program(packages, DJANGO_PGLOCK, str(cluster.port), "report:daily")
+    programs.append(program)
+    program.wait_for("held")
+    key = int.from_bytes(hashlib.sha256(b"report:daily").digest()[:8], "little", signed=True)
+    ((pid, triple, _, state, in_transaction),) = held(cluster, "a.datname = 'postgres'")
+    assert (triple, state, in_transaction) == (from_bigint(key), "idle", False)
+    (tmp_path / "lockdiag.toml").write_text('[known]\ndjango_pglocks = ["report:daily"]\n')
+    registry = ["--registry", str(tmp_path / "lockdiag.toml")]
+    (lock,) = [lock for lock in listed(cluster, "postgres", *registry) if lock["pid"] == pid]
+    assert lock["known"] == {
+        "software": "django-pglock", "meaning": "lock 'report:daily'", "confidence": "derived"
+    }  # fmt: skip
+    program.finish()
+
+
 # -- Grafana and tern (Go): the lock as their source takes it ----------------------------------
 
 
