@@ -308,8 +308,9 @@ def test_a_chatty_holder_shows_both_figures_and_what_each_means(
 ) -> None:
     """A holder that runs SELECT 1 every 200 ms on its connection while it holds a session
     lock: its lower bound (since its last change of state) stays under a second while its
-    waiter's wait grows. Side by side the two figures would read as a contradiction: each
-    view says what each one means, and never dates the holder by the queue."""
+    waiter's wait grows. Side by side the two figures would read as a contradiction: check,
+    blockers, who-holds and list say what each one means, never dating the holder by the
+    queue."""
     import threading
     import time
 
@@ -339,6 +340,9 @@ def test_a_chatty_holder_shows_both_figures_and_what_each_means(
         assert any(line.startswith("figures: held ≥ ") for line in shown.splitlines()), shown
         checked = shown_once(["check", "--wait-age", "1s", *args], meaning)
         assert any(line.startswith("  figures: held ≥ ") for line in checked.splitlines())
+        listed = shown_once(["list", *args], meaning)
+        note = f"figures: pid {holder.pid}: held ≥ "
+        assert any(line.startswith(note) for line in listed.splitlines()), listed
     finally:
         stop.set()
         chatter.join(5)

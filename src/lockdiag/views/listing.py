@@ -10,6 +10,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import ListReport, Space, Span
+from lockdiag.core.findings import figures
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
 from lockdiag.render import Block, Output, Text, clean, pick, screen_budget
@@ -169,6 +170,7 @@ def _blocks(
                     for target, report in parts
                 ]
             ),
+            Text(_figures(lines), "note"),  # every row's, whatever the screen shows
             Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
             Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
             *notes_block([n for _, report in parts for n in report.notes]),
@@ -178,6 +180,27 @@ def _blocks(
         return assemble(_every(parts, view.lines, sizes, terminal))
     # a narrowed table always says how many locks its rows stand for: never all of them
     return _screenful(view, assemble, sizes, screen_columns, screen_lines, _narrowed(parts))
+
+
+def _figures(rows: list[ListRow]) -> list[str]:
+    """Where a holder's AGE (a lower bound) is far below its oldest waiter's, what each
+    figure means: said once, for the first such holder, with how many more there are. Only
+    the rows of contested locks are read (the granted, uncontested ones have no ListRow)."""
+    waited = {
+        (r.target, r.entry.lock.pid): r.entry.waited for r in rows if r.entry.waited is not None
+    }
+    said: dict[tuple[str | None, int | None], str] = {}
+    for row in rows:
+        entry = row.entry
+        oldest = max((w for p in entry.blocks if (w := waited.get((row.target, p)))), default=None)
+        both = figures(entry.held_at_least, oldest) if entry.blocks else None
+        if both is not None:
+            target = f"{clean(row.target)}: " if row.target else ""
+            said.setdefault((row.target, entry.lock.pid), f"{target}pid {entry.lock.pid}: {both}")
+    if not said:
+        return []
+    first, *more = said.values()
+    return [f"figures: {first}" + (f" ({len(more)} more holder(s) alike)" if more else "")]
 
 
 def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
