@@ -570,7 +570,7 @@ def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessio
         (stalled,) = [f for f in about if f["kind"] == "stalled"]
         assert stalled["lock"] == "pg_repack: repack of table public.t", stalled
         assert "pg_repack (pid " in stalled["evidence"], stalled
-        assert "waits for 1 older transaction(s) to finish" in stalled["evidence"], stalled
+        assert "at least 1 opened before it began; the oldest: " in stalled["evidence"], stalled
         assert (
             f"the oldest: pid {old.pid} (old-transaction), idle in transaction, its "
             "transaction open since " in stalled["evidence"]

@@ -810,9 +810,9 @@ def _stalled(
             pid,
             known.label,
             f"pg_repack (pid {pid}) has been at {known.meaning.removeprefix('repack of ')} for "
-            f"{format_duration(at_it)} and waits for {len(older)} older transaction(s) to "
-            f"finish (its output: 'Waiting for {len(older)} transactions to finish'); the "
-            f"oldest: {_transaction(older[0], now)}",
+            f"{format_duration(at_it)} and waits for older transactions to finish (its "
+            f"output: 'Waiting for N transactions to finish'), at least {len(older)} opened "
+            f"before it began; the oldest: {_transaction(older[0], now)}",
             f"pg_repack goes on by itself once pid {older[0].pid}'s transaction ends: ask its "
             "program to commit or roll back (it is not pg_repack's); leave pg_repack running "
             "(stopped mid-run it leaves its trigger and its repack.log_<oid> table behind)",
