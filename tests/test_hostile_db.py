@@ -107,10 +107,11 @@ TYPES = [
 ]
 EXTENSION = [
     *TABLES,
-    # a trusted extension the owner may create; its script's objects are the bootstrap
-    # superuser's, and the owner adds a function of their own to it
-    "CREATE EXTENSION pgcrypto",
-    "ALTER EXTENSION pgcrypto ADD FUNCTION public.lockdiag_evil_immutable(text)",
+    # a trusted extension the owner may create (the issue's attack used pgcrypto, which some
+    # server builds lack: fuzzystrmatch is in every build of the matrix); its script's objects
+    # are the bootstrap superuser's, and the owner adds a function of their own to it
+    "CREATE EXTENSION fuzzystrmatch",
+    "ALTER EXTENSION fuzzystrmatch ADD FUNCTION public.lockdiag_evil_immutable(text)",
     "CREATE INDEX ON public.good_jobs (id) "
     "WHERE public.lockdiag_evil_immutable('extension index predicate')",
     "CREATE INDEX ON public.que_jobs "
@@ -119,8 +120,8 @@ EXTENSION = [
     "CREATE STATISTICS s ON (public.lockdiag_evil_immutable('extension statistics')), "
     "(id::text) FROM public.good_job_processes",
     "ANALYZE public.good_job_processes",
-    # pgcrypto's own function stays trusted: pgmq.meta is read
-    "CREATE INDEX ON pgmq.meta (public.digest(queue_name::text, 'sha1'))",
+    # the extension's own function stays trusted: pgmq.meta is read
+    "CREATE INDEX ON pgmq.meta (public.soundex(queue_name::text))",
 ]
 OPCLASS = [
     # no primary key: the operator class's index is the only one an index scan can use
@@ -266,7 +267,7 @@ def test_planted_code_never_runs_in_lockdiag(
 
 
 def test_an_extensions_own_functions_stay_trusted(hostile: Cluster, sessions: Sessions) -> None:
-    """pgcrypto's digest() in an index of pgmq.meta: the script's objects are the bootstrap
+    """fuzzystrmatch's soundex() in an index of pgmq.meta: the script's objects are the bootstrap
     superuser's, although a database owner created the extension."""
     hold_key(sessions, "hostile_extension")
     shown = listed(hostile, "postgres", "hostile_extension").stdout
