@@ -458,10 +458,11 @@ def test_terminate_acts_on_a_pooled_connection_only_while_no_client_took_it(
         bouncer.stop()
 
 
-def terminate_preview(cluster: Cluster, pid: int, *pooler: str) -> str:
-    """terminate's preview (no terminal to confirm at: it stops there, having done nothing)."""
+def terminate_preview(cluster: Cluster, pid: int, *pooler: str, refused: str = "") -> str:
+    """terminate's preview (no terminal to confirm at: it stops there, having done nothing,
+    or refuses with ``refused``)."""
     result = CliRunner().invoke(cli, ["terminate", str(pid), "--dsn", cluster.dsn(), *pooler])
-    assert result.exit_code == 2 and "not confirmed" in result.stderr, result.output
+    assert result.exit_code == 2 and (refused or "not confirmed") in result.stderr, result.output
     return " ".join(result.stdout.split())
 
 
@@ -475,8 +476,9 @@ def test_terminate_warns_whose_work_a_pooled_connection_carries(
         assert row is not None
         backend = row[1]
         attached = terminate_preview(
-            cluster, backend, "--pgbouncer", transaction_pool.console_dsn()
-        )
+            cluster, backend, "--pgbouncer", transaction_pool.console_dsn(),
+            refused="add --end-attached-client to end that client's work too",
+        )  # fmt: skip
         assert "is using this server connection now: ending it ends that client's work" in (
             attached
         )

@@ -22,7 +22,16 @@ from lockdiag.cli.common import (
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
-from lockdiag.core.termination import AfterCancel, Preview, after_cancel, nothing_to_cancel, preview
+from lockdiag.core.termination import (
+    END_ATTACHED_CLIENT,
+    AfterCancel,
+    Preview,
+    Refused,
+    after_cancel,
+    attached_client,
+    nothing_to_cancel,
+    preview,
+)
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError, ServerError
 from lockdiag.keys import parse_numbers
 from lockdiag.pg import deadline
@@ -45,6 +54,13 @@ from lockdiag.views.terminate import (
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
 @click.option(
+    END_ATTACHED_CLIENT,
+    "end_attached_client",
+    is_flag=True,
+    help="Act even though the pooler shows a client attached to the server connection now: "
+    "that client's transaction ends too (refused without it).",
+)
+@click.option(
     "--wait",
     **DURATION,
     default="5s",
@@ -56,13 +72,21 @@ from lockdiag.views.terminate import (
 @registry_option
 @format_option
 def terminate_command(
-    pid: int, cancel: bool, yes: bool, wait: float, registry: str | None, fmt: str
+    pid: int,
+    cancel: bool,
+    yes: bool,
+    end_attached_client: bool,
+    wait: float,
+    registry: str | None,
+    fmt: str,
 ) -> None:
     """End one session (or cancel its query) after showing what that releases.
 
     The only command that changes server state. It acts on exactly one pid, after a preview of
     the locks it holds and the sessions waiting behind it, and asks first (--yes for scripts).
-    It refuses lockdiag's own session, non-client backends and sessions that hold no lock.
+    It refuses lockdiag's own session, non-client backends and sessions that hold no lock,
+    and a pooled server connection that the pooler shows a client attached to now (its
+    transaction is that client's work) unless --end-attached-client says to end it too.
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
     --cancel acts only while a query runs (an idle session's cancel releases nothing), then
@@ -109,6 +133,9 @@ def terminate_command(
 
         if cancel and (why := nothing_to_cancel(plan.session)):
             finish(False, why)
+        if not end_attached_client and (why := attached_client(plan, cancel)):
+            document(False, why)
+            raise Refused(why)
         verb = "cancel the query of" if cancel else "terminate"
         if plan.waits is not None and not plan.blocked:
             verb += " the waiter"

@@ -194,7 +194,7 @@ def check(
     found = census(entries)
     flagged, software = found.flagged, found.software
     findings = [
-        *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software),
+        *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software, snapshot),
         *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software, snapshot),
         *_waits(found.waiters, policy, snapshot.server),
         *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot, software),
@@ -307,36 +307,51 @@ def software_step(known: Known, pid: int | None) -> str:
     return f"{known.software} {known.meaning} is {behaviour.normal}: {check}"
 
 
-def _outlived_clients(leaked: list[LockEntry], software: dict[int, Known]) -> Iterator[Finding]:
+def _outlived_clients(
+    leaked: list[LockEntry], software: dict[int, Known], snapshot: Snapshot
+) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
-    PgBouncer, on a server connection that no client is using any more (flagged so)."""
+    PgBouncer, on a server connection that no client is using any more, or that the pool
+    lends to a client now which did not take it (flagged so)."""
     for group in _by_backend(leaked):
         entry, pool, count = group[0], group[0].pool, len(group)
         assert pool is not None
+        pid = entry.lock.pid
         held = entry.held_at_least
         bound = f" for at least {format_duration(held)}" if held is not None else ""
         waiting = sum(len(e.blocks) for e in group)
         what = "lock outlived its client" if count == 1 else f"{count} locks outlived their client"
+        attached = (
+            f"lent to client {pool.client} now (it only borrows the connection)"
+            if pool.client
+            else "with no client attached"
+        )
         yield Finding(
             Kind.OUTLIVED_CLIENT,
             "critical" if waiting else "warning",
-            entry.lock.pid,
+            pid,
             _labels(group),
             f"{what}: taken through pool {pool.pool} of {pool.pooler} "
             f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
-            f"pid {entry.lock.pid} with no client attached{_listed(group)}"
+            f"pid {pid} {attached}{_listed(group)}"
             + (f"; {waiting} session(s) wait for it" if waiting else ""),
-            software_step(software[entry.lock.pid], entry.lock.pid)
-            if entry.lock.pid in software
+            software_step(software[pid], pid)
+            if pid is not None and pid in software
             else "use transaction-level locks (pg_advisory_xact_lock) behind a transaction "
             "pooler, or session pooling, or server_reset_query_always = 1; last resort: "
-            f"lockdiag terminate {entry.lock.pid} (ends that pooled server connection; only "
-            "while its preview shows no client attached: between transactions the pool hands "
-            "it to other clients)",
+            f"lockdiag terminate {pid} (ends that pooled server connection; "
+            + (
+                f"it refuses while client {pool.client} is attached: once that client's "
+                "transaction ends, run it again"
+                if pool.client
+                else "only while its preview shows no client attached: between transactions "
+                "the pool hands it to other clients"
+            )
+            + ")",
             entry,
             held,
             count,
-            owner=ownership(group),
+            owner=ownership(group, snapshot.remembered.get(pid) if pid is not None else None),
         )
 
 

@@ -176,6 +176,24 @@ class PoolLink:
     client_application: str | None
     via: Literal["console", "address"]  # read from the admin console, or only the address
 
+    @property
+    def lends(self) -> bool:
+        """Whether the pool hands this server connection to another client at every
+        transaction end (transaction or statement pooling, read from the console): a
+        session lock on it outlives the client that took it, whoever is attached now."""
+        return self.via == "console" and self.pool_mode in ("transaction", "statement")
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What earlier reads showed of one pooled server connection, kept by commands that read
+    over time (:mod:`lockdiag.core.pool_memory`; never written to a file): the console showed
+    it with no client attached while it held these locks as certain session locks, and every
+    read since showed the same backend holding them."""
+
+    seen: datetime  # the server's time of the first read that showed it so
+    locks: frozenset[tuple[object, ...]]  # their LockRow.lock_object
+
 
 @dataclass(frozen=True)
 class DerivedKey:
@@ -200,6 +218,8 @@ class Snapshot:
     derived: list[DerivedKey] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what could not be read, for the user
     pool: dict[int, PoolLink] = field(default_factory=dict)  # backend pid -> pooler link
+    # backend pid -> what earlier reads showed of it (pool_memory; never in a file)
+    remembered: dict[int, Remembered] = field(default_factory=dict)
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)

@@ -6,7 +6,9 @@ critical section; pg_repack keeps a connection idle in transaction for the whole
 the advice that follows a held lock states its evidence, at one of three levels:
 
 - ``proven``: the owner is gone: a pooled server connection with no client attached (read
-  from the pooler's console);
+  from the pooler's console), or a session lock on a connection that transaction pooling
+  lends to a client now, older than that client's transaction (a waiter began before it) or
+  seen by an earlier read with no client attached;
 - ``declared``: the team declared the lock should not be held like this (the namespace's
   ``expect = "xact"`` for a certain session lock, or its ``max_hold`` exceeded);
 - ``unknown``: idle, nothing more.
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry
-from lockdiag.core.model import Session, Snapshot
+from lockdiag.core.model import PoolLink, Remembered, Session, Snapshot
 from lockdiag.durations import format_duration
 from lockdiag.registry import Namespace
 
@@ -55,8 +57,9 @@ class Ownership:
         return self.level != "unknown"
 
 
-def ownership(group: list[LockEntry]) -> Ownership:
-    """The strongest evidence any of one backend's locks gives that its work is over."""
+def ownership(group: list[LockEntry], remembered: Remembered | None = None) -> Ownership:
+    """The strongest evidence any of one backend's locks gives that its work is over;
+    ``remembered``: what earlier reads showed of the backend (commands that read over time)."""
     for entry in group:
         pool = entry.pool
         if pool is not None and pool.via == "console" and pool.client is None:
@@ -65,6 +68,8 @@ def ownership(group: list[LockEntry]) -> Ownership:
                 f"a server connection of {pool.pooler} pool {pool.pool or '?'} with no client "
                 "attached: the client that took the lock is gone",
             )
+        if pool is not None and pool.client and Flag.OUTLIVED_CLIENT in entry.flags:
+            return Ownership("proven", borrowed(entry, pool, remembered))
     for entry in group:
         namespace = entry.decoded.namespace if entry.decoded else None
         if namespace is None:
@@ -81,6 +86,30 @@ def ownership(group: list[LockEntry]) -> Ownership:
                 "one outlived its transaction",
             )
     return Ownership("unknown", "the session is idle: that proves only that it is idle")
+
+
+def borrowed(entry: LockEntry, pool: PoolLink, remembered: Remembered | None) -> str:
+    """The evidence that a session lock on a connection lent to a client now is not that
+    client's: what the lock outlived, and how that is known."""
+    session = entry.session
+    if remembered is not None and entry.lock.lock_object in remembered.locks:
+        seen = remembered.seen.isoformat(timespec="seconds")
+        how = (
+            f"a read at {seen} showed it with no client attached, holding this lock, and "
+            "every read since the same backend holding it"
+        )
+    elif session is not None and session.xact_start is not None and entry.blocks:
+        how = (
+            f"pid {entry.blocks[0]} has waited for it since before the current transaction "
+            "on this connection began, so it was taken in an earlier one and is a session lock"
+        )
+    else:
+        how = "it is held with no transaction open, so it is a session lock"
+    return (
+        f"a server connection of {pool.pooler} pool {pool.pool or '?'} that {pool.pool_mode} "
+        f"pooling lends to client {pool.client} now: {how}; it outlived the transaction that "
+        "took it, and the client that took it no longer has the connection"
+    )
 
 
 def may_release(owner: Ownership, advisory: bool) -> bool:

@@ -69,6 +69,26 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
     return Preview(pid, session, holds, waits, blocked, releases, pool)
 
 
+END_ATTACHED_CLIENT = "--end-attached-client"
+
+
+def attached_client(plan: Preview, cancel: bool) -> str | None:
+    """Why lockdiag will not end (or cancel) a pooled server connection on its own, or None:
+    the console shows a client attached to it now. Its transaction is that client's work,
+    whatever lock the connection kept from an earlier one; ending it needs the option that
+    says so (END_ATTACHED_CLIENT)."""
+    pool = plan.pool
+    if pool is None or pool.via != "console" or not pool.client:
+        return None
+    action = "cancelling its query" if cancel else "ending it"
+    return (
+        f"pid {plan.pid} is a pooled server connection of {pool.pooler} and client "
+        f"{pool.client} is attached to it now: {action} would end that client's transaction, "
+        f"not only the lock's lost owner; nothing done. Run it again once that client's "
+        f"transaction ends, or add {END_ATTACHED_CLIENT} to end that client's work too"
+    )
+
+
 def client_since_preview(plan: Preview, now: PoolLink | None) -> str | None:
     """Why ending a pooled server connection must not go ahead now, or None: a client attached
     to it since the preview (or another client than the one shown). Between transactions a

@@ -32,6 +32,7 @@ from psycopg import sql
 
 from lockdiag.core.catalogue import derived_keys, hashed_names
 from lockdiag.core.observe import Activity
+from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
 from lockdiag.pg.capture import capture, complete
@@ -72,6 +73,7 @@ class DiagnosticSession:
         self._connection: BoundedConnection | None = None
         self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
         self._told = False
+        self.memory = PoolMemory()  # what earlier reads showed of pooled connections
         self.undecodable = Undecodable()  # text values from the server that were not UTF-8
 
     def __enter__(self) -> DiagnosticSession:
@@ -210,7 +212,8 @@ class DiagnosticSession:
                 taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
             if self.registry is None:
                 return taken
-            return complete(connection, taken, self.registry, self.poolers, self.timeout)
+            taken = complete(connection, taken, self.registry, self.poolers, self.timeout)
+            return self.memory.recall(taken) if self.poolers is not None else taken
 
     def fetch(self, name: str, params: dict[str, Any]) -> Sequence[Any]:
         """One row of a named query (see :mod:`lockdiag.pg.queries`)."""

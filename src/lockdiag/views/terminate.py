@@ -6,7 +6,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.model import IDLE_STATES, PoolLink, Snapshot
-from lockdiag.core.termination import AfterCancel, Preview
+from lockdiag.core.termination import END_ATTACHED_CLIENT, AfterCancel, Preview
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import entry_data, lock_label, pool_attached
@@ -108,7 +108,8 @@ def pool_warning(pool: PoolLink) -> str | None:
     if pool.client:
         return (
             f"client {pool.client} is using this server connection now: ending it ends that "
-            "client's work, and that client may not be the one that took the lock"
+            "client's work, and that client may not be the one that took the lock (refused "
+            f"without {END_ATTACHED_CLIENT})"
         )
     return None  # no client attached: the act step reads the console again before it signals
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockdiag.core.analysis import LockEntry
+from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.diagnosis import WhoHolds
 from lockdiag.core.findings import figures, queue_evidence, queue_step
 from lockdiag.core.incident import Cause, Incident
@@ -166,10 +166,13 @@ def _holder_summary(entry: LockEntry) -> str:
     pool = entry.pool
     if entry.lifetime == "session" and pool is not None and pool.via == "console":
         attached = pool_attached(pool)
+        outlived = Flag.OUTLIVED_CLIENT in entry.flags
         return (
             f"{who}, {state}, session lock on pooled server connection of {pool.pooler} pool "
-            f"{pool.pool} ({attached})"
-            + (": the lock outlived the client that took it" if not pool.client else "")
+            f"{pool.pool} ({attached}"
+            + (f", lent by {pool.pool_mode} pooling" if pool.client and outlived else "")
+            + ")"
+            + (": the lock outlived the client that took it" if outlived else "")
         )
     if entry.lifetime == "session":
         known = entry.decoded.known if entry.decoded else None
