@@ -14,6 +14,7 @@ from lockdiag.cli.common import (
     connection_options,
     format_option,
     get_registry,
+    get_target,
     pooler_options,
     registry_option,
     show,
@@ -36,6 +37,7 @@ from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError, ServerError
 from lockdiag.keys import parse_numbers
 from lockdiag.pg import deadline
 from lockdiag.pg.actions import act
+from lockdiag.pg.fleet import open_session
 from lockdiag.pg.pooltest import run
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.render import render
@@ -106,9 +108,8 @@ def terminate_command(
     """
     names = get_registry(registry)
     where = source()
-    poolers = names.poolers.merged(where.pgbouncer, where.pooler_addr)
     machine = fmt == "json"  # one JSON document on stdout at the end; people's text on stderr
-    with DiagnosticSession(where.dsn, where.timeout, names, poolers) as session:
+    with open_session(get_target(names)) as session:
         snapshot = session.snapshot("all")
         plan = preview(Diagnosis(snapshot, names), pid)
         shown = terminate_preview_output(plan, snapshot, cancel)

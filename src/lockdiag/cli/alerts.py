@@ -15,7 +15,6 @@ from lockdiag.cli.common import (
     formats,
     get_captures,
     get_registry,
-    get_snapshot,
     registry_option,
     show,
     source_options,
@@ -29,9 +28,7 @@ from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
 from lockdiag.registry import Registry
 from lockdiag.views.check import (
-    NAGIOS_EXIT,
     STATUS_EXIT,
-    check_output,
     fleet_check_output,
     unknown_output,
 )
@@ -140,18 +137,13 @@ def check_command(
         if deferred := click.get_current_context().meta.get(SETTINGS_ERROR):
             raise deferred
         names = get_registry(registry, strict=True)  # a verdict without its rules is UNKNOWN
-        captures = get_captures("all", names)
-        if captures is not None:
-            results = [
-                (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.error)
-                for c in captures
-            ]
-            output, status = fleet_check_output(results, policy)
-            show(output, fmt)
-            sys.exit(STATUS_EXIT[status])
-        snapshot = get_snapshot("all", names)
-        report = _check(snapshot, names, policy)
-        show(check_output(report, policy), fmt)
+        captures = get_captures("all", names)  # a single server's error: UNKNOWN below
+        results = [
+            (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.reason)
+            for c in captures
+        ]
+        output, status = fleet_check_output(results, policy)
+        show(output, fmt)
     except LockdiagError as error:
         show(unknown_output(str(error), error.hint), fmt)
         raise UnknownStatus(str(error), error.hint) from None
@@ -160,7 +152,7 @@ def check_command(
         message = f"internal error: {type(error).__name__}: {error} (a bug in lockdiag)"
         show(unknown_output(message), fmt)
         raise UnknownStatus(message) from None
-    sys.exit(NAGIOS_EXIT[report.status])
+    sys.exit(STATUS_EXIT[status])
 
 
 def _check(snapshot: Snapshot, registry: Registry, policy: CheckPolicy) -> Incident:

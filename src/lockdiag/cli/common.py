@@ -22,8 +22,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
-from lockdiag.pg.fleet import Capture, capture_all, read_targets
-from lockdiag.pg.session import take_snapshot
+from lockdiag.pg.fleet import Capture, Target, capture_all, label, read_targets, target
 from lockdiag.registry import (
     ENV_VAR,
     Registry,
@@ -244,40 +243,79 @@ def formats(*extra: str) -> Callable[[F], F]:
     )
 
 
-def get_captures(scope: Scope, registry: Registry) -> list[Capture] | None:
-    """Snapshots of every target when several are given (concurrently), else None."""
+def get_targets(registry: Registry) -> list[Target]:
+    """The servers the options name (a fleet of one for a single server: libpq's environment
+    when none is named), each with the registry's poolers and those of --pgbouncer and
+    --pooler-addr."""
     where = source()
-    if not where.fleet:
-        return None
-    if where.from_file is not None:
-        raise InputError("give either --from FILE or --dsn, not both")
-    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
-    return capture_all(list(where.dsns), where.timeout, scope, registry, poolers)
+    dsns: list[str | None] = [*where.dsns] or [None]
+    servers: list[Target] = []
+    for dsn in dsns:
+        name = label(dsn)
+        if any(server.label == name for server in servers):  # the same server twice
+            name = f"{name}#{len(servers) + 1}"
+        servers.append(
+            target(dsn, where.timeout, registry, where.pgbouncer, where.pooler_addr, name)
+        )
+    return servers
 
 
-def fleet_exit(failures: list[tuple[str, str]]) -> None:
-    """After printing every answer: exit 3 when a target could not be read."""
-    if failures:
-        for target, error in failures:
-            click.echo(f"lockdiag: error: {target}: {error}", err=True)
-        sys.exit(EXIT_SERVER)
+def get_target(registry: Registry) -> Target:
+    """The one server of a single-server command (``watch``, ``sample``, ``terminate``...)."""
+    if source().fleet:
+        raise InputError("this command reads one server: give a single --dsn")
+    (server,) = get_targets(registry)
+    return server
 
 
-def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
+def get_captures(scope: Scope, registry: Registry) -> list[Capture]:
+    """A snapshot of every target, with all its evidence (concurrently when several); or of
+    --from FILE. A single server's error is raised whole, as any command's; a fleet's are
+    kept in their captures, to be reported after every answer."""
     where = source()
     if where.from_file is not None:
         if where.dsns:
             raise InputError("give either --from FILE or --dsn, not both")
-        loaded = snapshot_file.load(Path(where.from_file))
-        if scope == "all" and loaded.scope != "all":
-            click.echo(
-                f"lockdiag: note: {where.from_file} holds advisory locks only "
-                "(saved with --advisory-only)",
-                err=True,
-            )
-        return loaded
-    poolers = registry.poolers.merged(where.pgbouncer, where.pooler_addr)
-    return take_snapshot(where.dsn, where.timeout, scope, registry, poolers)
+        return [Capture(where.from_file, _load(where.from_file, scope), None, 0.0)]
+    captures = capture_all(get_targets(registry), scope)
+    if len(captures) == 1 and captures[0].error is not None:
+        raise captures[0].error
+    return captures
+
+
+def fleet_of(captures: list[Capture]) -> bool:
+    """Whether the answer names its targets: more than one server was read."""
+    return len(captures) > 1
+
+
+def failures(captures: list[Capture]) -> list[tuple[str, str]]:
+    return [(c.target, c.reason or "failed") for c in captures if c.snapshot is None]
+
+
+def fleet_exit(failed: list[tuple[str, str]]) -> None:
+    """After printing every answer: exit 3 when a target could not be read."""
+    if failed:
+        for name, error in failed:
+            click.echo(f"lockdiag: error: {name}: {error}", err=True)
+        sys.exit(EXIT_SERVER)
+
+
+def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
+    """The one snapshot of a single-server command (``snapshot``)."""
+    get_target(registry)  # one server: "give a single --dsn" otherwise
+    (captured,) = get_captures(scope, registry)
+    assert captured.snapshot is not None  # a single server's error was raised
+    return captured.snapshot
+
+
+def _load(path: str, scope: Scope) -> Snapshot:
+    loaded = snapshot_file.load(Path(path))
+    if scope == "all" and loaded.scope != "all":
+        click.echo(
+            f"lockdiag: note: {path} holds advisory locks only (saved with --advisory-only)",
+            err=True,
+        )
+    return loaded
 
 
 def get_registry(path: str | None, strict: bool = False) -> Registry:

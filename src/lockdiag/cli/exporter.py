@@ -8,11 +8,19 @@ from typing import Any
 import click
 
 from lockdiag.cli.alerts import threshold_option
-from lockdiag.cli.common import DURATION, fleet_options, get_registry, registry_option, source
+from lockdiag.cli.common import (
+    DURATION,
+    fleet_options,
+    get_registry,
+    get_targets,
+    pooler_options,
+    registry_option,
+    source,
+)
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.errors import EXIT_INTERRUPTED, InputError
 from lockdiag.exporter import DEFAULT_PORT, Exporter, Target
-from lockdiag.pg.fleet import label
+from lockdiag.registry import Poolers
 
 
 @click.command("exporter")
@@ -42,6 +50,7 @@ from lockdiag.pg.fleet import label
 @threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
 @threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
 @threshold_option("--max-blocked", "5,20", "More than N sessions behind one root blocker.")
+@pooler_options
 @fleet_options
 @registry_option
 def exporter_command(
@@ -72,17 +81,19 @@ def exporter_command(
     host, port = parse_listen(listen)
     if interval <= 0:
         raise InputError("--interval must be more than zero")
+    names = get_registry(registry)
     where = source()
-    dsns: list[str | None] = [*where.dsns] or [None]
-    names: list[str] = []
-    for dsn in dsns:
-        name = label(dsn) if dsn else "default (libpq environment)"
-        names.append(name if name not in names else f"{name}#{len(names) + 1}")
+    servers = get_targets(names)  # named as every command names them
     policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked)
     exporter = Exporter(
-        [Target(name, dsn) for name, dsn in zip(names, dsns, strict=True)],
-        get_registry(registry), policy, where.timeout, interval, duty,
-    )  # fmt: skip
+        [Target(server.label, server.dsn) for server in servers],
+        names,
+        policy,
+        where.timeout,
+        interval,
+        duty,
+        Poolers(where.pgbouncer, where.pooler_addr),
+    )
     try:
         server = exporter.serve(host, port)
     except (OSError, ValueError, OverflowError) as error:
@@ -97,8 +108,8 @@ def exporter_command(
             err=True,
         )
     click.echo(
-        f"lockdiag exporter: http://{listen}/metrics for {len(names)} target(s): "
-        + ", ".join(names),
+        f"lockdiag exporter: http://{listen}/metrics for {len(servers)} target(s): "
+        + ", ".join(server.label for server in servers),
         err=True,
     )
     exporter.start_samplers()

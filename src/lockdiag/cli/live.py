@@ -12,9 +12,10 @@ from lockdiag.cli.common import (
     connection_options,
     formats,
     get_registry,
+    get_target,
+    pooler_options,
     registry_option,
     show,
-    source,
 )
 from lockdiag.cli.screen import progress_reporter, run
 from lockdiag.core.observe import Sampler
@@ -44,6 +45,7 @@ from lockdiag.views.watch import State
     help="Replay a file written by --record instead of reading a server; a snapshot file "
     "(lockdiag snapshot -o) replays as one frame.",
 )
+@pooler_options
 @connection_options
 @registry_option
 def watch_command(
@@ -66,14 +68,13 @@ def watch_command(
         raise InputError("--interval must be more than zero")
     if replay is not None and record is not None:
         raise InputError("give either --from FILE or --record FILE, not both")
-    where = source()
+    names = get_registry(registry)
     snapshots = Feed(
-        where.dsn,
-        where.timeout,
+        get_target(names),
         Path(replay) if replay else None,
         Path(record) if record else None,
     )
-    run(State(get_registry(registry)), snapshots, interval, once)
+    run(State(names), snapshots, interval, once)
 
 
 @click.command("sample")
@@ -83,6 +84,7 @@ def watch_command(
 @click.option(
     "--interval", **DURATION, default="250ms", show_default=True, help="Time between samples."
 )
+@pooler_options
 @connection_options
 @registry_option
 @formats("markdown", "csv", "prometheus")
@@ -103,7 +105,7 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
     if interval <= 0 or duration <= 0:
         raise InputError("--duration and --interval must be more than zero")
     names = get_registry(registry)
-    where = source()
+    server = get_target(names)
     errors: list[str] = []
     sampler = Sampler()
     interrupted = False
@@ -116,7 +118,7 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
             report(done, expected)
 
         try:
-            sample(where.dsn, where.timeout, duration, interval, names, progress, sampler)
+            sample(server, duration, interval, progress, sampler)
         except KeyboardInterrupt:
             interrupted = True
     if sampler.samples == 0 and errors and not interrupted:

@@ -13,7 +13,9 @@ from lockdiag.cli.common import (
     NUMBERS_SETTINGS,
     complete_namespace,
     connection_options,
+    failures,
     fleet_exit,
+    fleet_of,
     formats,
     get_captures,
     get_registry,
@@ -27,13 +29,14 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
 from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.model import Scope
+from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
+from lockdiag.registry import Registry
 from lockdiag.render import Output, resolve
 from lockdiag.views.blockers import blockers_output
 from lockdiag.views.common import fleet_sections
-from lockdiag.views.listing import fleet_list_output, list_output
+from lockdiag.views.listing import fleet_list_output
 from lockdiag.views.who_holds import who_holds_output
 
 
@@ -94,26 +97,30 @@ def list_command(
     scope: Scope = "all" if all_types else "advisory"
     policy = Policy(session_age=session_age)
     captures = get_captures(scope, names)
-    if captures is None:
-        snapshot, total, census = get_snapshot(scope, names), None, None
-        if filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty():
-            # a terminal shows a screenful: analyse only the locks worth it (and count the
-            # rest, so that folded rows say how many locks they stand for)
-            rows = max(10, shutil.get_terminal_size().lines - 8)
-            narrowed = narrow(snapshot, rows, policy, all_types)
-            if narrowed is not None:
-                snapshot, total, census = narrowed
-        diagnosis = Diagnosis(snapshot, names, policy, total, census)
-        show(list_output(diagnosis.listing(filters, all_types)), fmt)
-        return
+    # a terminal shows a screenful: analyse only the locks worth it (and count the rest, so
+    # that folded rows say how many locks they stand for)
+    screenful = filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty()
+    rows = max(10, shutil.get_terminal_size().lines - 8) if screenful else 0
+    fleet = fleet_of(captures)
     parts = [
-        (c.target, Diagnosis(c.snapshot, names, policy).listing(filters, all_types))
+        (c.target if fleet else None, _diagnosis(c.snapshot, names, policy, rows, all_types))
         for c in captures
         if c.snapshot is not None
     ]
-    failures = [(c.target, c.error or "failed") for c in captures if c.snapshot is None]
-    show(fleet_list_output(parts, failures), fmt)
-    fleet_exit(failures)
+    listings = [(name, diagnosis.listing(filters, all_types)) for name, diagnosis in parts]
+    failed = failures(captures)
+    show(fleet_list_output(listings, failed), fmt)
+    fleet_exit(failed)
+
+
+def _diagnosis(
+    snapshot: Snapshot, names: Registry, policy: Policy, rows: int, all_types: bool
+) -> Diagnosis:
+    """The diagnosis of ``snapshot``; of its ``rows`` most worth showing when not 0."""
+    narrowed = narrow(snapshot, rows, policy, all_types) if rows else None
+    if narrowed is None:
+        return Diagnosis(snapshot, names, policy)
+    return Diagnosis(narrowed[0], names, policy, narrowed[1], narrowed[2])
 
 
 @click.command("who-holds", context_settings=NUMBERS_SETTINGS)
@@ -158,22 +165,16 @@ def who_holds_command(
     # every lock type: the verdict places the holder in the incident, and a holder that waits
     # for a table lock is no root blocker
     captures = get_captures("all", names)
-    if captures is not None:
-        reports = [
-            (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None)
-            for c in captures
-        ]
-        parts = [
-            (c.target, who_holds_output(r, c.snapshot) if r and c.snapshot else None, c.error)
-            for c, r in reports
-        ]
-        show(fleet_sections(parts), fmt)
-        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
-        sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
-    snapshot = get_snapshot("all", names)
-    report = Diagnosis(snapshot, names).who_holds(key)
-    show(who_holds_output(report, snapshot), fmt)
-    sys.exit(EXIT_OK if report.held else EXIT_NEGATIVE)
+    reports = [
+        (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None) for c in captures
+    ]
+    parts = [
+        (c.target, who_holds_output(r, c.snapshot) if r and c.snapshot else None, c.reason)
+        for c, r in reports
+    ]
+    show(fleet_sections(parts), fmt)
+    fleet_exit(failures(captures))
+    sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
 
 
 @click.command("blockers")
@@ -193,20 +194,12 @@ def blockers_command(registry: str | None, fmt: str) -> None:
     """
     names = get_registry(registry)
     captures = get_captures("all", names)
-    if captures is not None:
-        parts = [
-            (
-                c.target,
-                _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None,
-                c.error,
-            )
-            for c in captures
-        ]
-        show(fleet_sections(parts), fmt)
-        fleet_exit([(c.target, c.error or "") for c in captures if c.snapshot is None])
-        return
-    snapshot = get_snapshot("all", names)
-    show(_blockers(Diagnosis(snapshot, names)), fmt)
+    parts = [
+        (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
+        for c in captures
+    ]
+    show(fleet_sections(parts), fmt)
+    fleet_exit(failures(captures))
 
 
 def _blockers(diagnosis: Diagnosis) -> Output:

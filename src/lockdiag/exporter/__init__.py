@@ -30,7 +30,8 @@ from lockdiag.exporter.routes import DEFAULT_PORT
 from lockdiag.exporter.sampling import Samplers
 from lockdiag.exporter.scraping import Scraper, Target
 from lockdiag.exporter.server import QUEUE, WORKERS, PooledHTTPServer
-from lockdiag.registry import Registry
+from lockdiag.pg.fleet import target as server
+from lockdiag.registry import Poolers, Registry
 from lockdiag.views import exporter as exporter_view
 from lockdiag.views.metrics import families, inert
 
@@ -48,9 +49,17 @@ class Exporter:
         timeout: float,
         interval: float,
         duty: float = 0.01,
+        poolers: Poolers | None = None,
     ) -> None:
-        self.scraper = Scraper(targets, registry, policy, timeout)
-        self.samplers = Samplers(registry, timeout, interval, duty)
+        # each target's server, completed as every command's: the registry's [poolers] and
+        # those given as options (--pgbouncer, --pooler-addr)
+        given = poolers or Poolers()
+        servers = {
+            t.name: server(t.dsn, timeout, registry, given.pgbouncer, given.addresses, t.name)
+            for t in targets
+        }
+        self.scraper = Scraper(targets, servers, policy, timeout)
+        self.samplers = Samplers(servers, interval, duty)
         self.targets = self.scraper.targets
         self.interval = interval
 
@@ -82,7 +91,7 @@ class Exporter:
         return routes.serve(self, host, port, workers, queued)
 
     def start_samplers(self) -> list[threading.Thread]:
-        return self.samplers.start((target.name, target.dsn) for target in self.targets.values())
+        return self.samplers.start(list(self.targets))
 
     def close(self) -> None:
         self.samplers.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric as PrometheusMetric
@@ -21,8 +21,8 @@ from prometheus_client.metrics_core import Metric as PrometheusMetric
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.observe import Episodes, Pacer, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError
-from lockdiag.pg.session import DiagnosticSession
-from lockdiag.registry import Registry
+from lockdiag.pg.fleet import Target as Server
+from lockdiag.pg.fleet import open_session
 from lockdiag.views.metrics import Metric, families
 
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
@@ -32,8 +32,8 @@ WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900)
 class Samplers:
     """The sampler threads of the targets, the episodes they saw and what they cost."""
 
-    def __init__(self, registry: Registry, timeout: float, interval: float, duty: float) -> None:
-        self.registry, self.timeout, self.interval, self.duty = registry, timeout, interval, duty
+    def __init__(self, servers: Mapping[str, Server], interval: float, duty: float) -> None:
+        self.servers, self.interval, self.duty = servers, interval, duty
         self.pacers: dict[str, Pacer] = {}
         self.stop = threading.Event()
         labels = ["target", "namespace"]
@@ -53,20 +53,22 @@ class Samplers:
             ["target"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=None,
         )  # fmt: skip
 
-    def start(self, targets: Iterable[tuple[str, str | None]]) -> list[threading.Thread]:
-        """A sampler thread for each ``(name, dsn)``, started."""
+    def start(self, names: list[str]) -> list[threading.Thread]:
+        """A sampler thread for each of these targets, started."""
         threads = [
-            threading.Thread(target=self.sample_forever, args=target, daemon=True, name=target[0])
-            for target in targets
+            threading.Thread(target=self.sample_forever, args=(name,), daemon=True, name=name)
+            for name in names
         ]
         for thread in threads:
             thread.start()
         return threads
 
-    def sample_forever(self, name: str, dsn: str | None) -> None:
+    def sample_forever(self, name: str) -> None:
         """Every interval a probe of the backends; when they changed, and the duty cycle
         allows it, an advisory snapshot whose episodes go into the histograms."""
-        session = DiagnosticSession(dsn, self.timeout)
+        server = self.servers[name]
+        # the histograms need the lock table only: no names from tables, no pooler console
+        session = open_session(server, enrich=False, read_poolers=False)
         episodes, rounds = Episodes(), 0
         pacer = self.pacers[name] = Pacer(self.duty)
         try:
@@ -80,7 +82,7 @@ class Samplers:
                         began = time.monotonic()
                         snapshot = session.snapshot("advisory")
                         pacer.read(began, snapshot.query_seconds, activity)
-                        advisory = Diagnosis(snapshot, self.registry).advisory
+                        advisory = Diagnosis(snapshot, server.registry).advisory
                         self.record(name, episodes.add(advisory, snapshot.server.now))
                         self.sampler_seconds.labels(name).observe(time.monotonic() - began)
                 except LockdiagError:

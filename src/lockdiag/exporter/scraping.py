@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lockdiag.core.diagnosis import Diagnosis
@@ -24,8 +25,9 @@ from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.pg.deadline import budget, client_deadline
+from lockdiag.pg.fleet import Target as Server
+from lockdiag.pg.fleet import open_session
 from lockdiag.pg.session import DiagnosticSession
-from lockdiag.registry import Registry
 from lockdiag.views.check import check_metrics
 from lockdiag.views.metrics import Metric, labelled, merged
 
@@ -64,13 +66,18 @@ class Scraper:
     """The targets' snapshots for scrapes, and the series a scrape answers with."""
 
     def __init__(
-        self, targets: list[Target], registry: Registry, policy: CheckPolicy, timeout: float
+        self,
+        targets: list[Target],
+        servers: Mapping[str, Server],
+        policy: CheckPolicy,
+        timeout: float,
     ) -> None:
         self.targets = {target.name: target for target in targets}
-        self.registry, self.policy, self.timeout = registry, policy, timeout
+        self.servers, self.policy, self.timeout = servers, policy, timeout
         # of each target's scrape: the session's own deadline for one statement
         self.deadline = client_deadline(timeout)
-        self.sessions = {t.name: DiagnosticSession(t.dsn, timeout, registry) for t in targets}
+        # the evidence every command reads: the registry's names, the poolers' consoles
+        self.sessions = {t.name: open_session(servers[t.name]) for t in targets}
         self.closing = threading.Event()
 
     def scrape(self, target: Target, asked: float) -> Scrape:
@@ -98,7 +105,8 @@ class Scraper:
         try:
             with budget(self.timeout):  # the retry on a fresh connection shares it
                 snapshot = self._snapshot(session, run.started + self.deadline)
-            diagnosis = Diagnosis(snapshot, self.registry, self.policy.analysis_policy())
+            registry = self.servers[target.name].registry
+            diagnosis = Diagnosis(snapshot, registry, self.policy.analysis_policy())
             run.report = diagnosis.incident(self.policy)
         except LockdiagError as error:
             run.error = str(error).splitlines()[0]

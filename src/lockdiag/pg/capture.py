@@ -85,13 +85,15 @@ def capture(
 def complete(
     connection: psycopg.Connection[Any],
     snapshot: Snapshot,
-    registry: Registry,
+    registry: Registry | None,
     poolers: Poolers | None,
     timeout: float,
 ) -> Snapshot:
     """What the snapshot query alone cannot say: names of well-known keys computed on the
-    server, and which backends are a pooler's server connections (read in the same run)."""
-    snapshot = enrich(connection, snapshot, registry)
+    server (with a registry), and which backends are a pooler's server connections (read in
+    the same run)."""
+    if registry is not None:
+        snapshot = enrich(connection, snapshot, registry)
     if poolers is None or not (poolers.pgbouncer or poolers.addresses):
         return snapshot
     links = pgbouncer.address_links(poolers.addresses, snapshot.sessions)

@@ -1,7 +1,10 @@
-"""Many servers in one command: snapshots taken concurrently, each with its own timeout.
+"""The one evidence path: a :class:`Target` (a server and all that completes its snapshots),
+the only place a diagnostic session is opened (:func:`open_session`), one snapshot of a target
+(:func:`capture`) and of many (:func:`capture_all`). One server is a fleet of one.
 
-A failing target is reported with its error and does not stop the others; twenty targets take
-about as long as the slowest one, not the sum.
+With many servers the snapshots are taken concurrently, each with its own timeout: a failing
+target is reported with its error and does not stop the others; twenty targets take about as
+long as the slowest one, not the sum.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
-from lockdiag.pg.session import take_snapshot
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Poolers, Registry
 from lockdiag.registry.validation import read_text
 
@@ -24,11 +27,60 @@ MAX_PARALLEL = 32
 
 
 @dataclass(frozen=True)
+class Target:
+    """One server to read, and everything that completes its snapshots: the registry (names of
+    well-known keys computed on the server) and the poolers in front of it (which backends are
+    whose server connections). Built by :func:`target` alone, so that no entry point forgets
+    the registry's ``[poolers]``."""
+
+    label: str  # host:port/dbname, never a password
+    dsn: str | None
+    timeout: float
+    registry: Registry
+    poolers: Poolers
+
+
+def target(
+    dsn: str | None,
+    timeout: float,
+    registry: Registry,
+    pgbouncer: tuple[str, ...] = (),
+    addresses: tuple[str, ...] = (),
+    name: str | None = None,
+) -> Target:
+    """The target of ``dsn``: the registry's poolers and those given as options, merged."""
+    poolers = registry.poolers.merged(pgbouncer, addresses)
+    return Target(name or label(dsn), dsn, timeout, registry, poolers)
+
+
+def open_session(
+    server: Target, *, enrich: bool = True, read_poolers: bool = True
+) -> DiagnosticSession:
+    """The diagnostic session of ``server``, its snapshots completed with every evidence the
+    target has, but what the caller skips on purpose: names from well-known software's tables
+    (``enrich``), the pooler consoles and addresses (``read_poolers``)."""
+    return DiagnosticSession(
+        server.dsn,
+        server.timeout,
+        server.registry,
+        server.poolers if read_poolers else None,
+        enrich=enrich,
+    )
+
+
+@dataclass(frozen=True)
 class Capture:
+    """One target's snapshot, or the error that kept it (whole: its hint too)."""
+
     target: str  # a label without any password
     snapshot: Snapshot | None
-    error: str | None
+    error: LockdiagError | None
     seconds: float
+
+    @property
+    def reason(self) -> str | None:
+        """The error in one line, for a report of many targets."""
+        return str(self.error).splitlines()[0] if self.error is not None else None
 
 
 TARGETS_LIMIT = 1 << 20  # bytes: a list of DSNs, never more than this
@@ -59,8 +111,10 @@ def read_targets(path: Path) -> list[str]:
     return targets
 
 
-def label(dsn: str) -> str:
+def label(dsn: str | None) -> str:
     """``host:port/dbname`` (or ``service=name``) for a DSN, never its password."""
+    if dsn is None:
+        return "default (libpq environment)"
     try:
         parts = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:  # an invalid DSN still needs a name in the report
@@ -72,20 +126,20 @@ def label(dsn: str) -> str:
     return f"{where}/{parts['dbname']}" if parts.get("dbname") else where
 
 
-def capture_all(
-    dsns: list[str],
-    timeout: float,
-    scope: Scope,
-    registry: Registry,
-    poolers: Poolers | None = None,
-) -> list[Capture]:
-    def one(dsn: str) -> Capture:
-        started = time.monotonic()
-        try:
-            taken = take_snapshot(dsn, timeout, scope, registry, poolers)
-        except LockdiagError as error:
-            return Capture(label(dsn), None, str(error).splitlines()[0], time.monotonic() - started)
-        return Capture(label(dsn), taken, None, time.monotonic() - started)
+def capture(server: Target, scope: Scope) -> Capture:
+    """Connect, take one snapshot with all its evidence, disconnect."""
+    started = time.monotonic()
+    try:
+        with open_session(server) as session:
+            taken = session.snapshot(scope)
+    except LockdiagError as error:
+        return Capture(server.label, None, error, time.monotonic() - started)
+    return Capture(server.label, taken, None, time.monotonic() - started)
 
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(dsns))) as pool:
-        return list(pool.map(one, dsns))
+
+def capture_all(servers: list[Target], scope: Scope) -> list[Capture]:
+    """One capture per target, concurrently (no thread for a single one)."""
+    if len(servers) == 1:
+        return [capture(servers[0], scope)]
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(servers))) as pool:
+        return list(pool.map(lambda server: capture(server, scope), servers))

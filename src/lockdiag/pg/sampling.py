@@ -15,16 +15,13 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Sampler, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
-from lockdiag.pg.session import DiagnosticSession
-from lockdiag.registry import Registry
+from lockdiag.pg.fleet import Target, open_session
 
 
 def sample(
-    dsn: str | None,
-    timeout: float,
+    server: Target,
     duration: float,
     interval: float,
-    registry: Registry,
     progress: Callable[[int, int, str | None], None],
     sampler: Sampler,
 ) -> None:
@@ -33,7 +30,8 @@ def sample(
     margin). Interrupted, the sampler keeps what was sampled so far."""
     expected = max(1, int(duration / interval))
     ends = time.monotonic() + duration
-    with DiagnosticSession(dsn, timeout) as session:
+    # statistics over time: no names from well-known software's tables at each sample
+    with open_session(server, enrich=False) as session:
         while (left := ends - time.monotonic()) > 0:
             tick = time.monotonic()
             error = None
@@ -44,7 +42,7 @@ def sample(
                 error = str(failure)
                 session.close()
             else:
-                diagnosis = Diagnosis(snapshot, registry)
+                diagnosis = Diagnosis(snapshot, server.registry)
                 sampler.add(diagnosis.advisory, snapshot.server.now, snapshot.query_seconds)
             progress(sampler.samples, expected, error)
             now = time.monotonic()
@@ -54,10 +52,8 @@ def sample(
 class Feed:
     """Snapshots from a server (one session, reopened after a failure) or a recording."""
 
-    def __init__(
-        self, dsn: str | None, timeout: float, replay: Path | None, record: Path | None
-    ) -> None:
-        self.session = DiagnosticSession(dsn, timeout)
+    def __init__(self, server: Target, replay: Path | None, record: Path | None) -> None:
+        self.session = open_session(server)
         self.record = record
         self.recorded: list[str] = []
         if replay is not None:

@@ -59,7 +59,8 @@ DEFAULT_TIMEOUT = 5.0
 class DiagnosticSession:
     """One read-only connection to the inspected server, opened on first use and reopened after
     a failure. ``registry`` and ``poolers`` complete each snapshot: names of well-known keys
-    computed on the server, and which backends are a pooler's server connections."""
+    computed on the server (unless ``enrich`` is False), and which backends are a pooler's
+    server connections. Commands open it through :func:`lockdiag.pg.fleet.open_session`."""
 
     def __init__(
         self,
@@ -67,9 +68,10 @@ class DiagnosticSession:
         timeout: float = DEFAULT_TIMEOUT,
         registry: Registry | None = None,
         poolers: Poolers | None = None,
+        enrich: bool = True,
     ) -> None:
         self.dsn, self.timeout = dsn, timeout
-        self.registry, self.poolers = registry, poolers
+        self.registry, self.poolers = registry if enrich else None, poolers
         self._connection: BoundedConnection | None = None
         self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
         self._told = False
@@ -210,7 +212,7 @@ class DiagnosticSession:
             taken = capture(connection, self.describe(), scope, names)
             if self.undecodable.values != undecodable:
                 taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
-            if self.registry is None:
+            if self.registry is None and self.poolers is None:
                 return taken
             taken = complete(connection, taken, self.registry, self.poolers, self.timeout)
             return self.memory.recall(taken) if self.poolers is not None else taken

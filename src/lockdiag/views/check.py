@@ -4,6 +4,7 @@ server or a fleet.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -355,6 +356,15 @@ def check_metrics(incident: Incident) -> list[Metric]:
         for severity in SEVERITIES:
             count = sum(1 for f in report.findings if f.kind == kind and f.severity == severity)
             findings.add(count, kind=kind.value, severity=severity)
+    alerting = Metric(
+        "lockdiag_alerting_causes",
+        "Causes of the last check (the causes of its JSON), by headline kind, severity, evidence "
+        "that the holder's work is over (proven, declared, unknown) and pool of the pooler's "
+        'server connection it holds on ("" when none).',
+    )
+    tally = Counter((c.kind_name, c.severity or "", *cause_labels(c)) for c in incident.alerting)
+    for (headline, level, evidence, pool), count in sorted(tally.items()):
+        alerting.add(count, kind=headline, severity=level, evidence=evidence, pool=pool)
     counts = report.census.advisory
     locks = Metric(
         "lockdiag_advisory_locks",
@@ -365,6 +375,7 @@ def check_metrics(incident: Incident) -> list[Metric]:
         locks.add(count, database=database, namespace=name, state=state)
     return [
         causes,
+        alerting,
         findings,
         gauge("lockdiag_waiting_sessions", "Sessions waiting for a lock.", values["waiting"]),
         gauge("lockdiag_longest_wait_seconds", "Longest current lock wait.",
@@ -376,6 +387,14 @@ def check_metrics(incident: Incident) -> list[Metric]:
               values["most_blocked"]),
         locks,
     ]  # fmt: skip
+
+
+def cause_labels(cause: Cause) -> tuple[str, str]:
+    """A cause's evidence level (``unknown`` where none was weighed) and the pool of the
+    pooler's server connection it holds on ("" when none), as series and the page name them."""
+    link = cause.entry.pool if cause.entry is not None else None
+    pool = (link.pool or link.pooler) if link is not None else ""
+    return (cause.owner.level if cause.owner is not None else "unknown"), pool
 
 
 # -- check across a fleet ----------------------------------------------------------------------
@@ -391,7 +410,10 @@ def worst(statuses: list[str]) -> str:
 def fleet_check_output(
     results: list[tuple[str, Incident | None, str | None]], policy: CheckPolicy
 ) -> tuple[Output, str]:
-    """Every target's findings, and the worst status of all (a failed target is UNKNOWN)."""
+    """Every target's findings, and the worst status of all (a failed target is UNKNOWN); a
+    single server's as :func:`check_output` gives them (one server is a fleet of one)."""
+    if len(results) == 1 and results[0][1] is not None:
+        return check_output(results[0][1], policy), results[0][1].status
     statuses = [report.status if report else "UNKNOWN" for _, report, _ in results]
     status = worst(statuses)
 

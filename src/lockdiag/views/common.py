@@ -271,7 +271,10 @@ def notes_block(notes: list[str]) -> list[Block]:
 
 
 def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output:
-    """One section per target, for answers that do not merge into one table."""
+    """One section per target, for answers that do not merge into one table; the answer of a
+    single server as it is, under no heading (one server is a fleet of one)."""
+    if len(parts) == 1 and parts[0][1] is not None:
+        return parts[0][1]
 
     def sections(document: bool) -> list[Block]:
         out: list[Block] = []

@@ -4,8 +4,10 @@ Each target leads with its state (up, or unknown because it is down, since when 
 time of its last scrape, its status and the incident's summary; then its causes in the one
 order every view shares (:mod:`lockdiag.core.incident`), each saying what `check` says in the
 order `check` says it (:func:`lockdiag.views.check.cause_heading`, ``cause_detail``) with
-the holder's session beside it; the waits each cause makes under it; then the waits no cause
-accounts for, the root blockers below every threshold and the snapshot's notes.
+the holder's session beside it (its pool, when it is a pooler's server connection, and how
+sure lockdiag is that its work is over: proven, declared, unknown); the waits each cause
+makes under it; then the waits no cause accounts for, the root blockers below every threshold
+and the snapshot's notes.
 
 Plain HTML and CSS, no script; it reloads itself (a load takes a scrape). Every string from a
 server — application names, queries, lock labels, errors, target names — is HTML-escaped.
@@ -21,6 +23,7 @@ from typing import Protocol
 
 from lockdiag.core.findings import Finding
 from lockdiag.core.incident import Cause, Incident
+from lockdiag.core.model import PoolLink
 from lockdiag.durations import format_duration
 from lockdiag.render import clean
 from lockdiag.views.check import caused_line, owner_line
@@ -203,6 +206,11 @@ def _facts(cause: Cause, incident: Incident) -> str:
             age = max(0.0, (now - session.state_change).total_seconds())
             since = f" for {format_duration(age)} (since {_clock(session.state_change, now)})"
         facts.append(("holder", _e(session.state) + since))
+    link = cause.entry.pool if cause.entry is not None else None
+    if link is not None:
+        facts.append(("pool", _e(_pool(link))))
+    if cause.owner is not None:
+        facts.append(("its work is over", _e(cause.owner.level)))
     waiters = f"{cause.blocked} ({cause.blocked_directly} directly)" if cause.blocked else "none"
     facts.append(("waiters", waiters))
     if cause.longest_wait is not None:
@@ -226,6 +234,15 @@ def _facts(cause: Cause, incident: Incident) -> str:
             facts.append(("last query", f"<code>{html.escape(short)}</code>"))
     cells = "".join(f"<div><dt>{name}</dt><dd>{value}</dd></div>" for name, value in facts)
     return f"<dl class='facts'>{cells}</dl>"
+
+
+def _pool(link: PoolLink) -> str:
+    """``postgres/app (transaction) at 127.0.0.1:6432, no client attached``."""
+    mode = f" ({link.pool_mode})" if link.pool_mode else ""
+    if link.via == "address":
+        return f"a server connection of the pooler at {link.pooler} (its console not read)"
+    client = f"client {link.client} attached" if link.client else "no client attached"
+    return f"{link.pool or '?'}{mode} at {link.pooler}, {client}"
 
 
 def _symptoms(symptoms: tuple[Finding, ...]) -> str:
