@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
@@ -24,12 +24,19 @@ VALUE_STYLES = {"WAITING": "bold red"}
 NARROW_LIMIT = 32  # a short column never shrinks below its content, up to this width
 
 
+# what a screen keeps (see fit_screen): a VERDICT line always; then the worst cause's impact and
+# next step (STEP); then table rows (ROWS); DETAIL lines give way first
+VERDICT, STEP, ROWS, DETAIL = 0, 1, 2, 3
+MORE_ROWS = "--format plain or json gives every row"
+
+
 @dataclass
 class Table:
     headers: list[str]
     rows: list[list[str]]
     title: str | None = None
-    important: list[bool] | None = None  # rows kept first when a terminal view is capped
+    # rows kept first when a terminal view is capped: the higher, the longer kept (True, False)
+    important: list[int] | None = None
     wide: set[int] = field(default_factory=set)  # columns that may be cut on a terminal
     styles: dict[int, str] = field(default_factory=dict)  # rich style of a column's cells
     optional: list[int] = field(default_factory=list)  # dropped in this order when too wide
@@ -39,12 +46,14 @@ class Table:
     words: set[int] = field(default_factory=set)  # comma-separated: cut between words, "+N"
     compact: Callable[[int], str] | None = None  # row i as one line, for a narrow screen
     legend: dict[str, str] = field(default_factory=dict)  # on a terminal, words shown: meaning
+    more: str = MORE_ROWS  # after "N more row(s) not shown" on a capped screen: where the rest is
 
 
 @dataclass
 class Text:
     lines: list[str]
     style: Literal["plain", "verdict", "note", "error", "critical", "warning"] = "plain"
+    rank: int = DETAIL  # how long it stays on a screen too small for everything (fit_screen)
 
 
 Block = Table | Text
@@ -312,8 +321,9 @@ def _rich(output: Output, stream: TextIO) -> None:
     console = Console(file=stream, highlight=False, soft_wrap=False)
     lines = console.height if stream.isatty() else 0
     blocks = output.screen(console.width, lines) if output.screen else output.blocks()
-    budget = screen_budget(blocks, console.width, lines) if lines else 0
-    for renderable in rich_renderables(blocks, console, budget):
+    if lines:  # a screenful, and the shell's prompt after it
+        blocks = fit_screen(blocks, console.width, lines - 1)
+    for renderable in rich_renderables(blocks, console):
         console.print(renderable)
 
 
@@ -328,19 +338,140 @@ RENDERERS: dict[Format, Callable[[Output, TextIO], None]] = {
 }
 
 
-def screen_budget(blocks: list[Block], width: int, height: int) -> int:
-    """Table rows that fit on one screen with every other line printed: the text lines
-    (wrapped ones counted as often as they wrap), each table's title, header, rule and "more
-    rows" line, and the shell's prompt after it all."""
-    lines = 1  # the prompt
-    tables = 0
-    for block in blocks:
+# -- a screenful -------------------------------------------------------------------------------
+
+CUT = "(cut to fit the screen: --format plain | less shows all)"
+
+
+@dataclass
+class Plan:
+    """What of some blocks fits a screen: the lines kept of each text block and the rows
+    kept of each table (indexes), by the block's position; whether text was cut."""
+
+    kept: dict[int, list[str]]
+    rows: dict[int, list[int]]
+    cut: bool
+
+
+def fit_screen(blocks: list[Block], columns: int, lines: int, cut: str | None = CUT) -> list[Block]:
+    """``blocks`` cut to ``lines`` screen lines ``columns`` wide (see :func:`plan_screen`), the
+    tables to their rows kept (saying how many they left out), ``cut`` said when text was."""
+    return apply_plan(blocks, plan_screen(blocks, columns, lines, cut), cut)
+
+
+def plan_screen(blocks: list[Block], columns: int, lines: int, cut: str | None = CUT) -> Plan:
+    """What of ``blocks`` fits ``lines`` lines ``columns`` wide, counted as rich draws them (a
+    text line wrapped between words, a table row on one line, a table's title, header, rule,
+    legend and "more rows" line). What does not fit gives way by rank, the highest first and
+    the last on screen first: DETAIL lines, then table rows, the least important first and
+    one kept in each table, then STEP lines (the worst cause's impact and next step). VERDICT
+    lines always stay. When a text line gives way, ``cut`` takes one line at the end."""
+    kept = {i: list(b.lines) for i, b in enumerate(blocks) if isinstance(b, Text)}
+    rows = {i: list(range(len(b.rows))) for i, b in enumerate(blocks) if isinstance(b, Table)}
+    heights: dict[str, int] = {}
+
+    def height_of(line: str) -> int:
+        found = heights.get(line)
+        if found is None:
+            found = heights[line] = text_height([line], columns)
+        return found
+
+    def used(was_cut: bool) -> int:
+        total = height_of(cut) if was_cut and cut else 0
+        for i, block in enumerate(blocks):
+            if isinstance(block, Text):
+                total += sum(map(height_of, kept[i]))
+            else:
+                total += table_height(block, rows[i], columns)
+        return total
+
+    was_cut = False
+    while (over := used(was_cut) - lines) > 0:
+        texts = [(b.rank, i) for i, b in enumerate(blocks) if isinstance(b, Text) and kept[i]]
+        texts = [(rank, i) for rank, i in texts if rank != VERDICT]
+        tables = [i for i, shown in rows.items() if len(shown) > 1]
+        rank = max([r for r, _ in texts] + ([ROWS] if tables else []), default=None)
+        if rank is None:
+            break  # only what always stays: it scrolls
+        if rank == ROWS and not any(r == ROWS for r, _ in texts):
+            # the table with most rows gives up what is over (one row always stays)
+            widest = max(tables, key=lambda i: len(rows[i]))
+            block = blocks[widest]
+            assert isinstance(block, Table)
+            important = block.important or [0] * len(block.rows)
+            budget = max(1, len(rows[widest]) - over)
+            rows[widest] = pick(important, budget)
+            # fewer rows may explain fewer flags: then one more while it fits
+            while budget < len(block.rows):
+                fewer, rows[widest] = rows[widest], pick(important, budget + 1)
+                if used(was_cut) > lines:
+                    rows[widest] = fewer
+                    break
+                budget += 1
+            continue
+        last = max(i for r, i in texts if r == rank)
+        kept[last].pop()
+        was_cut = True
+    return Plan(kept, rows, was_cut)
+
+
+def apply_plan(blocks: list[Block], plan: Plan, cut: str | None = CUT) -> list[Block]:
+    """The blocks as ``plan`` keeps them."""
+    out: list[Block] = []
+    for i, block in enumerate(blocks):
         if isinstance(block, Text):
-            lines += text_height(block.lines, width)
-        else:
-            tables += 1
-            lines += (1 if block.title else 0) + 3 + len(legend(block, block.rows, block.words))
-    return max(3, (height - lines) // max(1, tables))
+            if plan.kept[i] or not block.lines:
+                out.append(replace(block, lines=plan.kept[i]))
+            continue
+        out.append(_subset(block, plan.rows[i]))
+    if plan.cut and cut:
+        out.append(Text([cut], "note", VERDICT))
+    return out
+
+
+def _subset(block: Table, chosen: list[int]) -> Table:
+    if len(chosen) == len(block.rows):
+        return block
+    compact = block.compact
+    return replace(
+        block,
+        rows=[block.rows[i] for i in chosen],
+        important=[block.important[i] for i in chosen] if block.important else None,
+        left_out=block.left_out + len(block.rows) - len(chosen),
+        compact=(lambda i: compact(chosen[i])) if compact is not None else None,
+    )
+
+
+def table_height(block: Table, chosen: list[int], columns: int) -> int:
+    """Screen lines a table takes with the rows ``chosen``."""
+    title = 1 if block.title else 0
+    if not block.rows:
+        return title + 1  # its "empty" line
+    left_out = block.left_out + len(block.rows) - len(chosen)
+    form, explained = layout(block, chosen, columns)
+    head = 0 if isinstance(form, list) else 2  # one line a row has no header nor rule
+    return title + head + len(chosen) + text_height(explained, columns) + (1 if left_out else 0)
+
+
+def layout(
+    block: Table, chosen: list[int], columns: int
+) -> tuple[tuple[list[int], list[list[str]], list[int]] | list[str], list[str]]:
+    """The table's form on a screen (:func:`fit`), and its legend: the meaning of each word
+    of a words column that a shown row shows whole (a word cut or beyond the edge is not)."""
+    form = fit(block, chosen, columns)
+    if not block.legend:
+        return form, []
+    if isinstance(form, list):  # one line a row, cut at the screen's edge
+        texts = [line if len(line) <= columns else line[: columns - 1] for line in form]
+    else:
+        shown, cells, _ = form
+        texts = [cell for row in cells for c, cell in zip(shown, row, strict=True)
+                 if c in block.words]  # fmt: skip
+    seen = {word for text in texts for word in _WORDS.split(text)}
+    return form, [f"{word}: {meaning}" for word, meaning in block.legend.items() if word in seen]
+
+
+_WORDS = re.compile(r"[\s,\[\]]+")
 
 
 def text_height(lines: Iterable[str], width: int) -> int:
@@ -356,43 +487,34 @@ def _wrapped_height(line: str, width: int) -> int:
     return max(1, len(textwrap.wrap(line, width, break_on_hyphens=False, replace_whitespace=False)))
 
 
-def rich_renderables(blocks: list[Block], console: Console, budget: int | None = None) -> list[Any]:
-    """Blocks as rich renderables for a screen of ``console``'s size. ``budget`` caps table
-    rows (None: what fits the screen after the text lines, as a live view needs). Tables keep
-    their essential columns whole; the rest give way (see :func:`fit`)."""
+def rich_renderables(blocks: list[Block], console: Console) -> list[Any]:
+    """Blocks as rich renderables for a screen of ``console``'s width, every row of every
+    table (:func:`fit_screen` first, to fit a screen's height). Text lines wrap between words;
+    tables keep their essential columns whole, the rest give way (see :func:`fit`)."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text as RichText
 
-    live = budget is None  # a screen that is redrawn: every text line takes one line of it
-    if budget is None:
-        text_lines = sum(len(b.lines) for b in blocks if isinstance(b, Text))
-        tables = [b for b in blocks if isinstance(b, Table)]
-        overhead = sum(4 + bool(b.title) + len(legend(b, b.rows, b.words)) for b in tables)
-        budget = max(3, console.height - text_lines - overhead)
     styles = {"plain": "", "verdict": "bold", "note": "yellow", "error": "bold red",
               "critical": "bold red", "warning": "yellow"}  # fmt: skip
     out: list[Any] = []
     for block in blocks:
         if isinstance(block, Text):
-            out += [
-                RichText(text, style=styles[block.style], no_wrap=live, overflow="ellipsis")
-                for text in block.lines
-            ]
+            out += [RichText(text, style=styles[block.style]) for text in block.lines]
             continue
         if not block.rows:
             if block.title:
                 out.append(RichText(block.title, style="bold"))
             out.append(RichText(block.empty, style="dim"))
             continue
-        chosen, left_out = _cap(block, budget)
-        layout = fit(block, chosen, console.width)
+        chosen = list(range(len(block.rows)))
+        form, explained = layout(block, chosen, console.width)
         if block.title:
             out.append(RichText(block.title, style="bold"))
-        if isinstance(layout, list):  # one line per row, cut at the screen's edge
-            out += [_one_line(line, console.width) for line in layout]
+        if isinstance(form, list):  # one line per row, cut at the screen's edge
+            out += [_one_line(line, console.width) for line in form]
         else:
-            columns, cells, widths = layout
+            columns, cells, widths = form
             table = RichTable(
                 box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False,
             )  # fmt: skip
@@ -409,15 +531,13 @@ def rich_renderables(blocks: list[Block], console: Console, budget: int | None =
                     )
                 )
             out.append(table)
-        shown = [block.rows[i] for i in chosen]
-        columns_shown = layout[0] if not isinstance(layout, list) else block.words
-        out += [RichText(line, style="yellow") for line in legend(block, shown, columns_shown)]
-        if left_out:
+        out += [RichText(line, style="yellow") for line in explained]
+        if block.left_out:
             out.append(
                 RichText(
-                    f"{left_out} more row(s) not shown"
+                    f"{block.left_out} more row(s) not shown"
                     + (" (the most urgent first)" if block.important is not None else "")
-                    + "; --format plain or json gives every row",
+                    + (f"; {block.more}" if block.more else ""),
                     style="yellow", no_wrap=True, overflow="ellipsis",
                 )
             )  # fmt: skip
@@ -480,14 +600,6 @@ def _one_line(text: str, width: int, style: str = "") -> Any:
     return line
 
 
-def legend(block: Table, rows: list[list[str]], columns: Iterable[int]) -> list[str]:
-    """The meaning of each word of a words column that the shown rows carry, once."""
-    if not block.legend:
-        return []
-    seen = {word for row in rows for c in columns if c in block.words for word in row[c].split(",")}
-    return [f"{word}: {meaning}" for word, meaning in block.legend.items() if word in seen]
-
-
 def _cut(cell: str, width: int, words: bool) -> str:
     """A cell shortened to ``width``: between comma-separated words with "+N" for the rest,
     or with an ellipsis."""
@@ -503,21 +615,11 @@ def _cut(cell: str, width: int, words: bool) -> str:
     return cell[: max(0, width - 1)] + "…"
 
 
-def _cap(block: Table, budget: int) -> tuple[list[int], int]:
-    """The indexes of at most ``budget`` rows, important ones first, in their original order;
-    and how many were left out, here or by the caller."""
-    every = list(range(len(block.rows)))
-    if not budget or len(block.rows) <= budget:
-        return every, block.left_out
-    chosen = pick(block.important or [False] * len(block.rows), budget)
-    return chosen, block.left_out + len(block.rows) - len(chosen)
-
-
-def pick(important: list[bool], budget: int) -> list[int]:
-    """The indexes of at most ``budget`` rows: the important ones first, then the others, in
-    their original order. A caller with many rows picks before it builds them."""
-    chosen = [i for i, keep in enumerate(important) if keep][:budget]
-    if len(chosen) < budget:
-        others = [i for i, keep in enumerate(important) if not keep]
-        chosen.extend(others[: budget - len(chosen)])
-    return sorted(chosen)
+def pick(important: Sequence[int], budget: int) -> list[int]:
+    """The indexes of at most ``budget`` rows: the most important first (the higher, the
+    more), then the others, each kept in their original order, returned in that order. A
+    caller with many rows picks before it builds them."""
+    if len(important) <= budget:
+        return list(range(len(important)))
+    ranked = sorted(range(len(important)), key=lambda i: -important[i])  # stable
+    return sorted(ranked[:budget])

@@ -10,7 +10,7 @@ from lockdiag.core.findings import figures, queue_evidence, queue_step
 from lockdiag.core.graph import Blockers, Node, Queue, Root, Tree, oldest_wait, tree_pids
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Table, Text, clean, text_height
+from lockdiag.render import VERDICT, Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
     entry_data,
@@ -173,10 +173,11 @@ def blockers_output(incident: Incident) -> Output:
         fitted, folded = fit_chains(chains, room)
         out: list[Block] = []
         for heading, shown in fitted:
-            out += [Text(heading, "verdict"), Text(shown)]
-        out += [Text([line], "error") for line in cycles]
+            out += [Text(heading, "verdict", VERDICT), Text(shown)]
+        out += [Text([line], "error", VERDICT) for line in cycles]
         if folded:
-            out.append(Text(["(chains cut to fit: --format plain | less shows all)"], "note"))
+            cut = "(chains cut to fit: --format plain | less shows all)"
+            out.append(Text([cut], "note", VERDICT))
         return out
 
     def data() -> dict[str, Any]:
@@ -259,13 +260,16 @@ def fit_chains(
     room -= sum(len(heading) for heading, _ in chains)
     least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
     bare = sum(least) > room
+    spare = room  # too few lines: what the headings leave, for counts while they fit
     room -= sum(least)
     fitted: list[tuple[list[str], list[str]]] = []
     cut = 0
     for (heading, rows), reserved in zip(chains, least, strict=True):
         room += reserved
         if bare:
-            fitted.append((heading, [more_sessions(len(rows) - 1)] if len(rows) > 1 else []))
+            counted = len(rows) > 1 and spare > 0
+            fitted.append((heading, [more_sessions(len(rows) - 1)] if counted else []))
+            spare -= counted
             cut += len(rows) > 1
             continue
         shown: list[str] = []

@@ -12,7 +12,7 @@ from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Table, Text, clean, text_height
+from lockdiag.render import DETAIL, STEP, VERDICT, Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
     entry_data,
@@ -36,7 +36,7 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
         """Every cause in full, worst first, its findings and the waits it causes under it; on
         a terminal of ``lines`` lines, in full where they fit, then by heading only, the
         summary again at the end."""
-        summary = Text([f"{incident.status}: {incident.summary()}"], "verdict")
+        summary = Text([f"{incident.status}: {incident.summary()}"], "verdict", VERDICT)
         shown = [(cause_heading(c), cause_detail(c)) for c in incident.alerting]
         shown += [(finding_heading(f), _finding_detail(f)) for f in incident.unattached]
         notes = notes_block(report.notes)
@@ -54,15 +54,20 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
                 # first cut one keeps what fits of its impact and its next step
                 brief = _fitting(_brief(detail) if not headings_only else [], room - top - rest,
                                  columns)  # fmt: skip
-                out += [Text([heading], style), *([Text(brief)] if brief else [])]
+                kept = [Text(brief, rank=STEP if not index else DETAIL)] if brief else []
+                out += [Text([heading], style, VERDICT), *kept]
                 room -= top + text_height(brief, columns)
                 headings_only += 1
                 continue
-            out += [Text([heading], style), Text(detail)]
+            out += [
+                Text([heading], style, VERDICT),
+                Text(detail, rank=STEP if not index else DETAIL),
+            ]
             room -= height
         if headings_only:
-            out.append(Text([f"({headings_only} shown in part or by heading only: lockdiag check "
-                             "--format plain | less shows them all)"], "note"))  # fmt: skip
+            said = (f"({headings_only} shown in part or by heading only: lockdiag check "
+                    "--format plain | less shows them all)")  # fmt: skip
+            out.append(Text([said], "note", VERDICT))
         out += notes
         if lines and shown:
             out.append(summary)  # the verdict again where the eye ends

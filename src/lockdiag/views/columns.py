@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from lockdiag.core.analysis import LockEntry
+from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.model import ServerInfo
 from lockdiag.durations import format_duration
 from lockdiag.render import Table, clean
@@ -88,8 +88,14 @@ def status(entry: LockEntry) -> str:
     return "held" if entry.lock.granted else "WAITING"
 
 
+# the flag that matters most first: a cell of flags is cut between words from the right
+FLAG_ORDER: dict[str, int] = {flag.value: rank for rank, flag in enumerate(
+    [Flag.OUTLIVED_CLIENT, Flag.STUCK_OWNER, Flag.MAX_HOLD, Flag.EXPECT_XACT,
+     Flag.LONG_SESSION_LOCK, Flag.POOLED_SESSION_LOCK, Flag.UNREGISTERED])}  # fmt: skip
+
+
 def flags(entry: LockEntry) -> str:
-    return ",".join(entry.flags)
+    return ",".join(sorted(entry.flags, key=lambda flag: FLAG_ORDER.get(flag, len(FLAG_ORDER))))
 
 
 # -- list: a row is (target, entry, server) ------------------------------------------------
@@ -163,11 +169,10 @@ HOLDER_COLUMNS: list[Column[HolderRow]] = [
 
 def holder_line(r: HolderRow) -> str:
     """A holder on one line, for a narrow screen."""
-    parts = [f"{pid_text(r.entry.lock)} {application(r.entry)}".strip(), _state_since(r),
-             f"held {age(r.entry)} · {r.entry.lifetime or '?'}"]  # fmt: skip
-    if r.entry.flags:
-        parts.append(f"[{flags(r.entry)}]")
-    return "  ".join(part for part in [*parts, query(r.entry)] if part)
+    parts = [pid_text(r.entry.lock), f"held {age(r.entry)} · {r.entry.lifetime or '?'}",
+             f"[{flags(r.entry)}]" if r.entry.flags else "", application(r.entry),
+             _state_since(r), query(r.entry)]  # fmt: skip
+    return "  ".join(part for part in parts if part)
 
 
 def _attr(entry: LockEntry, name: str) -> Any:
@@ -209,6 +214,11 @@ class WatchRow(NamedTuple):
     server: ServerInfo
     mark: str  # "+" when it appeared at this refresh
     seen: float | None  # seconds it has been seen, from the second refresh on
+    label: str = ""  # a folded row's ("3000 x invoice_pdf_export 20000..22999"), else its lock's
+
+
+def watch_label(r: WatchRow) -> str:
+    return r.label or lock_label(r.entry, r.server)
 
 
 def watch_line(r: WatchRow) -> str:
@@ -216,14 +226,14 @@ def watch_line(r: WatchRow) -> str:
     entry = r.entry
     seen = f"seen {format_duration(r.seen)}" if r.seen else ""
     parts = [f"{r.mark}{entry.lock.pid}", f"{status(entry)} {age(entry)}",
-             lock_label(entry, r.server), application(entry), relation(entry), seen,
-             f"[{flags(entry)}]" if entry.flags else ""]  # fmt: skip
+             watch_label(r), f"[{flags(entry)}]" if entry.flags else "",
+             relation(entry), seen, application(entry)]  # fmt: skip
     return "  ".join(part for part in parts if part.strip())
 
 
 WATCH_COLUMNS: list[Column[WatchRow]] = [
     Column("", lambda r: r.mark, ESSENTIAL),
-    Column("LOCK", lambda r: lock_label(r.entry, r.server), ESSENTIAL),
+    Column("LOCK", watch_label, ESSENTIAL),
     Column("STATUS", lambda r: status(r.entry), ESSENTIAL),
     Column("PID", lambda r: str(r.entry.lock.pid), ESSENTIAL),
     Column("APPLICATION", lambda r: application(r.entry), 3, cut=True),

@@ -13,7 +13,7 @@ from lockdiag.core.diagnosis import ListReport, Space, Span
 from lockdiag.core.findings import figures
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
-from lockdiag.render import Block, Output, Text, clean, pick, screen_budget
+from lockdiag.render import VERDICT, Block, Output, Text, clean, plan_screen
 from lockdiag.views.columns import (
     LIST_COLUMNS,
     LIST_DATABASE,
@@ -95,10 +95,8 @@ def _blocks(
 ) -> list[Block]:
     """The lock table and its summary; on a terminal, most urgent first and folded, and on a
     screen of ``screen_lines`` lines cut to what fits, the summary saying how many it shows."""
-    rows: list[ListRow] = []
-    if terminal:  # a screenful: ordered by urgency, folded
-        roots = {target: report.roots() for target, report in parts}
-        rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)], roots)
+    # a screenful: ordered by urgency, folded; the root blockers' rows are kept first
+    rows, heads = _by_urgency(parts) if terminal else ([], set())
     # every row, in a stable order, otherwise: most locks need no ListRow at all
     triples = ((r.target, r.server, r.entry) for r in rows) if terminal else _triples(parts)
     columns = list(LIST_COLUMNS)
@@ -117,7 +115,7 @@ def _blocks(
     folded, sizes = _folds(rows, spans) if terminal else ({}, {})
     cells: list[list[str]] = []
     lines: list[ListRow] = []  # the row behind each line of cells (for one-line rows)
-    important: list[bool] = []  # rows a capped terminal view keeps first
+    important: list[int] = []  # rows a capped terminal view keeps first: roots, then the rest
     waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
     # most locks are held by few backends and wait for nothing: every cell but the lock's
     # label is then the backend's, made once per backend, database, mode and flags
@@ -137,12 +135,12 @@ def _blocks(
             cells.append(line)
             if terminal:
                 lines.append(ListRow(target, e, server))
-            important.append(bool(e.flags))
+            important.append(URGENT if e.flags else 0)
             continue
         row = ListRow(target, e, server)
         cells.append(cells_of(columns, row))
         lines.append(row)
-        important.append(True)
+        important.append(ROOT if e.blocks and (target, lock.pid) in heads else URGENT)
         waiting[target] += not lock.granted
 
     view = _Rows(cells, lines, important)  # on a screen, cut to the rows that fit
@@ -168,10 +166,12 @@ def _blocks(
                 [
                     _summary(report, waiting[target], target, _get(shown, target))
                     for target, report in parts
-                ]
+                ],
+                rank=VERDICT,
             ),
+            Text(other_waits(parts), "warning", VERDICT),
             Text(_figures(lines), "note"),  # every row's, whatever the screen shows
-            Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error"),
+            Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error", VERDICT),
             Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
             *notes_block([n for _, report in parts for n in report.notes]),
         ]
@@ -180,6 +180,15 @@ def _blocks(
         return assemble(_every(parts, view.lines, sizes, terminal))
     # a narrowed table always says how many locks its rows stand for: never all of them
     return _screenful(view, assemble, sizes, screen_columns, screen_lines, _narrowed(parts))
+
+
+def _by_urgency(
+    parts: Sequence[tuple[str | None, ListReport]],
+) -> tuple[list[ListRow], set[tuple[str | None, int]]]:
+    """Every row in the incident's order, and the root blockers (target, pid)."""
+    roots = {target: report.roots() for target, report in parts}
+    rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)], roots)
+    return rows, {(t, root.tree.pid) for t, found in roots.items() for root in found}
 
 
 def _figures(rows: list[ListRow]) -> list[str]:
@@ -213,7 +222,7 @@ def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
 class _Rows:
     cells: list[list[str]]
     lines: list[ListRow]  # the row behind each line of cells
-    important: list[bool]
+    important: list[int]
 
 
 def _screenful(
@@ -224,11 +233,11 @@ def _screenful(
     lines: int,
     counted: bool = False,
 ) -> list[Block]:
-    """A screenful: the rows that fit, the most urgent first, and one count of the locks
-    shown (``sizes``: the locks behind a folded row), so the table is never cut again and no
-    second "more rows" count can disagree with the summary; ``counted``: the count even when
-    every row fits. The first guess counts the legend of every row; fewer rows have fewer
-    legend lines, so then more while they still fit."""
+    """A screenful: the rows that fit (:func:`plan_screen`), the root blockers first, then the
+    most urgent, and one count of the locks shown (``sizes``: the locks behind a folded row),
+    so the table is never cut again and no second "more rows" count can disagree with the
+    summary; ``counted``: the count even when every row fits. The rows are chosen with the
+    count of every row, as long as any count it can say."""
     every = _Rows(view.cells, view.lines, view.important)
     rows = len(every.cells)
 
@@ -238,20 +247,14 @@ def _screenful(
         view.important = [every.important[i] for i in chosen]
         return assemble(_shown(view.lines, sizes))
 
-    budget = screen_budget(on_screen(list(range(rows))), columns, lines)
-    if rows <= budget and counted:
-        return on_screen(list(range(rows)))
-    if rows <= budget:
+    every_row = on_screen(list(range(rows)))
+    chosen = plan_screen(every_row, columns, lines - 1, cut=None).rows[0]  # and a prompt
+    if len(chosen) < rows:  # their count is in the summary, not on a "more rows" line
+        chosen = plan_screen(every_row, columns, lines, cut=None).rows[0]
+    if len(chosen) == rows and not counted:
         view.cells, view.lines, view.important = every.cells, every.lines, every.important
         return assemble(None)
-    best = pick(every.important, budget)
-    more = screen_budget(on_screen(best), columns, lines)
-    for size in range(min(more, rows - 1), len(best), -1):
-        trial = pick(every.important, size)
-        if screen_budget(on_screen(trial), columns, lines) >= len(trial):
-            best = trial
-            break
-    return on_screen(best)
+    return on_screen(chosen)
 
 
 def _narrowed(parts: Sequence[tuple[str | None, ListReport]]) -> bool:
@@ -298,6 +301,7 @@ def _triples(
 
 
 _POOL, _DATABASE, _FLAGS = attrgetter("pool"), attrgetter("lock.database"), attrgetter("flags")
+ROOT, URGENT = 2, 1  # a screen keeps the root blockers' rows, then waits and flagged locks
 FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal
 
 
@@ -379,14 +383,14 @@ def _extent(members: list[LockEntry], spans: Mapping[Space, Span] | None) -> tup
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
     """One lock on one line, for a screen too narrow for the table: the essentials first and
-    whole (pid, status, age, the lock's whole name), then whom it blocks or waits for and the
-    session's state (a root's line says what it does to others before anything optional),
-    then who and how, cut at the edge."""
+    whole (pid, status, age, the lock's whole name) and its flags, the one that matters most
+    first; then whom it blocks or waits for and the session's state (a root's line says what
+    it does to others before anything optional), then who and how, cut at the edge."""
     entry = row.entry
     essentials = f"{pid_text(entry.lock)}  {status(entry)} {age(entry)}  {label}"
+    essentials += f"  [{flags(entry)}]" if entry.flags else ""
     parts = (relation(entry), state(entry), application(entry), entry.lifetime or "")
     text = f"{essentials}  {' · '.join(part for part in parts if part)}"
-    text += f"  [{flags(entry)}]" if entry.flags else ""
     return f"{clean(row.target)}: {text}" if fleet else text
 
 
@@ -413,3 +417,29 @@ def _summary(
         f"{where}{shown} lock(s), {waiting} waiting{screen}; {report.snapshot.source}, "
         f"PostgreSQL {server.version}, at {server.now:%Y-%m-%d %H:%M:%S %Z}"
     )
+
+
+def other_waits(parts: Sequence[tuple[str | None, ListReport]]) -> list[str]:
+    """For a list of advisory locks: how many sessions wait for a lock of another type (a
+    table's, a transaction's), which it does not show, and where to see them. A session
+    waiting for a heavyweight lock shows wait_event_type 'Lock' and the lock's type as its
+    wait_event (monitoring-stats.html, "Wait Event Types")."""
+    said: list[str] = []
+    for target, report in parts:
+        listed = {e.lock.pid for e in report.entries if not e.lock.granted}
+        types = [
+            clean(session.wait_event)
+            for pid, session in report.snapshot.sessions.items()
+            if session.wait_event_type == "Lock"
+            and session.wait_event != "advisory"
+            and pid not in listed
+        ]
+        if types:
+            where = f"{clean(target)}: " if target else ""
+            kinds = ", ".join(f"{kind} {types.count(kind)}" for kind in sorted(set(types)))
+            said.append(
+                f"{where}{len(types)} session(s) wait for other lock types ({kinds}), not "
+                "listed here: lockdiag list --all lists them, lockdiag blockers shows what "
+                "holds them up"
+            )
+    return said

@@ -22,7 +22,7 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
-from lockdiag.render import Block, Text, clean, pick
+from lockdiag.render import DETAIL, STEP, VERDICT, Block, Text, clean, fit_screen, pick
 from lockdiag.views.blockers import (
     TreeRow,
     chain_lines,
@@ -40,13 +40,14 @@ from lockdiag.views.columns import (
     watch_line,
 )
 from lockdiag.views.common import lock_label
-from lockdiag.views.listing import by_urgency
+from lockdiag.views.listing import URGENT, by_urgency, fold
 
 if TYPE_CHECKING:
     pass
 
 CHECK = CheckPolicy()  # the findings a refresh shows: check's defaults
 HELP = "q quit · p pause · n namespace · i pid · c clear"
+MORE_ROWS = "n namespace or i pid narrows the table"  # watch's own keys, not list's options
 
 
 @dataclass
@@ -210,13 +211,15 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
         since = format_duration(time.monotonic() - (state.lost_at or time.monotonic()))
         shown_at = f"{snapshot.server.now:%H:%M:%S}" if snapshot else "none yet"
         blocks.append(Text([f"connection lost {since} ago — showing the frame of {shown_at}; "
-                            f"retrying: {clean(state.lost)}"], "critical"))  # fmt: skip
+                            f"retrying: {clean(state.lost)}"], "critical", VERDICT))  # fmt: skip
     if state.late_since is not None:
         waited = format_duration(time.monotonic() - state.late_since)
-        blocks.append(Text([f"refresh late: no answer from the server for {waited}"], "warning"))
+        blocks.append(
+            Text([f"refresh late: no answer from the server for {waited}"], "warning", VERDICT)
+        )
     if state.stale:  # the screen draws it dimmed: what follows may no longer be true
         why = "failed" if state.lost is not None else "is late"
-        blocks.append(Text([f"stale: {state.age()} (the last refresh {why})"], "note"))
+        blocks.append(Text([f"stale: {state.age()} (the last refresh {why})"], "note", VERDICT))
     if state.paused:
         status = f"paused {format_duration(time.monotonic() - (state.paused_at or 0.0))}"
     else:
@@ -226,16 +229,17 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
     header = f"lockdiag watch · {clean(state.source) or 'connecting'} · {status}"
     if narrowed:
         header += " · only " + ", ".join(narrowed)
-    blocks.append(Text([header], "verdict"))
+    blocks.append(Text([header], "verdict", VERDICT))
     if snapshot is not None and state.incident is not None:
         blocks += _findings_and_chains(state, screen, columns)
         blocks += _lock_table(state, snapshot, screen)
     footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
     footer += f" · {state.cost * 1000:.1f} ms"
-    blocks.append(Text([footer], "note"))
+    blocks.append(Text([footer], "note", VERDICT))
     if state.message:
-        blocks.append(Text([clean(state.message)], "warning"))
-    return blocks
+        blocks.append(Text([clean(state.message)], "warning", VERDICT))
+    # what does not fit gives way: details, then lock rows, then the worst cause's line
+    return fit_screen(blocks, columns, screen, cut=None) if screen and columns else blocks
 
 
 def _findings_and_chains(state: State, screen: int | None, columns: int) -> list[Block]:
@@ -252,9 +256,13 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     lines += [_unattached_line(f) for f in unattached]
     blocks: list[Block] = []
     shown = lines if most is None else lines[:most]
-    blocks += [Text([text], style) for text, style in shown]
+    # the worst cause's line (its impact and next step) stays longest; lines wrap, whole
+    blocks += [
+        Text([text], style, STEP if not n else DETAIL) for n, (text, style) in enumerate(shown)
+    ]
     if len(lines) > len(shown):
-        blocks.append(Text([f"... {len(lines) - len(shown)} more cause(s) (lockdiag check)"]))
+        more = f"... {len(lines) - len(shown)} more cause(s) (lockdiag check)"
+        blocks.append(Text([more], rank=STEP))
     if not lines:
         blocks.append(Text(["no findings"]))
     graph = incident.report.graph
@@ -266,17 +274,14 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     cycles = [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
     if state.pid is not None or state.namespace is not None:
         cycles = []
-    chains = _chain_lines(roots, graph, cycles, columns, most)
-    if chains:
-        blocks.append(Text(chains))
-    return blocks
+    return blocks + _chain_lines(roots, graph, cycles, columns, most)
 
 
 def _chain_lines(
     roots: list[Cause], graph: Blockers, cycles: list[str], columns: int, most: int | None
-) -> list[str]:
+) -> list[Block]:
     """Each root's heading and chain, wrapped and fitted to ``most`` lines as `blockers`
-    fits them (:func:`fit_chains`), then the cycles."""
+    fits them (:func:`fit_chains`), then the cycles. Every root's heading stays on screen."""
     chains = [
         chain_lines(root_heading(number, cause), cause.root, graph, columns)
         for number, cause in enumerate(roots, start=1)
@@ -284,7 +289,10 @@ def _chain_lines(
     ]
     ends = [line for cycle in cycles for line in TreeRow("", cycle, "  ").wrapped(columns)]
     fitted, _ = fit_chains(chains, None if most is None else most - len(ends))
-    return [line for heading, shown in fitted for line in heading + shown] + ends
+    out: list[Block] = []
+    for heading, shown in fitted:
+        out += [Text(heading, rank=VERDICT), Text(shown, rank=STEP)]  # before lock rows
+    return [*out, Text(ends, rank=VERDICT)] if ends else out
 
 
 def _cause_line(cause: Cause) -> tuple[str, Style]:
@@ -303,24 +311,29 @@ def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Bl
     filters = state.filters()
     assert state.incident is not None
     # the incident's order, as `list` shows it: each root (worst first) with its chain, then
-    # other waits, then flagged locks, then the rest
+    # other waits, then flagged locks, then the rest; the many locks of one session folded
     roots = [cause.root for cause in ordered_roots(state.incident) if cause.root is not None]
     accepted = [ListRow(None, e, snapshot.server) for e in state.entries if filters.accept(e)]
-    shown = [row.entry for row in by_urgency(accepted, {None: roots})]
-    important = [bool(e.blocks or not e.lock.granted or e.flags) for e in shown]  # chain, flags
+    ordered = by_urgency(accepted, {None: roots})
+    folds = fold(ordered)
+    shown = [row.entry for index, row in enumerate(ordered) if folds.get(index) != ""]
+    folded = [folds.get(index) for index, _ in enumerate(ordered) if folds.get(index) != ""]
+    important = [URGENT if e.blocks or not e.lock.granted or e.flags else 0 for e in shown]
     left_out = 0
     if screen is not None and len(shown) > screen:
         chosen = pick(important, screen)
         left_out = len(shown) - len(chosen)
         shown, important = [shown[i] for i in chosen], [important[i] for i in chosen]
+        folded = [folded[i] for i in chosen]
     rows = [
         WatchRow(
             entry,
             snapshot.server,
             "+" if identity(entry) in state.tracker.appeared else " ",
             state.tracker.observed(entry, now) if state.tracker.refreshes > 1 else None,
+            label or "",
         )
-        for entry in shown
+        for entry, label in zip(shown, folded, strict=True)
     ]
     cells = [cells_of(WATCH_COLUMNS, row) for row in rows]
     blocks: list[Block] = [
@@ -332,6 +345,7 @@ def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Bl
             left_out=left_out,
             compact=lambda i: watch_line(rows[i]),
             legend={flag.value: flag.meaning for flag in Flag},
+            more=MORE_ROWS,
         )
     ]
     gone = state.tracker.gone

@@ -11,7 +11,7 @@ from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import ownership
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Text, clean
+from lockdiag.render import STEP, VERDICT, Block, Output, Text, clean
 from lockdiag.views.columns import (
     HOLDER_COLUMNS,
     WAITER_COLUMNS,
@@ -205,11 +205,15 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         holders = [cells_of(HOLDER_COLUMNS, row) for row in holding]
         waiters = [cells_of(WAITER_COLUMNS, row) for row in queue]
         return [
-            Text([clean(verdict(report))], "verdict"),
-            Text([answer], "verdict"),
+            # on a screen too small: the verdict stays, then the next step, then the rows
+            Text([clean(verdict(report))], "verdict", VERDICT),
+            Text([answer], "verdict", VERDICT),
             Text([f"figures: {both}"] if both else []),
-            Text(way_out),
-            Text([f"{'then' if way_out else 'next'}: {clean(next_step)}"] if next_step else []),
+            Text(way_out, rank=STEP),
+            Text(
+                [f"{'then' if way_out else 'next'}: {clean(next_step)}"] if next_step else [],
+                rank=STEP,
+            ),
             Text(
                 [
                     f"key: pg_locks {key}, {key.form} {key.describe()}; "
