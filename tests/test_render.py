@@ -35,7 +35,7 @@ def test_plain_aligns_columns() -> None:
 
 def test_terminal_view_is_capped_with_important_rows_first() -> None:
     rows = [[f"row{i}"] for i in range(500)]
-    important = [i == 450 for i in range(500)]
+    important = [int(i == 450) for i in range(500)]
     output = Output(lambda: [Table(["NAME"], rows, important=important)], dict)
     terminal = Terminal()
     render(output, "auto", terminal)
