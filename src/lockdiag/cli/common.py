@@ -308,8 +308,18 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
     return captured.snapshot
 
 
+def _read(path: str) -> tuple[Snapshot, tuple[Registry, str | None] | None]:
+    """A snapshot file and the registry it carries, read once a command (get_registry reads
+    it first)."""
+    meta = click.get_current_context().meta
+    if meta.get("lockdiag.read", (None,))[0] != path:
+        meta["lockdiag.read"] = (path, snapshot_file.load_with_registry(Path(path)))
+    read: tuple[Snapshot, tuple[Registry, str | None] | None] = meta["lockdiag.read"][1]
+    return read
+
+
 def _load(path: str, scope: Scope) -> Snapshot:
-    loaded = snapshot_file.load(Path(path))
+    loaded, _ = _read(path)
     if scope == "all" and loaded.scope != "all":
         click.echo(
             f"lockdiag: note: {path} holds advisory locks only (saved with --advisory-only)",
@@ -321,8 +331,21 @@ def _load(path: str, scope: Scope) -> Snapshot:
 def get_registry(path: str | None, strict: bool = False) -> Registry:
     """The registry; a broken or missing one stops only the commands that need it (``strict``):
     the others say why on stderr and go on with raw keys and well-known software's keys (an
-    incident is no time to be stopped by a mistyped --registry)."""
+    incident is no time to be stopped by a mistyped --registry).
+
+    Reading a snapshot file (--from) that carries the registry it was taken with, that one
+    is used unless a registry is named (--registry, LOCKDIAG_REGISTRY, the settings file),
+    and a note says which."""
+    context = click.get_current_context(silent=True)
+    from_file = context.meta.get("lockdiag.from_file") if context else None
+    saved = _read(from_file)[1] if from_file is not None else None
+    if saved is not None and path is None:
+        taken = f" (taken with {saved[1]})" if saved[1] else ""
+        _note(f"names from the registry saved in {from_file}{taken}; --registry FILE for another")
+        return saved[0]
     found = registry_file(path, strict)
+    if saved is not None and found is not None:
+        _note(f"names from {found}, not from the registry saved in {from_file}")
     if found is None:
         return Registry()
     try:
@@ -332,6 +355,10 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
             raise
         _registry_not_used(str(error).splitlines())
         return Registry()
+
+
+def _note(message: str) -> None:
+    click.echo(f"lockdiag: note: {message}", err=True)
 
 
 def registry_file(path: str | None, strict: bool = True) -> Path | None:

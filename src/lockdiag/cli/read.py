@@ -29,7 +29,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
 from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.model import Scope, Snapshot
+from lockdiag.core.model import Focus, Scope, Snapshot
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.registry import Registry
@@ -163,8 +163,8 @@ def who_holds_command(
     else:
         key = names.key(namespace, *resource).triple
     # every lock type: the verdict places the holder in the incident, and a holder that waits
-    # for a table lock is no root blocker
-    captures = get_captures("all", names)
+    # for a table lock is no root blocker; only the key's and the waits' backends are read
+    captures = get_captures(Focus(key), names)
     reports = [
         (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None) for c in captures
     ]
@@ -193,7 +193,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
       lockdiag blockers --format json | jq '.roots[0]'
     """
     names = get_registry(registry)
-    captures = get_captures("all", names)
+    captures = get_captures(Focus(), names)  # only the backends in a wait
     parts = [
         (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
         for c in captures
@@ -222,19 +222,22 @@ def _blockers(diagnosis: Diagnosis) -> Output:
 def snapshot_command(output: str, advisory_only: bool, registry: str | None) -> None:
     """Save every lock and its sessions to a JSON file, for later or for someone else.
 
-    Every read command accepts --from FILE and gives the same answer offline.
-    The file holds query texts and client addresses, never a password.
+    Every read command accepts --from FILE and gives the same answer offline: the file
+    keeps the registry's namespaces and [known] names, so the keys keep their names where
+    the registry file is not (--registry FILE still wins). It holds query texts and client
+    addresses, never a password.
 
     \b
     Examples:
       lockdiag snapshot -o incident-$(date +%F-%H%M).json
       lockdiag list --from incident.json
     """
-    taken = get_snapshot("advisory" if advisory_only else "all", get_registry(registry))
+    names = get_registry(registry)
+    taken = get_snapshot("advisory" if advisory_only else "all", names)
     if output == "-":
-        click.echo(snapshot_file.dumps(taken), nl=False)
+        click.echo(snapshot_file.dumps(taken, names), nl=False)
         return
-    snapshot_file.save(taken, Path(output))
+    snapshot_file.save(taken, Path(output), names)
     click.echo(
         f"saved {len(taken.locks)} lock(s) and {len(taken.sessions)} session(s) from "
         f"{taken.source} to {output}",

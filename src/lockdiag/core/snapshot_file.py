@@ -21,7 +21,15 @@ from typing import Any, Literal, Union
 
 from lockdiag.core.model import DerivedKey, LockRow, PoolLink, ServerInfo, Session, Snapshot
 from lockdiag.errors import InputError
-from lockdiag.registry import nesting_depth, read_bounded
+from lockdiag.registry import (
+    MAX_SIZE,
+    Candidates,
+    Registry,
+    nesting_depth,
+    parse_registry,
+    read_bounded,
+    size_text,
+)
 from lockdiag.registry.validation import Unreadable
 
 FILE_FORMAT = "lockdiag-snapshot"
@@ -52,8 +60,14 @@ def server_info(raw: dict[str, Any], version_num: int) -> ServerInfo:
     return build_record(ServerInfo, raw, "server")
 
 
-def dumps(snapshot: Snapshot) -> str:
-    return json.dumps(_document(snapshot), indent=1, ensure_ascii=False) + "\n"
+def dumps(snapshot: Snapshot, names: Registry | None = None) -> str:
+    """The snapshot file's text, with the registry it was read with (:func:`registry_text`)."""
+    document = _document(snapshot)
+    text = registry_text(names) if names is not None else None
+    if names is not None and text is not None:
+        read_with = str(names.path) if names.path else None
+        document["registry"] = {"read_with": read_with, "text": text}
+    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
 
 
 def record_line(snapshot: Snapshot) -> str:
@@ -77,10 +91,74 @@ def _document(snapshot: Snapshot) -> dict[str, object]:
     }
 
 
-def save(snapshot: Snapshot, path: Path) -> None:
+def save(snapshot: Snapshot, path: Path, names: Registry | None = None) -> None:
     """Write the snapshot file so that the evidence of an incident is never lost: see
     :func:`write_whole`."""
-    write_whole(path, dumps(snapshot), "snapshot file")
+    write_whole(path, dumps(snapshot, names), "snapshot file")
+
+
+# -- the registry a snapshot was read with -----------------------------------------------------
+# A snapshot is read elsewhere, by someone without the team's registry file: it carries the
+# namespaces (everything that decodes and judges a key) and the [known] names tried against
+# hashed keys, as registry-file text, checked on the way in as a registry file is. The poolers
+# are left out: their DSNs are the reader's, and a file is never connected to.
+
+
+def registry_text(names: Registry) -> str | None:
+    """The registry's namespaces and [known] names as the text of a registry file; None when
+    it has neither."""
+    lines = []
+    for namespace in names.namespaces.values():
+        table: dict[str, object] = {
+            "id": namespace.id,
+            "form": namespace.form,
+            "description": namespace.description,
+            "owner": namespace.owner,
+            "expect": namespace.expect,
+            "max_hold": namespace.max_hold,  # seconds: a number is a duration
+            "max_wait": namespace.max_wait,
+            "resource": [f"{part}:{kind}" for part, kind in namespace.parts] or None,
+            "values": [list(value) for value in namespace.values] or None,
+            "expected_resources": namespace.expected_resources,
+        }
+        lines += ["", f"[namespaces.{_toml(namespace.name)}]"]
+        lines += [f"{key} = {_toml(value)}" for key, value in table.items() if value is not None]
+    known = {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in asdict(names.candidates).items()
+        if value != getattr(Candidates(), key)
+    }
+    if known:
+        lines += ["", "[known]", *(f"{key} = {_toml(value)}" for key, value in known.items())]
+    return "\n".join(lines).lstrip() + "\n" if lines else None
+
+
+def _toml(value: object) -> str:
+    """A TOML value: JSON's strings, numbers and arrays are TOML's, but for DEL, which TOML
+    wants escaped."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def saved_registry(document: dict[str, Any], name: str) -> tuple[Registry, str | None] | None:
+    """The registry a snapshot file carries, and the file it was read from when the snapshot
+    was taken; None for a file that carries none (one saved before they did)."""
+    saved = document.get("registry")
+    if saved is None:
+        return None
+    try:
+        saved = _expect_dict(saved, "registry")
+        text = _convert(saved.get("text"), str, "registry.text")
+        read_with = _convert(saved.get("read_with"), str | None, "registry.read_with")
+    except _FieldError as error:
+        raise InputError(f"{name}: {error.where}: {error.reason}") from None
+    if len(text.encode()) > MAX_SIZE:
+        raise InputError(f"{name}: registry: larger than {size_text(MAX_SIZE)}: not a registry")
+    where = f"the registry saved in {name}"
+    names, problems = parse_registry(text, where)
+    if names is None:
+        errors = [p.located for p in problems if p.severity == "error"]
+        raise InputError(f"{name}: registry: {errors[0] if errors else 'unreadable'}")
+    return names, read_with
 
 
 def write_whole(path: Path, text: str, what: str) -> None:
@@ -151,6 +229,12 @@ def load(path: Path) -> Snapshot:
     return loads(read_file(path, "snapshot file"), str(path))
 
 
+def load_with_registry(path: Path) -> tuple[Snapshot, tuple[Registry, str | None] | None]:
+    """A snapshot file's snapshot and the registry it carries (see :func:`saved_registry`)."""
+    document = _read_document(read_file(path, "snapshot file"), str(path))
+    return _snapshot(document, str(path)), saved_registry(document, str(path))
+
+
 def read_file(path: Path, what: str) -> bytes:
     """The bytes of a snapshot file or a recording, at most :data:`MAX_FILE_SIZE` of them
     read (see :func:`lockdiag.registry.read_bounded`)."""
@@ -196,6 +280,11 @@ def loads(text: str | bytes, name: str = "<snapshot>") -> Snapshot:
     Refused before it is parsed when nested deeper than :data:`MAX_DEPTH` or larger than
     :data:`MAX_ELEMENTS`; a lone surrogate (``"\\ud800"``, which no output can encode) is
     read as U+FFFD."""
+    return _snapshot(_read_document(text, name), name)
+
+
+def _read_document(text: str | bytes, name: str) -> dict[str, Any]:
+    """The JSON document of a snapshot file, its format and version checked (see :func:`loads`)."""
     deep = f"{name}: nested more than {MAX_DEPTH} levels deep: not a snapshot file"
     depth, elements = _shape(
         text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
@@ -226,6 +315,10 @@ def loads(text: str | bytes, name: str = "<snapshot>") -> Snapshot:
             f"{name}: snapshot file version {document.get('version')!r} is not supported "
             f"(this lockdiag reads version {FILE_VERSION})"
         )
+    return document
+
+
+def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
     try:
         scope = document.get("scope")
         if scope not in ("advisory", "all"):
