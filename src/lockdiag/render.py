@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
@@ -127,7 +128,14 @@ def render(output: Output, fmt: str = "auto", stream: TextIO | None = None) -> N
 
 
 def _plain(output: Output, stream: TextIO) -> None:
-    stream.write(plain(output.blocks()))
+    """Plain text written as it is made, CHUNK lines at a time: a table of a hundred thousand
+    locks is never one string (nor a list of its lines) in memory."""
+    lines = plain_lines(output.blocks())
+    while chunk := list(islice(lines, CHUNK)):
+        stream.write("\n".join(chunk) + "\n")
+
+
+CHUNK = 4096  # lines of plain text written at a time
 
 
 def _markdown(output: Output, stream: TextIO) -> None:
@@ -193,20 +201,23 @@ def _decoded(item: Any) -> Any:
 
 
 def plain(blocks: list[Block]) -> str:
-    parts: list[str] = []
+    return "".join(f"{line}\n" for line in plain_lines(blocks))
+
+
+def plain_lines(blocks: list[Block]) -> Iterator[str]:
+    """The blocks as plain text, a line at a time (without its line break)."""
     for block in blocks:
         if isinstance(block, Text):
-            parts.extend(block.lines)
+            yield from block.lines
             continue
         if block.title:
-            parts.append(block.title)
+            yield block.title
         if not block.rows:
-            parts.append(block.empty)
+            yield block.empty
             continue
-        parts.extend(_aligned(block.headers, block.rows))
+        yield from _aligned(block.headers, block.rows)
         if block.left_out:
-            parts.append(f"{block.left_out} more row(s) not shown")
-    return "\n".join(parts) + "\n" if parts else ""
+            yield f"{block.left_out} more row(s) not shown"
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#!|~])")
@@ -295,24 +306,24 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
+def _aligned(headers: list[str], rows: list[list[str]]) -> Iterator[str]:
+    """The table's lines, each made when it is written: the widths need every row first."""
     widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
     if len(widths) == 1:
-        return [cells[0].rstrip() for cells in [headers, *rows]]
+        yield from (cells[0].rstrip() for cells in chain([headers], rows))
+        return
     # the columns after the first, formatted in one call (padding done in C); a row that
     # differs from the one before only in its first column (the many locks of one backend,
     # their names first) reuses that row's formatted rest
     rest = "  ".join([*(f"{{:<{w}}}" for w in widths[1:-1]), "{}"]).format
     first = widths[0]
-    lines: list[str] = []
     previous: list[str] | None = None
     tail = ""
-    for cells in [headers, *rows]:
+    for cells in chain([headers], rows):
         others = cells[1:]
         if others != previous:
             previous, tail = others, "  " + rest(*others)
-        lines.append((cells[0].ljust(first) + tail).rstrip())
-    return lines
+        yield (cells[0].ljust(first) + tail).rstrip()
 
 
 def _rich(output: Output, stream: TextIO) -> None:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from functools import partial
-from itertools import chain
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 
 from lockdiag.core import catalogue
-from lockdiag.core.model import LockRow, Scope, Session, Snapshot
+from lockdiag.core.model import Extent, Focus, LockRow, Scope, Session, Snapshot
 from lockdiag.core.snapshot_file import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
@@ -45,9 +44,9 @@ def capture(
     scope: Scope = "advisory",
     names: list[str] | None = None,
 ) -> Snapshot:
-    """One query, one round trip: every lock (or every advisory lock) with its sessions, and
-    the keys of ``names`` as the server's hashtext() computes them."""
-    sql = queries.query("snapshot", connection.info.server_version)
+    """One query, one round trip: every lock (or every advisory lock, or a :class:`Focus`'s)
+    with its sessions, and the keys of ``names`` as the server's hashtext() computes them."""
+    sql, params = _snapshot_query(connection.info.server_version, scope)
     started = time.perf_counter()
     locks: list[LockRow] = []
     sessions: dict[int, Session] = {}
@@ -55,12 +54,11 @@ def capture(
     relations: dict[int, str] = {}
     make = LockRow._make
     with connection.cursor() as cursor:
-        params = {"all_types": scope == "all", "names": names or [],
-                  "software_tables": catalogue.SIGN_TABLES}  # fmt: skip
-        cursor.execute(sql.encode(), params)
-        elapsed = time.perf_counter() - started
-        # a batch of rows at a time (loaded in C): never all the rows in a list at once
-        for row in chain.from_iterable(iter(partial(cursor.fetchmany, BATCH), [])):
+        params.update(names=names or [], software_tables=catalogue.SIGN_TABLES)
+        elapsed = None
+        for row in stream_rows(cursor, sql, params):
+            if elapsed is None:  # the first rows arrive once the server has read pg_locks
+                elapsed = time.perf_counter() - started
             kind = row[0]
             if kind == "lock":
                 lock = make(row[1:17])  # the LockRow fields, in order; blocked_by last
@@ -74,12 +72,38 @@ def capture(
                 sessions[session.pid] = session
             else:
                 server = row[18]
+    if elapsed is None:
+        elapsed = time.perf_counter() - started
     hashed = server.pop("hashed", None) or {}
     info = server_info(dict(server, relations=relations), connection.info.server_version)
     derived = catalogue.derived_keys(
         [("hashtext", name, key) for name, key in hashed.items()], info.database
     )
-    return Snapshot(info, source, scope, sessions, locks, elapsed, derived)
+    extent: Extent = "advisory" if scope == "advisory" else "all"
+    return Snapshot(info, source, extent, sessions, locks, elapsed, derived)
+
+
+def _snapshot_query(version: int, scope: Scope) -> tuple[str, dict[str, Any]]:
+    """The snapshot query for ``scope``: a focus's lock rows (snapshot_waits) take the place
+    of the full read's, before the same session and server rows."""
+    full = queries.query("snapshot", version)
+    if not isinstance(scope, Focus):
+        return full, {"all_types": scope == "all"}
+    _, rest = full.split("\nUNION ALL\n", 1)  # the full read's rows of kind 'lock' come first
+    key = scope.key or (None, None, None)
+    sql = f"{queries.query('snapshot_waits', version)}UNION ALL\n{rest}"
+    return sql, {"classid": key[0], "objid": key[1], "objsubid": key[2]}
+
+
+def stream_rows(
+    cursor: psycopg.Cursor[Any], sql: str, params: dict[str, Any]
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of a query as they arrive, BATCH at a time (libpq's chunked mode, libpq 17
+    and later; one row at a time before): the client never holds the whole result, in C or
+    in Python, so a read of every lock takes memory flat in the number of locks. Each chunk
+    is a round trip the session's deadline watches (:mod:`lockdiag.pg.deadline`)."""
+    size = BATCH if psycopg.pq.version() >= 170000 else 1
+    yield from cursor.stream(sql.encode(), params, size=size)
 
 
 def complete(
