@@ -29,7 +29,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
 from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.model import Focus, Scope, Snapshot
+from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.registry import Registry
@@ -163,8 +163,8 @@ def who_holds_command(
     else:
         key = names.key(namespace, *resource).triple
     # every lock type: the verdict places the holder in the incident, and a holder that waits
-    # for a table lock is no root blocker; only the key's and the waits' backends are read
-    captures = get_captures(Focus(key), names)
+    # for a table lock is no root blocker
+    captures = get_captures("all", names)
     reports = [
         (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None) for c in captures
     ]
@@ -193,7 +193,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
       lockdiag blockers --format json | jq '.roots[0]'
     """
     names = get_registry(registry)
-    captures = get_captures(Focus(), names)  # only the backends in a wait
+    captures = get_captures("all", names)
     parts = [
         (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
         for c in captures
