@@ -429,6 +429,72 @@ def measure_startup(repeats: int) -> dict[str, Any]:
     })  # fmt: skip
 
 
+# -- full dumps: every lock, streamed ----------------------------------------------------------
+
+PSQL_AT = ["-X", "-Atq", "-c", PSQL_JOIN]  # the floor a user reaches for: unaligned, no headers
+DUMP_FORMATS = ("plain", "json")
+DUMP_PEAK_MB, DUMP_RATIO = 150.0, 2.0  # issue 36: at most 150 MB at 100k, 2.0x psql -At
+
+
+def measure_dumps(
+    cluster: Cluster, env: dict[str, str], sizes: list[int], repeats: int
+) -> list[dict[str, Any]]:
+    """Issue 36: a dump of every lock (`list --format plain` and `json`, piped) against `psql
+    -X -Atq` printing the join, alternated in turns, and each dump's peak memory (ru_maxrss of
+    the child), at each size."""
+    psql = shutil.which("psql") or "psql"
+    with_dsn = ["/usr/bin/env", f"LOCKDIAG_DSN={cluster.dsn()}", *LOCKDIAG]
+    found = []
+    for size in sizes:
+        with Population(cluster, size, 16):
+            times = medians(repeats, {
+                "psql_at_s": lambda: wall([psql, *PSQL_AT], env),
+                **{f"list_{fmt}_s": (lambda fmt=fmt: wall([*LOCKDIAG, "list", "--format", fmt],
+                                                          env))
+                   for fmt in DUMP_FORMATS},
+            })  # fmt: skip
+            peaks = {
+                f"list_{fmt}_peak_mb": statistics.median(
+                    peak_rss_mb([*with_dsn, "list", "--format", fmt]) for _ in range(repeats)
+                )
+                for fmt in DUMP_FORMATS
+            }
+            psql_env = ["/usr/bin/env", *(f"{k}={env[k]}" for k in ("PGHOST", "PGPORT", "PGUSER",
+                                                                     "PGDATABASE"))]  # fmt: skip
+            psql_peak = statistics.median(
+                peak_rss_mb([*psql_env, psql, *PSQL_AT]) for _ in range(repeats)
+            )
+        found.append({"locks": size, **times, **peaks, "psql_at_peak_mb": psql_peak})
+    return found
+
+
+def dumps_report(dumps: list[dict[str, Any]]) -> list[str]:
+    lines = ["full dumps (medians; ratio to psql -X -Atq of the join; peak RSS of the child)",
+             f"{'locks':>7} {'psql -At s':>10} " + " ".join(
+                 f"{fmt + ' s':>8} {'ratio':>6} {fmt + ' MB':>9}" for fmt in DUMP_FORMATS)
+             + f" {'psql MB':>8}"]  # fmt: skip
+    for d in dumps:
+        cells = " ".join(
+            f"{d[f'list_{fmt}_s']:>8.3f} {d[f'list_{fmt}_s'] / d['psql_at_s']:>6.2f} "
+            f"{d[f'list_{fmt}_peak_mb']:>9.1f}"
+            for fmt in DUMP_FORMATS
+        )
+        lines.append(
+            f"{d['locks']:>7} {d['psql_at_s']:>10.3f} {cells} {d['psql_at_peak_mb']:>8.1f}"
+        )
+    lines.append(f"  targets: ratio <= {DUMP_RATIO:g}, peak <= {DUMP_PEAK_MB:g} MB at 100k")
+    return lines
+
+
+def run_dumps(sizes: list[int], repeats: int) -> dict[str, Any]:
+    """Only the full dumps (``--dumps``), on a cluster of their own."""
+    compile_bytecode()
+    with bench_cluster() as cluster:
+        env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1"}
+        env.update({"PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"})
+        return {"dumps": measure_dumps(cluster, env, sizes, repeats)}
+
+
 # -- what watching costs the watched server ------------------------------------------------
 
 OBSERVER_WAITERS = 37  # Population's 3 other sessions make 40
@@ -841,7 +907,16 @@ def main() -> None:
                           help="measure only what watching costs")  # fmt: skip
     watching.add_argument("--no-observer", action="store_true",
                           help="skip what watching costs")  # fmt: skip
+    parser.add_argument(
+        "--dumps", action="store_true", help="only the full dumps (list plain/json) vs psql -At"
+    )
     options = parser.parse_args()
+    if options.dumps:
+        dumps = run_dumps(options.sizes, options.repeats)
+        print("\n".join(dumps_report(dumps["dumps"])))
+        options.json.parent.mkdir(parents=True, exist_ok=True)
+        options.json.write_text(json.dumps(dumps, indent=2) + "\n")
+        return
     observer = None if options.no_observer else options
     if options.quick:
         options.sizes, options.repeats = [1000], 2
