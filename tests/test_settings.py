@@ -360,6 +360,34 @@ def test_init_writes_a_commented_template_and_never_overwrites(settings_file: Pa
     assert settings_file.read_text() == text
 
 
+def test_every_table_can_be_added_after_init(settings_file: Path) -> None:
+    """The template's tables are commented out too: a user adds any of them below (issue 37:
+    an added [list] made every command exit 2, "cannot declare ('list',) twice")."""
+    assert run("settings", "init").exit_code == 0
+    text = settings_file.read_text()
+    tables = re.findall(r"^# \[([\w.]+)\]$", text, re.MULTILINE)
+    assert {"defaults", "list", "check", "watch"} <= set(tables)
+    assert not re.findall(r"^\[", text, re.MULTILINE)
+    added = "".join(f"\n[{table}]\n" for table in tables)
+    settings_file.write_text(text + added.replace("[list]\n", '[list]\nsession-age = "1m"\n'))
+    result = run("list", "--from", INCIDENT, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(run("settings", "show", "--format", "json").stdout)["settings"]
+    rows = {(row["command"], row["option"]): row["value"] for row in shown}
+    assert rows[("list", "session-age")] == "1m"
+
+
+def test_a_table_declared_twice_names_both_lines(settings_file: Path) -> None:
+    write(settings_file, '[list]\nsession-age = "1m"\n\n[check]\n\n[list]\nwaiting = true\n')
+    result = run("list", "--from", INCIDENT)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        f"lockdiag: error: settings file {settings_file} line 6: table [list] declared again "
+        "(first at line 1): a table may appear once; put its settings under the first"
+    )
+    assert "('list',)" not in result.stderr
+
+
 EXAMPLES_ONLY = {"target", "registry"}  # no built-in default: the template shows an example
 
 
@@ -370,7 +398,10 @@ def test_the_template_uncommented_changes_nothing(settings_file: Path) -> None:
     lines = settings_file.read_text().splitlines()
     setting = re.compile(r'^# ([\w-]+) = ("[^"]+"|true|false)$')
     uncommented = [
-        line[2:] if (found := setting.match(line)) and found[1] not in EXAMPLES_ONLY else line
+        line[2:]
+        if ((found := setting.match(line)) and found[1] not in EXAMPLES_ONLY)
+        or re.match(r"^# \[[\w.]+\]$", line)
+        else line
         for line in lines
     ]
     assert len([line for line in uncommented if line not in lines]) > 15

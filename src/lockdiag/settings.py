@@ -149,10 +149,18 @@ def _syntax_error(path: Path, text: str, message: str) -> SettingsError:
         end = " (at end of document)"
         line = max(len(text.splitlines()), 1) if end in message else None
         return SettingsError(f"{located(path, line)}: {message.replace(end, ' (unfinished)')}")
+    line = int(match.group(1))
     reason = message[: match.start()] + message[match.end() :]
-    return SettingsError(
-        f"{located(path, int(match.group(1)))}: {reason} (column {match.group(2)})"
-    )
+    twice = re.fullmatch(r"cannot declare \((.*)\) twice", reason)
+    if twice is not None:  # tomllib names the table as a Python tuple: ('list',)
+        table = tuple(re.findall(r"'([^']*)'", twice.group(1)))
+        first = _LineIndex(text).find(table, None)
+        earlier = f" (first at line {first})" if first is not None and first != line else ""
+        return SettingsError(
+            f"{located(path, line)}: table [{'.'.join(table)}] declared again{earlier}: "
+            "a table may appear once; put its settings under the first"
+        )
+    return SettingsError(f"{located(path, line)}: {reason} (column {match.group(2)})")
 
 
 def _parse(empty: Settings, document: dict[str, Any], commands: Collection[str]) -> Settings:

@@ -322,7 +322,9 @@ def _text(value: Any) -> str:
 
 HEADER = f"""\
 # lockdiag settings: defaults for the options you would otherwise type every time, and names
-# for your servers. Every setting is commented out and shows lockdiag's built-in default.
+# for your servers. Every setting is commented out and shows lockdiag's built-in default, and
+# so is every table: uncomment a table's [header] with the settings you set under it, or add
+# the table anywhere in the file (each table once).
 #
 # Precedence: the command line, then the environment (LOCKDIAG_DSN, LOCKDIAG_REGISTRY), then
 # this file, then the built-in defaults. Keys are option names as on the command line.
@@ -333,7 +335,7 @@ HEADER = f"""\
 # {ENV_VAR}= lockdiag ...     run without this file
 # Documentation: docs/guides/settings.md
 
-[defaults]
+# [defaults]
 # The server when no --dsn, --target or LOCKDIAG_DSN is given: a name under [targets].
 # No default: libpq's environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).
 # target = "prod"
@@ -369,7 +371,7 @@ def template() -> str:
             for line in _commented(key, option)
         ]
         if lines:
-            sections.append("\n".join([f"[{'.'.join(path)}]", *lines]))
+            sections.append("\n".join([f"# [{'.'.join(path)}]", *lines]))
     return "\n".join(sections)
 
 
