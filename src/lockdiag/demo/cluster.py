@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -76,6 +77,29 @@ def server_user() -> str | None:
             pwd.getpwnam(name)
             return name
     raise ClusterError("running as root and no unprivileged user (postgres, nobody) exists")
+
+
+def runs_for_server_user(bindir: Path) -> bool:
+    """Whether the server's OS user can run ``bindir/postgres``: always as ourselves; as root, only
+    when every directory on the way lets that user through (a virtualenv under /root, or under a
+    ``mktemp -d`` directory, does not)."""
+    user = server_user()
+    if user is None:
+        return True
+    account = pwd.getpwnam(user)
+    groups = set(os.getgrouplist(user, account.pw_gid))
+    path = (bindir / "postgres").resolve()
+    for place in (*reversed(path.parents), path):
+        status = place.stat()
+        if status.st_uid == account.pw_uid:
+            bit = stat.S_IXUSR
+        elif status.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not status.st_mode & bit:
+            return False
+    return True
 
 
 def free_port() -> int:
