@@ -1,7 +1,7 @@
 """A Celery-style task on SQLAlchemy: rebuild one tenant's summary, one worker per tenant.
 
     LOCKDIAG_REGISTRY=examples/lockdiag.toml \
-        python examples/celery_sqlalchemy.py postgresql+psycopg2://user@host/db 73 74
+        python examples/celery_sqlalchemy.py postgresql+psycopg://user@host/db 73 74
 
 ``rebuild_summary`` is written as a Celery task body would be (decorate it with
 ``@app.task`` in a real project); here it is called like one, once per tenant. Each call is one

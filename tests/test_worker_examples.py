@@ -24,7 +24,7 @@ def run(*command: str, extra: dict[str, str] | None = None) -> list[str]:
 
 
 def test_the_celery_style_sqlalchemy_task(cluster: Cluster) -> None:
-    url = f"postgresql+psycopg2://postgres@127.0.0.1:{cluster.port}/postgres"
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{cluster.port}/postgres"
     assert run(str(EXAMPLES / "celery_sqlalchemy.py"), url, "73", "74") == [
         "tenant 73: rebuilt", "tenant 74: rebuilt", "invoices 1: exported",
     ]  # fmt: skip
