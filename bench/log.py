@@ -2,6 +2,14 @@
 
     python bench/log.py                 # a 400 MB stderr log (and its csvlog twin with --csv)
     python bench/log.py --mb 50 --csv   # smaller, both formats
+    python bench/log.py --real --mb 200 # a wait-dense log written by a real server (cached)
+
+With ``--real`` the log is written by a real PostgreSQL: a throwaway cluster with
+log_lock_waits = on and deadlock_timeout = 10ms, and pgbench sessions that take
+pg_advisory_xact_lock on a few keys and sleep a little while holding it, until the log has
+reached the size asked. It is cached under /tmp (``REAL_CACHE``) so that a rerun measures at
+once. Measured on it: lockdiag log and pgBadger -j 1 on the whole file, peak RSS of each, and
+lockdiag's counts against ``grep -c``.
 
 The log is generated: mostly unrelated statements (log_min_duration_statement = 0 style),
 connections and checkpoints, and one lock wait (still waiting + DETAIL + STATEMENT, then
@@ -23,6 +31,16 @@ import time
 from pathlib import Path
 
 PREFIX = "%m [%p] %q%u@%d/%a "
+REAL_CACHE = Path(tempfile.gettempdir()) / "lockdiag-bench-log"
+# each transaction waits for one of a few keys, holds it a few ms: waits pass 10ms in a queue
+CONTENTION_SCRIPT = """\\set k random(1, 6)
+\\set b random(1, 3)
+BEGIN;
+SELECT pg_advisory_xact_lock(4102, :k);
+SELECT pg_sleep(0.002);
+SELECT pg_advisory_xact_lock(30064771072 + :b);
+COMMIT;
+"""
 APPS = ("web", "billing-worker", "tenant-summary-worker", "psql", "reporting")
 
 
@@ -71,6 +89,50 @@ def generate(path: Path, megabytes: int, csv: bool = False) -> int:
             out.write(text)
             written += len(text)
     return waits
+
+
+def generate_real(megabytes: int, clients: int = 24) -> Path:
+    """A stderr log of about ``megabytes`` written by a real server under lock contention;
+    cached by size under REAL_CACHE (delete it to write a new one)."""
+    cached = REAL_CACHE / f"real-{megabytes}mb.log"
+    if cached.exists():
+        return cached
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from lockdiag.demo.cluster import create_cluster
+
+    settings = {
+        "log_lock_waits": "on",
+        "deadlock_timeout": "10ms",
+        "logging_collector": "on",
+        "log_destination": "stderr",
+        "log_directory": "log",
+        "log_filename": "postgresql.log",
+        "log_rotation_size": "0",
+        "log_line_prefix": PREFIX,
+    }
+    server = create_cluster(settings=settings)
+    try:
+        log = server.data / "log" / "postgresql.log"
+        script = server.base / "contention.sql"
+        script.write_text(CONTENTION_SCRIPT)
+        pgbench = [
+            shutil.which("pgbench") or "pgbench", "-n", "-h", "127.0.0.1", "-p",
+            str(server.port), "-U", "postgres", "-c", str(clients), "-j", "2", "-T", "20",
+            "-f", str(script), "postgres",
+        ]  # fmt: skip
+        environment = {**os.environ, "PGAPPNAME": "tenant-summary-worker"}
+        while not log.exists() or log.stat().st_size < megabytes * 2**20:
+            subprocess.run(pgbench, env=environment, capture_output=True, check=True)
+            size = log.stat().st_size / 2**20 if log.exists() else 0.0
+            print(f"  real server log: {size:.0f} of {megabytes} MB", flush=True)
+        server.stop()  # the collector flushes the file
+        REAL_CACHE.mkdir(exist_ok=True)
+        partial = cached.with_suffix(".partial")
+        shutil.copy(log, partial)
+        partial.rename(cached)
+    finally:
+        server.destroy()
+    return cached
 
 
 def _line(head: str, severity: str, message: str, clock: float, pid: int, app: str,

@@ -1,7 +1,10 @@
 """PostgreSQL's own log, read after the incident: lock waits, deadlocks and timeouts.
 
-Pure: it reads a text stream it is given, one line at a time, and aggregates as it reads, so
-memory depends on the number of keys and of sessions alive at once, never on the log's size.
+Pure: it reads a text stream it is given, one line at a time, and aggregates as it reads.
+Memory is flat in the log's size: per key its totals and episodes, bounded in number (a log
+where every wait is on its own key, such as ``transaction N``, folds the least waited keys into
+one total per lock type, and keeps the episodes with the most wait); only the waits open at
+once are held one by one.
 
 The messages read are PostgreSQL's own (``src/backend/storage/lmgr/proc.c`` ProcSleep,
 ``deadlock.c`` DeadLockReport, ``postgres.c`` ProcessInterrupts, ``lmgr.c`` DescribeLockTag),
@@ -19,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from itertools import chain, islice
 from typing import IO, Literal, NamedTuple
 
@@ -40,6 +44,9 @@ DETECT_LINES = 200  # lines looked at to tell the format and the prefix
 PID_MEMORY = 100_000  # sessions whose user and application are remembered (for holders)
 LISTED_PIDS = 200  # holders and waiters kept by pid per episode; the rest are counted
 KEPT_EVENTS = 1000  # deadlocks and timeouts kept in full; the rest are counted
+KEPT_KEYS = 1000  # keys tallied one by one; past twice this, the least waited half is folded
+KEPT_EPISODES = 1000  # episodes kept whole; past twice this, the closed ones least waited go
+KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the rest are counted
 CSV_FIELD_LIMIT = 64 * 2**20  # a logged statement can be megabytes long
 
 ENGLISH_SEVERITIES = frozenset(
@@ -125,6 +132,7 @@ _TAGS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+@lru_cache(maxsize=4096)  # a busy log names the same few locks again and again
 def parse_tag(text: str) -> LockTag:
     for kind, pattern in _TAGS:
         found = pattern.match(text)
@@ -143,7 +151,7 @@ def parse_tag(text: str) -> LockTag:
 
 
 def _pids(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.replace(",", " ").split())
+    return tuple(map(int, text.replace(",", " ").split()))
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -156,13 +164,19 @@ def parse_time(text: str | None) -> datetime | None:
             return datetime.fromtimestamp(float(text))  # %n: epoch seconds
         except (ValueError, OverflowError, OSError):
             return None
-    stamp = found.group(1).replace("T", " ")
-    whole, _, fraction = stamp.partition(".")
+    whole, _, fraction = found.group(1).partition(".")
+    moment = _second(whole)
+    if moment is None or not fraction:
+        return moment
+    return moment.replace(microsecond=int((fraction + "000000")[:6]))
+
+
+@lru_cache(maxsize=256)  # a log's lines share their second by the hundred: parsed once
+def _second(whole: str) -> datetime | None:
     try:
-        moment = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S")
+        return datetime.strptime(whole.replace("T", " "), "%Y-%m-%d %H:%M:%S")
     except ValueError:
         return None
-    return moment.replace(microsecond=int((fraction + "000000")[:6])) if fraction else moment
 
 
 # -- reading: stderr with a prefix, csvlog, jsonlog --------------------------------------------
@@ -1080,6 +1094,24 @@ class KeyTally:
     first: datetime | None = None
     last: datetime | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
+    episodes_left_out: int = 0  # counted in the totals above, not kept (KEPT_EPISODES)
+    folded: int = 0  # keys counted together here, one lock type's least waited (KEPT_KEYS)
+
+    def absorb(self, other: KeyTally) -> None:
+        """Count ``other``'s totals here, its episodes as left out."""
+        self.folded += max(other.folded, 1)
+        self.waits += other.waits
+        self.longest_ms = max(self.longest_ms, other.longest_ms)
+        self.total_ms += other.total_ms
+        self.failures += other.failures
+        self.deadlocks += other.deadlocks
+        self.episodes_left_out += other.episodes_left_out + len(other.episodes)
+        for moment in (other.first, other.last):
+            if moment is not None:
+                self.first = moment if self.first is None else min(self.first, moment)
+                self.last = moment if self.last is None else max(self.last, moment)
+        for outcome, count in other.outcomes.items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + count
 
 
 class CycleStep(NamedTuple):
@@ -1136,10 +1168,16 @@ class Tally:
         until: datetime | None = None,
         gap: float = 60.0,
         timeline_key: LockTriple | None = None,
+        kept_keys: int = KEPT_KEYS,
+        kept_episodes: int = KEPT_EPISODES,
     ) -> None:
         self.since, self.until, self.gap = since, until, timedelta(seconds=gap)
         self.timeline_key = timeline_key
+        self.kept_keys, self.kept_episodes = kept_keys, kept_episodes
         self.keys: dict[tuple[object, ...], KeyTally] = {}
+        self.folded: dict[str, KeyTally] = {}  # lock type -> its least waited keys' totals
+        self.episode_count = 0  # kept, across keys
+        self._episode_limit = 2 * kept_episodes
         self.open: dict[int, Wait] = {}
         self.deadlocks: list[Deadlock] = []
         self.deadlock_count = 0
@@ -1150,6 +1188,7 @@ class Tally:
         self.identities: dict[int, Identity] = {}
         self.reads: list[ReadCounts] = []
         self.timeline: list[TimelineEvent] = []
+        self.timeline_left_out = 0
         self.first: datetime | None = None
         self.last: datetime | None = None
 
@@ -1235,6 +1274,9 @@ class Tally:
     ) -> None:
         if self.timeline_key is None or tag.advisory != self.timeline_key:
             return
+        if len(self.timeline) >= KEPT_TIMELINE:
+            self.timeline_left_out += 1
+            return
         detail = f"holders {', '.join(map(str, holders))}" if holders else ""
         self.timeline.append(
             TimelineEvent(entry.time, event, entry.pid, entry.identity, waited, detail)
@@ -1244,8 +1286,51 @@ class Tally:
         key = _key_of(tag)
         tally = self.keys.get(key)
         if tally is None:
+            if len(self.keys) >= 2 * self.kept_keys:
+                self._fold_keys()
             tally = self.keys[key] = KeyTally(tag)
         return tally
+
+    def _fold_keys(self) -> None:
+        """The least waited half of the keys counted together, one total per lock type (a key
+        met again later starts a tally of its own; the totals stay exact)."""
+        ranked = sorted(self.keys.items(), key=lambda item: (item[1].total_ms, item[1].waits))
+        for key, one in ranked[: len(ranked) - self.kept_keys]:
+            del self.keys[key]
+            self.episode_count -= len(one.episodes)
+            kind = one.tag.kind
+            into = self.folded.get(kind)
+            if into is None:
+                into = self.folded[kind] = KeyTally(LockTag(kind, f"{kind} (other keys)"))
+            into.absorb(one)
+
+    def _fold_episodes(self) -> None:
+        """Only the episodes with the most wait kept whole, among those that ended (more than
+        the gap ago); the others stay in their key's totals, counted as left out."""
+        latest = self.last
+        closed: list[tuple[float, int, KeyTally, Episode]] = []
+        for one in self.keys.values():
+            for position, episode in enumerate(one.episodes):
+                ended = position < len(one.episodes) - 1 or (
+                    latest is not None
+                    and episode.last is not None
+                    and latest - episode.last > self.gap
+                )
+                if ended:
+                    closed.append((episode.total_ms, id(episode), one, episode))
+        closed.sort(key=lambda item: item[:2])
+        dropped: dict[int, KeyTally] = {}
+        gone: set[int] = set()
+        for _, identity, one, _ in closed[: max(0, self.episode_count - self.kept_episodes)]:
+            gone.add(identity)
+            dropped[id(one)] = one
+        for one in dropped.values():
+            kept = [e for e in one.episodes if id(e) not in gone]
+            one.episodes_left_out += len(one.episodes) - len(kept)
+            one.episodes = kept
+        self.episode_count -= len(gone)
+        # when most are still open, look again only after as many more
+        self._episode_limit = max(2 * self.kept_episodes, self.episode_count + self.kept_episodes)
 
     def _close(self, wait: Wait, outcome: Outcome, waited: float | None) -> None:
         self.open.pop(wait.pid, None)
@@ -1271,6 +1356,9 @@ class Tally:
         ):
             episode = Episode(start, end)
             tally.episodes.append(episode)
+            self.episode_count += 1
+            if self.episode_count > self._episode_limit:
+                self._fold_episodes()
         if start is not None and (episode.first is None or start < episode.first):
             episode.first = start
         if end is not None and (episode.last is None or end > episode.last):
@@ -1382,6 +1470,7 @@ class LogReport:
     timeline_key: LockTriple | None
     timeline: list[TimelineEvent]
     labels: dict[tuple[object, ...], str]  # every tag's label, for deadlocks and timeouts
+    timeline_left_out: int = 0  # events past KEPT_TIMELINE
 
     def label(self, tag: LockTag | None) -> str:
         if tag is None:
@@ -1439,6 +1528,9 @@ def report(tally: Tally, registry: Registry, names: Names = Names()) -> LogRepor
         label, namespace, decoded = namer.name(one.tag)
         labels[key] = label
         keys.append(KeyReport(one, label, namespace, namer.database(one.tag), decoded))
+    for kind, one in tally.folded.items():
+        label = f"{one.folded} other {kind} lock(s), the least waited, counted together"
+        keys.append(KeyReport(one, label, kind, None, None))
     for deadlock in tally.deadlocks:
         for step in deadlock.cycle:
             labels.setdefault(_key_of(step.tag), namer.name(step.tag)[0])
@@ -1461,6 +1553,7 @@ def report(tally: Tally, registry: Registry, names: Names = Names()) -> LogRepor
         tally.cancellation_count, tally.unnamed_lock_timeouts, tally.reads, tally.first,
         tally.last, tally.timeline_key,
         sorted(tally.timeline, key=lambda e: e.time or datetime.min), labels,
+        tally.timeline_left_out,
     )  # fmt: skip
 
 

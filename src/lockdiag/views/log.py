@@ -230,6 +230,7 @@ def log_output(report: LogReport) -> Output:
                     optional=[5, 3],
                     wide={5},
                     empty="this key appears in no lock message of the log",
+                    left_out=report.timeline_left_out,
                 )
             )
         out.append(
@@ -246,6 +247,7 @@ def log_output(report: LogReport) -> Output:
                 optional=[1, 9, 3, 5],
                 wide={7, 8, 9},
                 empty="no lock wait logged",
+                left_out=sum(key.tally.episodes_left_out for key in report.keys),
             )
         )
         out.append(
@@ -429,6 +431,7 @@ def log_data(report: LogReport) -> dict[str, Any]:
             }
             for e in report.timeline
         ],
+        "timeline_left_out": report.timeline_left_out,
         "notes": _notes(report),
     }
 
@@ -456,6 +459,8 @@ def _key_data(key: KeyReport) -> dict[str, Any]:
         "deadlocks": tally.deadlocks,
         "nowait_failures": tally.failures,
         "outcomes": tally.outcomes,
+        "keys_counted_together": tally.folded,
+        "episodes_left_out": tally.episodes_left_out,
         "episodes": [
             {
                 "first_seen": _iso(e.first),
