@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -49,9 +50,13 @@ def test_demo_diagnoses_and_cleans_up(scratch: Path) -> None:
         env={**os.environ, "TMPDIR": str(scratch)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    for heading in ("$ lockdiag list", "$ lockdiag who-holds tenant_summary 74",
-                    "$ lockdiag blockers", "$ lockdiag check"):  # fmt: skip
-        assert heading in result.stdout
+    headings = re.findall(r"^\$ lockdiag (.*?)  #", result.stdout, re.MULTILINE)
+    assert headings == [  # every option the demo passes, as typed (issue 37)
+        "list --session-age 0s",
+        "who-holds tenant_summary 74",
+        "blockers",
+        "check --session-age 0s --wait-age 0s --idle-age 0s --max-blocked 1",
+    ]
     assert "Ruby on Rails: migration lock of database shop" in result.stdout
     assert "stuck-owner" in result.stdout
     assert "first diagnosis after" in result.stderr
@@ -70,6 +75,17 @@ def test_keep_then_stop(tmp_path: Path, scratch: Path) -> None:
     kept.expect_exact("Ctrl-C here, or lockdiag demo --stop")
     assert port_open(port)
     assert (tmp_path / "lockdiag" / "demo.json").exists()
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", (kept.before or b"").decode())  # a pty: bold
+    exported = dict(re.findall(r"export (LOCKDIAG_\w+)='?([^'\r\n]+)'?", shown))
+    typed_commands = re.findall(r"^\$ lockdiag (.*?)  #", shown, re.MULTILINE)
+    assert len(typed_commands) == 4 and len(exported) == 2
+    for typed in typed_commands:
+        again = subprocess.run(  # the demo's commands, typed: their options exist
+            [*demo_command()[:3], *shlex.split(typed)], env={**environment, **exported},
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert again.returncode in (0, 1, 2) and not again.stderr, (typed, again.stderr)
+        assert "tenant_summary" in again.stdout
     stop = subprocess.run(
         demo_command("--stop"), env=environment, capture_output=True, text=True, check=False
     )

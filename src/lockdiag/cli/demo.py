@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable
 
@@ -10,7 +11,6 @@ import click
 
 from lockdiag import demo
 from lockdiag.cli.common import show
-from lockdiag.core.analysis import Policy
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.pg.session import take_snapshot
@@ -72,28 +72,36 @@ def demo_command(keep: bool, stop_kept: bool) -> None:
 def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started: float) -> None:
     names = load_registry(registry_path)
 
-    def heading(text: str) -> None:
+    def heading(command: list[str], comment: str) -> None:
+        """The command as typed (its server and registry exported, as --keep shows), with
+        every option that the step passes."""
         click.echo("")
-        click.secho(text, bold=True)
+        click.secho(f"$ lockdiag {shlex.join(command)}  # {comment}", bold=True)
 
-    # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
-    zero, policy = Threshold(0.0, None), Policy(session_age=0.0)
     snapshot = take_snapshot(dsn, 5.0, "all", names)
-    diagnosis = Diagnosis(snapshot, names, policy)
+    # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
+    zero = Threshold(0.0, None)
+    thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
+    zeroed = Diagnosis(snapshot, names, thresholds.analysis_policy())  # --session-age 0s
+    as_typed = Diagnosis(snapshot, names)
     say(f"first diagnosis after {time.monotonic() - started:.1f}s")
     heading(
-        "$ lockdiag list  # every advisory lock, decoded. Notice billing-worker: idle, so its "
-        "locks are certainly session-level, and the Rails lock named from the database name."
+        ["list", "--session-age", "0s"],
+        "every advisory lock, decoded. Notice billing-worker: idle, so its locks are certainly "
+        "session-level, and the Rails lock named from the database name.",
     )
-    show(list_output(diagnosis.listing()), "auto")
+    show(list_output(zeroed.listing()), "auto")
     heading(
-        "$ lockdiag who-holds tenant_summary 74  # the stuck key: its owner sits idle in "
-        "transaction while two workers queue behind it."
+        ["who-holds", "tenant_summary", "74"],
+        "the stuck key: its owner sits idle in transaction while two workers queue behind it.",
     )
     key = names.key("tenant_summary", 74).triple
-    show(who_holds_output(diagnosis.who_holds(key), snapshot), "auto")
-    heading("$ lockdiag blockers  # where the wait chains start, worst first.")
-    show(blockers_output(diagnosis.incident(CheckPolicy())), "auto")
-    heading("$ lockdiag check  # what deserves an alert (thresholds at zero for the demo).")
-    thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
-    show(check_output(diagnosis.incident(thresholds), thresholds), "auto")
+    show(who_holds_output(as_typed.who_holds(key), snapshot), "auto")
+    heading(["blockers"], "where the wait chains start, worst first.")
+    show(blockers_output(as_typed.incident(CheckPolicy())), "auto")
+    heading(
+        ["check", "--session-age", "0s", "--wait-age", "0s", "--idle-age", "0s",
+         "--max-blocked", "1"],
+        "what deserves an alert, with thresholds this low for the demo.",
+    )  # fmt: skip
+    show(check_output(zeroed.incident(thresholds), thresholds), "auto")
