@@ -295,7 +295,8 @@ class _Attempt:
         _emit(self.events, Event(self.namespace, self.kind, "attempt", self.result, waited))
         if timed_out:
             within = "the caller's lock_timeout" if self.timeout is None else f"{self.timeout:g}s"
-            raise LockTimeout(f"{self.namespace} {self.key.args}: not granted within {within}")
+            key = self.key.describe()  # (4102, 73), as SQL writes it, not a Python tuple
+            raise LockTimeout(f"{self.namespace} {key}: not granted within {within}")
 
 
 def _released(
@@ -310,13 +311,13 @@ def _released(
     """Log and report what an unlock found: released, not held, or failed."""
     if error is not None:
         result = "error"
-        log.warning("lockdiag: %s %s: unlock failed: %s%s", namespace, key.args, error,
+        log.warning("lockdiag: %s %s: unlock failed: %s%s", namespace, key.describe(), error,
                     adapter.if_unlock_failed)  # fmt: skip
     elif value:
         result = "ok"
     else:
         result = "not-held"
-        log.warning("lockdiag: %s %s was not held when unlocked%s", namespace, key.args,
+        log.warning("lockdiag: %s %s was not held when unlocked%s", namespace, key.describe(),
                     adapter.if_unlock_failed)  # fmt: skip
     _emit(events, Event(namespace, "session", "release", result, time.monotonic() - held_since))
 
