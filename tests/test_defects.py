@@ -110,7 +110,7 @@ def test_exporter_refuses_a_bad_listen_address_in_one_line(listen: str, reason: 
             2,
             "lockdiag: error: No such option '--for'. (Did you mean one of: '--format', '--from'?)",
         ),
-        (["lst"], 2, "lockdiag: error: No such command 'lst'."),
+        (["lst"], 2, "lockdiag: error: No such command 'lst'. Did you mean 'list'?"),
         (["--nope"], 2, "lockdiag: error: No such option '--nope'."),
         (["registry", "nope"], 2, "lockdiag: error: No such command 'nope'."),
         (["key"], 2, "lockdiag: error: Missing argument 'NAMESPACE'."),

@@ -108,9 +108,65 @@ def _one_line(error: click.UsageError) -> click.UsageError:
     return UsageLine(error)
 
 
+# options many commands take, each with one value, also accepted before the command (the
+# psql and pgcli habit: lockdiag --dsn URI list), where they are moved to
+BEFORE_THE_COMMAND = (
+    "--dsn",
+    "--target",
+    "--targets",
+    "--registry",
+    "--timeout",
+    "--format",
+    "--from",
+)
+
+
+def _options_before(args: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The names of the leading options of BEFORE_THE_COMMAND, these options with their
+    values, and the arguments after them."""
+    names, index = [], 0
+    while index < len(args) and args[index].partition("=")[0] in BEFORE_THE_COMMAND:
+        names.append(args[index].partition("=")[0])
+        index += 1 if "=" in args[index] else 2
+    return names, args[:index], args[index:]
+
+
 class LazyGroup(LockdiagGroup):
     """Commands imported on first use; their help lines come from COMMANDS. Usage errors, of
-    the root's options and of every command's, are one line (:class:`UsageLine`)."""
+    the root's options and of every command's, are one line (:class:`UsageLine`). A common
+    option given before the command is moved after the command's name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        names, moved, rest = _options_before(args)
+        if moved:
+            rest = self._after_the_command(ctx, names, moved, rest)
+        return super().parse_args(ctx, rest)
+
+    def _after_the_command(
+        self, ctx: click.Context, names: list[str], moved: list[str], rest: list[str]
+    ) -> list[str]:
+        """``rest`` with ``moved`` right after the command's name (``registry show``'s two
+        words), where the command takes these options."""
+        command: click.Command | None = self
+        words = 0
+        while isinstance(command, click.Group) and words < len(rest):
+            command = command.get_command(ctx, rest[words].replace("_", "-"))
+            words += 1
+        if ctx.resilient_parsing:  # completing: the options only when the command is typed
+            return rest[:words] + moved + rest[words:] if command else rest
+        path = " ".join(["lockdiag", *rest[:words]])
+        if words == 0 or isinstance(command, click.Group):
+            where = "lockdiag" if words == 0 else path
+            raise click.UsageError(
+                f"{names[0]} goes after the command: {where} COMMAND {names[0]} ...", ctx
+            )
+        if command is None:  # click says "no such command" (and "did you mean")
+            return rest
+        takes = {opt for param in command.params for opt in param.opts}
+        for name in names:
+            if name not in takes:
+                raise click.UsageError(f"{path} has no {name} option", ctx)
+        return rest[:words] + moved + rest[words:]
 
     def make_context(
         self,

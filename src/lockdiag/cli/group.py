@@ -1,18 +1,32 @@
 """The group class of every lockdiag command group: lockdiag's own errors and Ctrl-C become one
-message and a documented exit code, never a traceback. Light on purpose: the root group loads
-it for ``--help``."""
+message and a documented exit code, never a traceback; a mistyped command gets a "did you
+mean". Light on purpose: the root group loads it for ``--help``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import click
+from click.exceptions import NoSuchCommand
 
 from lockdiag.errors import EXIT_INTERRUPTED, LockdiagError
 
 
 class LockdiagGroup(click.Group):
-    """Turns lockdiag's own errors and Ctrl-C into one message and a documented exit code."""
+    """Turns lockdiag's own errors and Ctrl-C into one message and a documented exit code.
+    A command typed with underscores (``who_holds``) is the command (``who-holds``)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        typed = args[0]
+        names = self.list_commands(ctx)
+        if typed not in names and typed.replace("_", "-") in names:
+            args = [typed.replace("_", "-"), *args[1:]]
+        try:
+            return super().resolve_command(ctx, args)
+        except NoSuchCommand as error:  # click's suggestions look in self.commands: empty when lazy
+            raise NoSuchCommand(typed, possibilities=names, ctx=ctx) from error
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

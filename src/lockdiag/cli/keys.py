@@ -19,9 +19,9 @@ from lockdiag.cli.group import LockdiagGroup
 from lockdiag.core.analysis import decode
 from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
-from lockdiag.keys import parse_numbers
+from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
 from lockdiag.pg.session import DiagnosticSession
-from lockdiag.registry import check_file
+from lockdiag.registry import Registry, check_file
 from lockdiag.views.keys import check_output, decode_output, key_output, registry_output
 
 
@@ -149,5 +149,19 @@ def decode_command(
             derived = session.hashtext_keys(strings)
     catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
     untried = [] if dsn is not None else strings
-    decoded = decode(names, catalogue, parse_numbers(numbers), database)
+    decoded = decode(names, catalogue, _numbers(numbers, names), database)
     show(decode_output(decoded, untried), fmt)
+
+
+def _numbers(numbers: tuple[str, ...], names: Registry) -> LockTriple:
+    """The key; a name typed where a number goes points to `key`, which goes the other way."""
+    try:
+        return parse_numbers(numbers)
+    except InvalidKey:
+        if not numbers[0][:1].isalpha():
+            raise
+        typed = " ".join(numbers) if numbers[0] in names.namespaces else "NAMESPACE RESOURCE"
+        raise InvalidKey(
+            f"decode turns numbers into a name, and {numbers[0]!r} is not a number",
+            hint=f"the numbers of a name: lockdiag key {typed}",
+        ) from None

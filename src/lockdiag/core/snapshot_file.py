@@ -301,6 +301,11 @@ def _read_document(text: str | bytes, name: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
+        if _is_recording(text, error):
+            raise InputError(
+                f"{name} is a recording (watch --record: a snapshot a line), not a snapshot file",
+                hint=f"replay it with: lockdiag watch --from {name}",
+            ) from None
         raise InputError(
             f"{name}:{error.lineno}: not a snapshot file: invalid JSON ({error.msg})"
         ) from None
@@ -316,6 +321,16 @@ def _read_document(text: str | bytes, name: str) -> dict[str, Any]:
             f"(this lockdiag reads version {FILE_VERSION})"
         )
     return document
+
+
+def _is_recording(text: str, error: json.JSONDecodeError) -> bool:
+    """Whether JSON that failed with more after its first line is a recording: its first
+    line a whole snapshot document."""
+    read = text[: error.pos].strip()  # the part json read whole, before the extra data
+    if error.msg != "Extra data" or "\n" in read:
+        return False
+    first = json.loads(read)
+    return isinstance(first, dict) and first.get("format") == FILE_FORMAT
 
 
 def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
