@@ -320,7 +320,7 @@ def _read(path: str) -> tuple[Snapshot, tuple[Registry, str | None] | None]:
 
 def _load(path: str, scope: Scope) -> Snapshot:
     loaded, _ = _read(path)
-    if scope == "all" and loaded.scope != "all":
+    if scope != "advisory" and loaded.scope != "all":
         click.echo(
             f"lockdiag: note: {path} holds advisory locks only (saved with --advisory-only)",
             err=True,

@@ -193,7 +193,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
       lockdiag blockers --format json | jq '.roots[0]'
     """
     names = get_registry(registry)
-    captures = get_captures("all", names)
+    captures = get_captures("waits", names)  # only the backends in a wait
     parts = [
         (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
         for c in captures

@@ -14,7 +14,11 @@ from typing import Literal, NamedTuple
 
 from lockdiag.keys import LockTriple
 
-Scope = Literal["advisory", "all"]
+Extent = Literal["advisory", "all"]  # the lock types a snapshot holds
+# what a capture reads: advisory locks, every lock, or "waits": every lock of each backend that
+# waits or that a waiter waits for or queues behind, the others' not at all. Its diagnosis of
+# the waits is the full read's (tests/test_aggregated.py); a snapshot of it holds "all" types.
+Scope = Literal["advisory", "all", "waits"]
 HIDDEN_QUERY = "<insufficient privilege>"
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
@@ -211,7 +215,7 @@ class DerivedKey:
 class Snapshot:
     server: ServerInfo
     source: str  # where it was captured from, never with a password
-    scope: Scope
+    scope: Extent
     sessions: dict[int, Session]
     locks: list[LockRow]
     query_seconds: float = 0.0

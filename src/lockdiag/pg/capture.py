@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from lockdiag.core import catalogue
-from lockdiag.core.model import Extent, Focus, LockRow, Scope, Session, Snapshot
+from lockdiag.core.model import Extent, LockRow, Scope, Session, Snapshot
 from lockdiag.core.snapshot_file import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
@@ -44,7 +44,7 @@ def capture(
     scope: Scope = "advisory",
     names: list[str] | None = None,
 ) -> Snapshot:
-    """One query, one round trip: every lock (or every advisory lock, or a :class:`Focus`'s)
+    """One query, one round trip: every lock (or every advisory lock, or those of waits)
     with its sessions, and the keys of ``names`` as the server's hashtext() computes them."""
     sql, params = _snapshot_query(connection.info.server_version, scope)
     started = time.perf_counter()
@@ -84,15 +84,13 @@ def capture(
 
 
 def _snapshot_query(version: int, scope: Scope) -> tuple[str, dict[str, Any]]:
-    """The snapshot query for ``scope``: a focus's lock rows (snapshot_waits) take the place
-    of the full read's, before the same session and server rows."""
+    """The snapshot query for ``scope``: for "waits", the lock rows of snapshot_waits take the
+    place of the full read's, before the same session and server rows."""
     full = queries.query("snapshot", version)
-    if not isinstance(scope, Focus):
+    if scope != "waits":
         return full, {"all_types": scope == "all"}
     _, rest = full.split("\nUNION ALL\n", 1)  # the full read's rows of kind 'lock' come first
-    key = scope.key or (None, None, None)
-    sql = f"{queries.query('snapshot_waits', version)}UNION ALL\n{rest}"
-    return sql, {"classid": key[0], "objid": key[1], "objsubid": key[2]}
+    return f"{queries.query('snapshot_waits', version)}UNION ALL\n{rest}", {}
 
 
 def stream_rows(
