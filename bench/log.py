@@ -21,6 +21,7 @@ file (the floor: reading the bytes) and pgBadger when it is installed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -167,6 +168,13 @@ def _wait_lines(head: str, pid: int, holder: int, tag: str, waited: float, clock
 
 def measure(command: list[str]) -> tuple[float, int, int]:
     """(seconds, peak RSS in KiB, exit status) of one child process."""
+    elapsed, rss, status, _ = measure_cpu(command)
+    return elapsed, rss, status
+
+
+def measure_cpu(command: list[str]) -> tuple[float, int, int, float]:
+    """(seconds, peak RSS in KiB, exit status, CPU seconds) of one child process: the CPU
+    time holds on a machine busy with other work, where the wall time moves."""
     started = time.perf_counter()
     # not /dev/null: GNU grep stops at the first match when its output goes there
     with tempfile.TemporaryFile() as sink:
@@ -174,7 +182,7 @@ def measure(command: list[str]) -> tuple[float, int, int]:
         _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
-    return elapsed, usage.ru_maxrss, child.returncode
+    return elapsed, usage.ru_maxrss, child.returncode, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -183,7 +191,11 @@ def main() -> None:
     parser.add_argument("--csv", action="store_true", help="also a csvlog of the same size")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--badger-mb", type=int, default=40, help="pgBadger's share of the log")
+    parser.add_argument("--real", action="store_true", help="a log written by a real server")
     args = parser.parse_args()
+    if args.real:
+        _real_report(generate_real(args.mb))
+        return
     base = Path(tempfile.mkdtemp(prefix="lockdiag-bench-log-"))
     try:
         kinds = [("stderr", base / "postgresql.log")]
@@ -199,6 +211,45 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _real_report(path: Path) -> None:
+    """lockdiag log and pgBadger -j 1 on the whole of a real server's log; counts against
+    grep's."""
+    size = path.stat().st_size / 2**20
+    measure(["cat", str(path)])  # warm the page cache
+    output = Path(tempfile.gettempdir()) / "lockdiag-bench-log-real.json"
+    command = [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"]
+    # exec: the shell becomes lockdiag, so that the figures are lockdiag's own
+    seconds, rss, status, cpu = measure_cpu(["sh", "-c", f'exec "$@" > {output}', "-", *command])
+    if status != 0:
+        raise SystemExit(f"lockdiag log failed with exit status {status}")
+    found = json.loads(output.read_text())
+    waits = sum(key["waits"] for key in found["keys"])
+    acquired = sum(key["outcomes"].get("acquired", 0) for key in found["keys"])
+    grep = {
+        word: int(subprocess.run(["grep", "-c", word, str(path)], capture_output=True,
+                                 text=True, check=False).stdout or 0)
+        for word in ("still waiting for", " acquired ")
+    }  # fmt: skip
+    load = os.getloadavg()[0]
+    print(f"real server log: {size:.0f} MB, load average {load:.1f} on {os.cpu_count()} CPUs")
+    print(f"  lockdiag log: {seconds:.1f}s wall, {cpu:.1f}s CPU, peak RSS {rss / 1024:.0f} MB")
+    print(f"  waits: lockdiag {waits}, grep -c 'still waiting for' {grep['still waiting for']}; "
+          f"acquired: lockdiag {acquired}, grep -c ' acquired ' {grep[' acquired ']}")  # fmt: skip
+    badger = shutil.which("pgbadger")
+    if badger is None:
+        print("  pgbadger: not installed (apt-get install pgbadger)")
+        return
+    html = Path(tempfile.gettempdir()) / "lockdiag-bench-pgbadger-real.html"
+    b_seconds, b_rss, b_status, b_cpu = measure_cpu(
+        [badger, "-j", "1", "-f", "stderr", "--prefix", PREFIX, "-o", str(html), "-q", str(path)]
+    )
+    state = "" if b_status == 0 else f" (exit status {b_status})"
+    print(f"  pgbadger -j 1: {b_seconds:.1f}s wall, {b_cpu:.1f}s CPU, peak RSS "
+          f"{b_rss / 1024:.0f} MB{state}")  # fmt: skip
+    print(f"  lockdiag is {b_seconds / seconds:.1f}x faster by the wall clock, "
+          f"{b_cpu / cpu:.1f}x by CPU time")  # fmt: skip
 
 
 def _report(kind: str, path: Path, size: float, badger_mb: int) -> None:

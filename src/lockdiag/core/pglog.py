@@ -1305,19 +1305,12 @@ class Tally:
             into.absorb(one)
 
     def _fold_episodes(self) -> None:
-        """Only the episodes with the most wait kept whole, among those that ended (more than
-        the gap ago); the others stay in their key's totals, counted as left out."""
-        latest = self.last
+        """Only the episodes with the most wait kept whole, among those that ended (a later
+        one of their key began: a key's last episode may still grow); the others stay in their
+        key's totals, counted as left out."""
         closed: list[tuple[float, int, KeyTally, Episode]] = []
         for one in self.keys.values():
-            for position, episode in enumerate(one.episodes):
-                ended = position < len(one.episodes) - 1 or (
-                    latest is not None
-                    and episode.last is not None
-                    and latest - episode.last > self.gap
-                )
-                if ended:
-                    closed.append((episode.total_ms, id(episode), one, episode))
+            closed += [(e.total_ms, id(e), one, e) for e in one.episodes[:-1]]
         closed.sort(key=lambda item: item[:2])
         dropped: dict[int, KeyTally] = {}
         gone: set[int] = set()

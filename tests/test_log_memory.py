@@ -1,0 +1,175 @@
+"""`lockdiag log` in bounded memory: peak RSS flat in the log's size, and the bounded tally
+gives the same totals as the full one on a log written by a real server under contention."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lockdiag.core.pglog import LogReader, LogReport, Tally, report
+from lockdiag.demo.cluster import create_cluster
+from lockdiag.registry import Registry
+
+PREFIX = "%m [%p] %q%u@%d/%a "
+# each transaction waits for one of six pair keys, then one of three bigint keys, holding the
+# first a few ms: the queues make waits past deadlock_timeout (10ms) by the thousand
+CONTENTION = """\\set k random(1, 6)
+\\set b random(1, 3)
+BEGIN;
+SELECT pg_advisory_xact_lock(4102, :k);
+SELECT pg_sleep(0.002);
+SELECT pg_advisory_xact_lock(30064771072 + :b);
+COMMIT;
+"""
+
+
+def _dense_log(path: Path, megabytes: int) -> int:
+    """A wait-dense stderr log in which every wait is on its own lock (a transaction id, as
+    row contention logs it) and one in seven on an advisory key; returns the waits."""
+    waits = 0
+    with path.open("w") as out:
+        written = 0
+        number = 0
+        while written < megabytes * 2**20:
+            chunk = []
+            for _ in range(1000):
+                number += 1
+                pid = 2000 + number % 97
+                second = number // 200
+                stamp = f"2026-05-01 {second // 3600 % 24:02d}:{second // 60 % 60:02d}:" \
+                        f"{second % 60:02d}.{number % 1000:03d} UTC"  # fmt: skip
+                head = f"{stamp} [{pid}] app@shop/worker-{pid % 5} "
+                tag = (
+                    f"advisory lock [5,4102,{number % 50},2]"
+                    if number % 7 == 0
+                    else f"transaction {number}"
+                )
+                chunk.append(
+                    f"{head}LOG:  process {pid} still waiting for ShareLock on {tag} after "
+                    f"10.{number % 1000:03d} ms\n{head}DETAIL:  Process holding the lock: "
+                    f"{pid + 1}. Wait queue: {pid}.\n{head}CONTEXT:  while updating tuple "
+                    f'(0,{number % 90}) in relation "items"\n{head}STATEMENT:  UPDATE items '
+                    f"SET n = n + 1 WHERE id = {number % 90}\n{head}LOG:  process {pid} "
+                    f"acquired ShareLock on {tag} after 12.{number % 1000:03d} ms\n"
+                )
+                waits += 1
+            text = "".join(chunk)
+            out.write(text)
+            written += len(text)
+    return waits
+
+
+def _peak_rss(path: Path) -> tuple[int, str]:
+    """Peak RSS in KiB of ``lockdiag log FILE --format json`` in a child process, and its
+    output."""
+    out = path.with_suffix(".json")
+    with out.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return usage.ru_maxrss, out.read_text()
+
+
+def test_peak_memory_is_flat_in_the_size_of_the_log(tmp_path: Path) -> None:
+    """16 MB and 64 MB of waits, each on its own lock: the same peak within a few MB (every
+    wait kept, as before, took 1.3 MB per MB of log); every wait counted."""
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    waits_small, waits_large = _dense_log(small, 16), _dense_log(large, 64)
+    rss_small, out_small = _peak_rss(small)
+    rss_large, out_large = _peak_rss(large)
+    for waits, out in ((waits_small, out_small), (waits_large, out_large)):
+        assert sum(key["waits"] for key in json.loads(out)["keys"]) == waits
+    grown = (rss_large - rss_small) / 1024
+    assert grown < 6, f"peak RSS {rss_small / 1024:.0f} MB at 16 MB, {rss_large / 1024:.0f} at 64"
+
+
+@pytest.fixture(scope="module")
+def contended_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stderr log written by a real server: pgbench sessions queueing on advisory keys."""
+    settings = {
+        "log_lock_waits": "on",
+        "deadlock_timeout": "10ms",
+        "logging_collector": "on",
+        "log_destination": "stderr",
+        "log_directory": "log",
+        "log_filename": "postgresql.log",
+        "log_line_prefix": PREFIX,
+    }
+    server = create_cluster(settings=settings)
+    try:
+        script = server.base / "contention.sql"
+        script.write_text(CONTENTION)
+        pgbench = shutil.which("pgbench") or str(server.bindir / "pgbench")
+        subprocess.run(
+            [pgbench, "-n", "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres",
+             "-c", "16", "-j", "2", "-T", "4", "-f", str(script), "postgres"],
+            capture_output=True, check=True,
+        )  # fmt: skip
+        server.stop()  # the collector flushes the file
+        saved = tmp_path_factory.mktemp("contended") / "postgresql.log"
+        shutil.copy(server.data / "log" / "postgresql.log", saved)
+        return saved
+    finally:
+        server.destroy()
+
+
+def _read(path: Path, kept_keys: int = 1000, kept_episodes: int = 1000) -> LogReport:
+    tally = Tally(gap=0.05, kept_keys=kept_keys, kept_episodes=kept_episodes)  # short episodes
+    with path.open() as lines:
+        tally.read(LogReader(lines, path.name))
+    return report(tally, Registry())
+
+
+def _per_type(done: LogReport) -> dict[str, tuple[int, float, float, Counter[str]]]:
+    """Per lock type: waits, total and longest wait, outcomes."""
+    out: dict[str, tuple[int, float, float, Counter[str]]] = {}
+    for key in done.keys:
+        waits, total, longest, outcomes = out.get(key.tally.tag.kind, (0, 0.0, 0.0, Counter()))
+        out[key.tally.tag.kind] = (
+            waits + key.tally.waits,
+            total + key.tally.total_ms,
+            max(longest, key.tally.longest_ms),
+            outcomes + Counter(key.tally.outcomes),
+        )
+    return {kind: (w, round(t, 3), lo, o) for kind, (w, t, lo, o) in out.items()}
+
+
+def test_bounded_totals_equal_the_full_computation(contended_log: Path) -> None:
+    """Keys folded (2 kept) and episodes left out (5 kept): per lock type the same waits,
+    total, longest and outcomes as the tally that keeps everything, equal to grep's counts;
+    the episodes kept are the full tally's with the most wait."""
+    text = contended_log.read_text()
+    still_waiting, acquired = text.count("still waiting for"), text.count(" acquired ")
+    full = _read(contended_log, kept_keys=10**6, kept_episodes=10**6)
+    bounded = _read(contended_log, kept_keys=2, kept_episodes=5)
+    assert still_waiting > 200, "the contention made too few waits to test anything"
+    assert sum(k.tally.waits for k in full.keys) == still_waiting
+    assert sum(k.tally.outcomes.get("acquired", 0) for k in full.keys) == acquired
+    assert _per_type(bounded) == _per_type(full)
+    assert any(k.tally.folded for k in bounded.keys), "no key was folded"
+
+    by_episodes = _read(contended_log, kept_episodes=5)
+    whole = {k.label: k.tally for k in full.keys}
+    episodes = [(e.total_ms, e.first, e.last, e.waits) for t in whole.values() for e in t.episodes]
+    assert len(episodes) > 20, "too few episodes to leave any out"
+    kept = [(e.total_ms, e.first, e.last, e.waits) for k in by_episodes.keys
+            for e in k.tally.episodes]  # fmt: skip
+    assert 5 <= len(kept) < len(episodes)
+    assert set(kept) <= set(episodes)
+    for key in by_episodes.keys:
+        one = whole[key.label]
+        assert len(key.tally.episodes) + key.tally.episodes_left_out == len(one.episodes)
+        assert (key.tally.waits, key.tally.total_ms, key.tally.outcomes) == (
+            one.waits, one.total_ms, one.outcomes,
+        )  # fmt: skip
