@@ -142,7 +142,7 @@ def test_pooltest_transaction_pooling_is_unsafe_for_session_locks(
     found = verdicts(document)
     assert found["session lock, A connected: B tries the same key"] is False
     assert found["session lock, A disconnects without unlocking"] is False
-    assert all(ok for name, ok in found.items() if name.startswith("xact lock"))
+    assert all(ok for name, ok in found.items() if name.startswith("xact lock")), document
     assert found["two different keys at once (transaction locks)"] is True
     assert document["left_behind"] == 0
     assert document["advice"]
