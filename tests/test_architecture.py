@@ -109,6 +109,39 @@ def test_help_loads_no_command_module() -> None:
     assert "LOADED []" in result.stdout
 
 
+# psycopg made unimportable (None in sys.modules: `import psycopg` raises ImportError)
+NO_DRIVER = (
+    "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_binary'] = None\n"
+    "from lockdiag.cli import main; sys.argv = ['lockdiag', *sys.argv[1:]]; main()"
+)
+INCIDENT = str(Path(__file__).parents[1] / "examples" / "incident.json")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["list", "--from", INCIDENT],
+        ["list", "--from", INCIDENT, "--format", "json"],
+        ["who-holds", "--from", INCIDENT, "--key", "1"],
+        ["blockers", "--from", INCIDENT],
+        ["check", "--from", INCIDENT],
+        ["watch", "--from", INCIDENT, "--once"],
+        ["--help"],
+        ["--version"],
+    ],
+    ids=lambda arguments: " ".join(a for a in arguments if a != INCIDENT),
+)
+def test_reading_a_file_needs_no_database_driver(arguments: list[str]) -> None:
+    """psycopg is imported only where a server is contacted: without it, every command that
+    reads a file answers as usual (check's exit codes 1 and 2 are its verdicts)."""
+    result = subprocess.run(
+        [sys.executable, "-c", NO_DRIVER, *arguments], capture_output=True, text=True, check=False
+    )
+    assert result.returncode in (0, 1, 2), result.stderr
+    assert "Traceback" not in result.stderr and "psycopg" not in result.stderr
+    assert result.stdout.strip()
+
+
 def test_lazy_help_lines_are_the_commands_own() -> None:
     context = click.Context(cli)
     for name, (_, line) in COMMANDS.items():

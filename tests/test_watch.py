@@ -259,7 +259,8 @@ def test_sample_catches_short_episodes_and_patterns(
     assert "sampling: " in result.stderr  # progress on stderr
     document = json.loads(result.stdout)
     assert 30 <= document["samples"] <= 41
-    assert document["cost"]["pg_locks_reads"] == document["samples"]
+    # pg_locks is read when pg_stat_activity changed (the flapper makes it change often)
+    assert 2 <= document["cost"]["pg_locks_reads"] <= document["samples"]
     keys = {k["key"]: k for k in document["keys"]}
     flapping = keys["unregistered pair (7000, 1)"]
     assert flapping["acquisitions"] >= 4  # episodes of 250 ms caught at 100 ms

@@ -73,6 +73,7 @@ def watch_command(
         get_target(names),
         Path(replay) if replay else None,
         Path(record) if record else None,
+        interval,
     )
     run(State(names), snapshots, interval, once)
 

@@ -36,7 +36,6 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
 from lockdiag.pg.sampling import Feed
-from lockdiag.pg.session import notices_to
 from lockdiag.render import plain, rich_renderables
 from lockdiag.views.watch import State, frame
 
@@ -115,6 +114,13 @@ def progress_reporter(duration: float, interval: float) -> Iterator[Callable[[in
         yield advance
 
 
+class Unchanged:
+    """A refresh that found the backends as they were at the last read: that frame holds."""
+
+
+UNCHANGED = Unchanged()
+
+
 class Refresher:
     """Snapshots taken off the UI thread, so the key loop never waits for the server: one
     at a time, asked by :meth:`ask`, handed back by :meth:`result`; ``wake`` becomes readable
@@ -125,7 +131,7 @@ class Refresher:
         self.asked = threading.Event()
         self.stopping = False
         self.lock = threading.Lock()
-        self.ready: list[Snapshot | BaseException] = []
+        self.ready: list[Snapshot | Unchanged | BaseException] = []
         self.busy_since: float | None = None  # time.monotonic() of the refresh under way
         self.wake, self._signal = os.pipe()
         os.set_blocking(self.wake, False)
@@ -140,7 +146,7 @@ class Refresher:
                 self.busy_since = time.monotonic()
                 self.asked.set()
 
-    def result(self) -> Snapshot | BaseException | None:
+    def result(self) -> Snapshot | Unchanged | BaseException | None:
         with contextlib.suppress(BlockingIOError):
             os.read(self.wake, 64)
         with self.lock:
@@ -153,7 +159,8 @@ class Refresher:
             if self.stopping:
                 return
             try:
-                taken: Snapshot | BaseException = self.source.next()
+                read = self.source.next()
+                taken: Snapshot | Unchanged | BaseException = UNCHANGED if read is None else read
             except BaseException as error:  # handed to the UI thread, which decides
                 taken = error
             with self.lock:
@@ -182,7 +189,9 @@ def run(
     stream = stream or sys.stdout
     if once:
         try:
-            state.take(source.next())
+            taken = source.next()  # the first refresh reads
+            assert taken is not None
+            state.take(taken)
             stream.write(plain(frame(state)))
         finally:
             source.close()
@@ -191,9 +200,14 @@ def run(
         source.close()
         raise InputError("watch needs a terminal; use --once for a single frame, or lockdiag list")
     told: list[str] = []
+    notices: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if source.session is not None:  # a server's notices (a recording imports no driver)
+        from lockdiag.pg.session import notices_to
+
+        notices = notices_to(told.append)
     refresher = Refresher(source)
     try:
-        with notices_to(told.append), plugins.problems_to(told.append):
+        with notices, plugins.problems_to(told.append):
             _loop(state, refresher, interval, stream, told)
     finally:
         refresher.stop()
@@ -221,8 +235,10 @@ def _loop(
                 state.failed(str(taken).splitlines()[0])
             elif isinstance(taken, BaseException):  # bad input (a broken recording) stops
                 raise taken
-            elif taken is not None and not state.paused:
-                state.take(taken)
+            elif isinstance(taken, Unchanged) and not state.paused:
+                state.unchanged(refresher.source.pacer.interval)
+            elif isinstance(taken, Snapshot) and not state.paused:
+                state.take(taken, refresher.source.pacer.interval)
             changed = changed or taken is not None
             if len(told) > shown_notices:
                 shown_notices, changed = len(told), True

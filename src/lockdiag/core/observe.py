@@ -13,7 +13,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from lockdiag.core.analysis import LockEntry, namespace_of
@@ -156,22 +156,58 @@ class KeyStats:
 
 
 @dataclass
+class _Read:
+    """What one read of the lock table saw that every sample counts: kept so that a sample
+    without a read (the backends unchanged since it, :meth:`Sampler.again`) counts it again,
+    its times moved on by the seconds since the read."""
+
+    now: datetime
+    held: list[KeyStats]
+    waited: list[KeyStats]
+    holds: dict[KeyId, tuple[datetime, float]]  # per key: its oldest hold's first sight, bound
+    blocking: list[tuple[KeyStats, int, float | None]]  # holders with waiters: idle bound
+    waiting: list[tuple[KeyStats, int, float | None]]  # waiters: seconds waited
+
+
+@dataclass
 class Sampler:
+    """Per-key statistics over samples. A sample is a read of the lock table (:meth:`add`),
+    or a probe that found the backends as they were at the last read (:meth:`again`): the
+    locks are those of that read, their times moved on. A read is tallied at once; the samples
+    that repeat it when the next read comes, or by :meth:`settle`, which a caller that repeats
+    reads runs before reporting."""
+
     samples: int = 0
-    query_seconds: list[float] = field(default_factory=list)
+    query_seconds: list[float] = field(default_factory=list)  # one per read of the lock table
     keys: dict[KeyId, KeyStats] = field(default_factory=dict)
     _holds: Holds[HoldId] = field(default_factory=Holds)
     started: datetime | None = None
     ended: datetime | None = None
+    _read: _Read | None = None
+    _later: list[float] = field(default_factory=list)  # seconds after _read of its samples
+    first_read: datetime | None = None
+
+    @property
+    def reads(self) -> int:
+        return len(self.query_seconds)
+
+    @property
+    def read_interval(self) -> float | None:
+        """The mean time between reads of the lock table, first to last; None before two."""
+        if self.reads < 2 or self.first_read is None or self._read is None:
+            return None
+        return (self._read.now - self.first_read).total_seconds() / (self.reads - 1)
 
     def add(self, entries: list[LockEntry], now: datetime, query_seconds: float) -> None:
-        self.samples += 1
+        """A sample that read the lock table: ``entries`` as of ``now``."""
+        self.settle()
         self.query_seconds.append(query_seconds)
-        self.started = self.started or now
-        self.ended = now
+        self.first_read = self.first_read or now
         held_now: dict[HoldId, LockEntry] = {}
-        waited: set[KeyId] = set()
-        held: set[KeyId] = set()
+        waited: dict[KeyId, KeyStats] = {}
+        held: dict[KeyId, KeyStats] = {}
+        blocking: list[tuple[KeyStats, int, float | None]] = []
+        waiting: list[tuple[KeyStats, int, float | None]] = []
         for entry in entries:
             if entry.decoded is None or entry.lock.pid is None:
                 continue
@@ -186,27 +222,19 @@ class Sampler:
                 (session.application_name or "") if session else "",
                 (session.client_addr or "local") if session else "",
             )
+            stats.names[entry.lock.pid] = who[0]
             if entry.lock.granted:
-                held.add(key)
+                held[key] = stats
                 stats.holders.add(who)
-                stats.names[entry.lock.pid] = who[0]
                 stats.holder_pids.add(entry.lock.pid)
                 held_now[(key, entry.lock.pid, entry.lock.mode)] = entry
-                if entry.blocks and (entry.held_at_least or 0.0) >= PATTERN_WAIT:
-                    stats.idle_holds += 1
-                    stats.idle_holders.add(entry.lock.pid)
+                if entry.blocks:
+                    blocking.append((stats, entry.lock.pid, entry.held_at_least))
             else:
-                waited.add(key)
+                waited[key] = stats
                 stats.waiters.add(who)
-                stats.names[entry.lock.pid] = who[0]
                 stats.waiter_pids.add(entry.lock.pid)
-                if (entry.waited or 0.0) >= PATTERN_WAIT:
-                    stats.long_waiter_pids.add(entry.lock.pid)
-                stats.longest_wait = max(stats.longest_wait, entry.waited or 0.0)
-        for key in held:
-            self.keys[key].samples_held += 1
-        for key in waited:
-            self.keys[key].samples_waited += 1
+                waiting.append((stats, entry.lock.pid, entry.waited))
         began, ended = self._holds.follow(held_now, now)
         for hold in began:
             self.keys[hold[0]].acquisitions += 1
@@ -214,11 +242,62 @@ class Sampler:
             self.keys[hold[0]].releases += 1
         waits = waits_by_pid(entries) if waited else {}
         first_seen = self._holds.first_seen
+        holds: dict[KeyId, tuple[datetime, float]] = {}
         for hold, entry in held_now.items():
-            observed = (now - first_seen[hold]).total_seconds()
-            stats = self.keys[hold[0]]
-            bound = hold_lower_bound(entry, waits)
-            stats.longest_hold = max(stats.longest_hold, observed, bound)
+            first, bound = first_seen[hold], hold_lower_bound(entry, waits)
+            before = holds.get(hold[0])
+            if before is not None:
+                first, bound = min(first, before[0]), max(bound, before[1])
+            holds[hold[0]] = (first, bound)
+        self._read = _Read(
+            now, list(held.values()), list(waited.values()), holds, blocking, waiting
+        )
+        self._count(now)
+        self.settle()
+
+    def again(self, now: datetime) -> None:
+        """A sample without a read: the backends are as they were at the last read, so are
+        its locks, as of ``now``. O(1): tallied with the read's by :meth:`settle`."""
+        assert self._read is not None, "a sample repeats a read: add() first"
+        self._count(now)
+
+    def _count(self, now: datetime) -> None:
+        assert self._read is not None
+        self.samples += 1
+        self.started = self.started or now
+        self.ended = now
+        self._later.append((now - self._read.now).total_seconds())
+
+    def settle(self) -> None:
+        """Tally the samples not yet counted (a read, the samples that repeated it) into the
+        per-key statistics. Counts grow by the number of samples; times by the seconds
+        from the read to its last sample (a hold, a wait, an idle bound only grow)."""
+        read, later = self._read, self._later
+        if read is None or not later:
+            return
+        samples, last = len(later), later[-1]
+        for stats in read.held:
+            stats.samples_held += samples
+        for stats in read.waited:
+            stats.samples_waited += samples
+        for stats, pid, idle in read.blocking:
+            if idle is None:
+                continue
+            idle_samples = sum(1 for seconds in later if idle + seconds >= PATTERN_WAIT)
+            if idle_samples:
+                stats.idle_holds += idle_samples
+                stats.idle_holders.add(pid)
+        for stats, pid, waited in read.waiting:
+            longest = waited + last if waited is not None else 0.0
+            stats.longest_wait = max(stats.longest_wait, longest)
+            if longest >= PATTERN_WAIT:
+                stats.long_waiter_pids.add(pid)
+        ended = read.now + timedelta(seconds=last)
+        for key, (first, bound) in read.holds.items():
+            stats = self.keys[key]
+            observed = (ended - first).total_seconds()
+            stats.longest_hold = max(stats.longest_hold, observed, bound + last)
+        self._later = []
 
 
 @dataclass(frozen=True)
@@ -246,7 +325,7 @@ def patterns(sampler: Sampler) -> list[Pattern]:
                 Pattern(
                     "stuck-owner",
                     stats.label,
-                    f"held by {stats.who(stats.idle_holders)}, doing nothing, in "
+                    f"held by {stats.who(stats.idle_holders)}, idle (in a transaction or not), in "
                     f"{stats.idle_holds} sample(s) while {len(stats.waiter_pids)} session(s) "
                     f"waited: {stats.who(stats.waiter_pids)}",
                 )
@@ -410,6 +489,11 @@ class Pacer:
         self.last, self.seen = began, activity
         self.busy += seconds
         self.reads += 1
+
+    def forget(self) -> None:
+        """After a failed read or probe: what was read no longer holds, so the next probe
+        reads, whatever the duty cycle."""
+        self.last, self.seen, self.allowed = None, None, 0.0
 
     def duty_cycle(self, now: float) -> float:
         """The share of wall time spent in reads since the first probe."""

@@ -13,15 +13,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from typing import TYPE_CHECKING
 
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
-from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Poolers, Registry
 from lockdiag.registry.validation import read_text
+
+if TYPE_CHECKING:  # the driver is imported where a server is contacted: reading a file needs none
+    from lockdiag.pg.session import DiagnosticSession
 
 MAX_PARALLEL = 32
 
@@ -59,6 +59,8 @@ def open_session(
     """The diagnostic session of ``server``, its snapshots completed with every evidence the
     target has, but what the caller skips on purpose: names from well-known software's tables
     (``enrich``), the pooler consoles and addresses (``read_poolers``)."""
+    from lockdiag.pg.session import DiagnosticSession
+
     return DiagnosticSession(
         server.dsn,
         server.timeout,
@@ -115,6 +117,9 @@ def label(dsn: str | None) -> str:
     """``host:port/dbname`` (or ``service=name``) for a DSN, never its password."""
     if dsn is None:
         return "default (libpq environment)"
+    import psycopg  # here, not at the top: a command that reads a file never imports the driver
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         parts = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:  # an invalid DSN still needs a name in the report

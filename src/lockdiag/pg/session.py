@@ -238,9 +238,10 @@ class DiagnosticSession:
         databases = {int(oid): str(name) for oid, name, _ in rows}
         return here, databases, {int(oid): str(name) for oid, name in relations}
 
-    def activity(self) -> Activity:
-        """The cheap probe of the backends (no lock-manager lock): see core.observe.Pacer."""
-        with self.conversation() as connection:
+    def activity(self, within: float | None = None) -> Activity:
+        """The cheap probe of the backends (no lock-manager lock): see core.observe.Pacer;
+        ``within``: seconds it may take at most, as for :meth:`snapshot`."""
+        with self.conversation(within) as connection:
             sql = queries.query("probe_activity", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"own": APPLICATION_NAME}).fetchall()
         return frozenset(map(tuple, rows))

@@ -123,8 +123,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
             f"sampled {_seconds(spanned)}{asked} (first to last sample): "
             f"{sampler.samples}{expected} sample(s), every {format_duration(interval)}"
             + _achieved(achieved, interval),
-            f"cost: {median_ms:.1f} ms per sample (median round trip, max "
-            f"{costs[-1] * 1000:.1f} ms), {sampler.samples} read(s) of pg_locks in total",
+            f"cost: {median_ms:.1f} ms per read of pg_locks (median round trip, max "
+            f"{costs[-1] * 1000:.1f} ms), {sampler.reads} read(s) in total" + _reads(sampler),
         ]
         out: list[Block] = [Text(lines, "verdict")]
         if found:
@@ -164,7 +164,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
             "started": sampler.started.isoformat() if sampler.started else None,
             "ended": sampler.ended.isoformat() if sampler.ended else None,
             "cost": {
-                "pg_locks_reads": sampler.samples,
+                "pg_locks_reads": sampler.reads,
+                "read_interval_seconds": sampler.read_interval,
                 "median_seconds": costs[len(costs) // 2],
                 "max_seconds": costs[-1],
             },
@@ -225,8 +226,20 @@ def _achieved(achieved: float | None, interval: float) -> str:
         return ""
     assert achieved is not None
     return (
-        f"; achieved every {format_duration(achieved)} only (each read of the lock table took "
+        f"; achieved every {format_duration(achieved)} only (each sample took "
         f"longer than the interval): episodes shorter than that can be missed"
+    )
+
+
+def _reads(sampler: Sampler) -> str:
+    """How often the lock table was read, when not at every sample."""
+    if sampler.reads == sampler.samples:
+        return ""
+    every = sampler.read_interval
+    rate = f", one every {format_duration(every)}" if every is not None else ""
+    return (
+        f"{rate}: the other samples found pg_stat_activity unchanged since the last read, "
+        "whose locks they count again"
     )
 
 

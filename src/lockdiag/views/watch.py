@@ -73,6 +73,8 @@ class State:
     source: str = ""
     refreshes: int = 0
     taken_at: float | None = None  # time.monotonic() the last snapshot was taken in
+    read_every: float | None = None  # seconds between reads of the lock table, achieved
+    repeated: int = 0  # refreshes since the last read that found the backends unchanged
 
     @property
     def report(self) -> CheckReport | None:
@@ -90,7 +92,8 @@ class State:
         old = time.monotonic() - (self.taken_at or time.monotonic())
         return f"frame of {self.snapshot.server.now:%H:%M:%S}, {format_duration(old)} old"
 
-    def take(self, snapshot: Snapshot) -> None:
+    def take(self, snapshot: Snapshot, read_every: float | None = None) -> None:
+        """A refresh that read the lock table; ``read_every``: the reads' achieved interval."""
         self.snapshot = snapshot
         # one analysis a refresh, not one per redraw: check() analyses every lock type and
         # builds the wait graph; the advisory rows of the same analysis fill the table
@@ -103,6 +106,14 @@ class State:
         self.source = snapshot.source
         self.refreshes += 1
         self.lost, self.lost_at = None, None
+        self.read_every, self.repeated = read_every, 0
+
+    def unchanged(self, read_every: float | None = None) -> None:
+        """A refresh that found the backends as they were at the last read: its frame holds
+        (the lock table is read again when they change, or that read grows old)."""
+        self.refreshes += 1
+        self.lost, self.lost_at = None, None
+        self.read_every, self.repeated = read_every, self.repeated + 1
 
     def failed(self, reason: str) -> None:
         """A refresh failed: the frame stays, under a banner that says since when."""
@@ -224,6 +235,8 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
         status = f"paused {format_duration(time.monotonic() - (state.paused_at or 0.0))}"
     else:
         status = f"refresh #{state.refreshes}"
+        if state.repeated and state.taken_at is not None:  # the backends unchanged since
+            status += f" (read {format_duration(time.monotonic() - state.taken_at)} ago)"
     narrowed = [f"namespace {state.namespace}"] if state.namespace else []
     narrowed += [f"pid {state.pid}"] if state.pid else []
     header = f"lockdiag watch · {clean(state.source) or 'connecting'} · {status}"
@@ -234,7 +247,8 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
         blocks += _findings_and_chains(state, screen, columns)
         blocks += _lock_table(state, snapshot, screen)
     footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
-    footer += f" · {state.cost * 1000:.1f} ms"
+    footer += f" · {state.cost * 1000:.1f} ms"  # a read's cost, and how often one is made
+    footer += f", every {format_duration(state.read_every)}" if state.read_every else ""
     blocks.append(Text([footer], "note", VERDICT))
     if state.message:
         blocks.append(Text([clean(state.message)], "warning", VERDICT))
