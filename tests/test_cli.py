@@ -129,9 +129,9 @@ def test_who_holds_exit_codes_and_json(
     assert first.endswith("(WARNING expect-violated)")
     assert holding == (
         f"tenant_summary 73 (4102, 73, 2) is held by pid {holder.pid} (billing-worker), "
-        "idle " + held.stdout.split("idle ")[1].split(",")[0] + ", session lock (tenant_summary "
-        'declares transaction-level locks (expect = "xact"), and this one outlived its '
-        "transaction)"
+        "idle " + held.stdout.split("idle ")[1].split(",")[0] + ", session lock (its namespace "
+        'tenant_summary declares transaction-level locks (expect = "xact"), and this one '
+        "outlived its transaction)"
     )
     document = as_json(
         run("who-holds", "--key", "4102,73", "--dsn", cluster.dsn(), "--format", "json")

@@ -247,7 +247,7 @@ def test_list_who_holds_and_check_name_the_plugins_software(
         for finding in json.loads(check.stdout)["findings"]
     }
     assert steps[(deploy, "session-lock")] == (
-        "a Acme Deploy deploy is running, or died holding its lock (held for the whole acme "
+        "an Acme Deploy is running, or died holding its lock (held for the whole acme "
         "deploy): check that deploy (its process, its log) before acting; ending its session "
         "mid-deploy can leave Acme Deploy's record of applied changes out of step with the schema"
     )

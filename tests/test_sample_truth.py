@@ -88,7 +88,7 @@ def stuck_owner(samples: int = 8) -> list[tuple[list[Session], list[LockRow]]]:
 
 def test_a_stuck_owner_on_a_lone_key_is_no_broad_key() -> None:
     sampler = sampled(stuck_owner())
-    assert kinds(sampler) == {("stuck-owner", "tenant_summary 2")}
+    assert kinds(sampler) == {("idle-holder", "tenant_summary 2")}
 
 
 def test_broad_key_needs_other_keys_of_the_namespace_seen_and_mostly_free() -> None:
@@ -165,7 +165,7 @@ def test_the_header_and_callouts_come_before_a_folded_table() -> None:
     assert text[0].startswith("sampled 1s") and "5 sample(s), every 250ms" in text[0]
     assert sum("500 x invoice_pdf_export 10000..10499" in line for line in text) == 1
     assert not any("invoice_pdf_export 10250" in line for line in text)
-    callout = next(i for i, line in enumerate(text) if line.startswith("stuck-owner:"))
+    callout = next(i for i, line in enumerate(text) if line.startswith("idle-holder:"))
     table = next(i for i, line in enumerate(text) if line.startswith("Per key"))
     assert callout < table
     assert len(text) < 20
@@ -232,7 +232,7 @@ def test_sample_against_real_sessions(cluster: Cluster, sessions: Sessions, tmp_
     keys = {k["key"]: k for k in document["keys"]}
     found = {(p["kind"], p["key"]) for p in document["patterns"]}
     lines = text.stdout.splitlines()
-    callout = next(i for i, line in enumerate(lines) if line.startswith("stuck-owner:"))
+    callout = next(i for i, line in enumerate(lines) if line.startswith("idle-holder:"))
     table = next(i for i, line in enumerate(lines) if line.startswith("Per key"))
     stuck = keys["tenant_summary 2"]
     spanned = (
@@ -240,10 +240,10 @@ def test_sample_against_real_sessions(cluster: Cluster, sessions: Sessions, tmp_
     ).total_seconds()
     assert document.get("sampled_seconds", spanned) == spanned
     checks = {  # every rule checked, every broken one named
-        "stuck owner called": ("stuck-owner", "tenant_summary 2") in found,
+        "stuck owner called": ("idle-holder", "tenant_summary 2") in found,
         "stuck owner not broad": ("broad-key", "tenant_summary 2") not in found,
         "broad key called": ("broad-key", "jobs 1") in found,
-        "busy holder not stuck": ("stuck-owner", "jobs 1") not in found,
+        "busy holder not stuck": ("idle-holder", "jobs 1") not in found,
         "waits before sampling": keys["jobs 1"]["longest_wait_seconds"] > spanned + 1,
         "hold >= waits it caused": all(
             k["longest_hold_seconds"] >= k["longest_wait_seconds"] for k in keys.values()

@@ -290,9 +290,12 @@ def software_step(known: Known, pid: int | None) -> str:
     routine step, since that would abort a deploy or a job in the middle of its work."""
     behaviour = known.behaviour
     assert behaviour is not None
-    if behaviour.runs:
+    if behaviour.runs:  # "an Acme Deploy" (not "a Acme Deploy deploy"), "a Sqitch deploy"
+        run = known.software
+        if not run.lower().endswith(behaviour.kind):
+            run += f" {behaviour.kind}"
         return (
-            f"a {known.software} {behaviour.kind} is running, or died holding its lock "
+            f"{_article(run)} {run} is running, or died holding its lock "
             f"({behaviour.normal}): check that {behaviour.kind} (its process, its log) before "
             f"acting; ending its session mid-{behaviour.kind} can leave {known.software}'s "
             "record of applied changes out of step with the schema"
@@ -305,6 +308,14 @@ def software_step(known: Known, pid: int | None) -> str:
     default = f"check the {known.software} process that owns pid {pid} before acting"
     check = behaviour.check or default
     return f"{known.software} {known.meaning} is {behaviour.normal}: {check}"
+
+
+def _article(word: str) -> str:
+    """The article before ``word``, by its first letter: a name read letter by letter or
+    with a "you" sound is rare among software names, and "an hour" is no software."""
+    you = word.lower().startswith(("uni", "use", "one"))
+    vowel = word[:1].lower() in tuple("aeiou") and not you
+    return "an" if vowel else "a"
 
 
 def _outlived_clients(

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 from lockdiag.core.analysis import LockEntry, namespace_of
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
-# and stuck-owner patterns count only longer ones
+# and idle-holder patterns count only longer ones
 PATTERN_WAIT = 1.0
 
 # how one lock is recognised from one snapshot to the next: the object, who, and the mode
@@ -302,7 +302,7 @@ class Sampler:
 
 @dataclass(frozen=True)
 class Pattern:
-    kind: str  # stuck-owner, broad-key, duplicate-dispatch
+    kind: str  # idle-holder, broad-key, duplicate-dispatch
     label: str
     evidence: str
 
@@ -323,7 +323,7 @@ def patterns(sampler: Sampler) -> list[Pattern]:
         if stuck:
             found.append(
                 Pattern(
-                    "stuck-owner",
+                    "idle-holder",  # idle or idle in transaction: list's stuck-owner is the latter
                     stats.label,
                     f"held by {stats.who(stats.idle_holders)}, idle (in a transaction or not), in "
                     f"{stats.idle_holds} sample(s) while {len(stats.waiter_pids)} session(s) "

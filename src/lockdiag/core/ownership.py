@@ -82,8 +82,8 @@ def ownership(group: list[LockEntry], remembered: Remembered | None = None) -> O
         if Flag.EXPECT_XACT in entry.flags:
             return Ownership(
                 "declared",
-                f'{namespace.name} declares transaction-level locks (expect = "xact"), and this '
-                "one outlived its transaction",
+                f"its namespace {namespace.name} declares transaction-level locks "
+                '(expect = "xact"), and this one outlived its transaction',
             )
     return Ownership("unknown", "the session is idle: that proves only that it is idle")
 

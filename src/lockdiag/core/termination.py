@@ -55,7 +55,7 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
             "only acts on sessions that take part in locking"
         )
     if session.backend_type not in (None, "client backend"):
-        raise Refused(f"pid {pid} is a {session.backend_type}, not a client backend")
+        raise Refused(f"pid {pid} is not a client backend: it is the {session.backend_type}")
     if session.leader_pid is not None and session.leader_pid != pid:
         raise Refused(
             f"pid {pid} is a parallel worker of pid {session.leader_pid}: act on the leader"

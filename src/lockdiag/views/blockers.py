@@ -127,7 +127,7 @@ def root_heading(number: int, cause: Cause) -> str:
     session = cause.session
     app = clean(session.application_name) if session and session.application_name else ""
     who = f"pid {cause.pid}" + (f" ({app})" if app else "")
-    longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
+    longest = format_duration(root.longest_wait) if root.longest_wait is not None else "not known"
     return (
         f"root blocker {number}: {clean(cause.label)}{more}  {who} · blocks {root.direct} "
         f"directly, {root.total} in total, longest wait {longest}"

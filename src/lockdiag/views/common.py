@@ -7,6 +7,7 @@ rename or remove them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,17 @@ def age(entry: LockEntry) -> str:
     if entry.held_at_least is not None:
         return f"≥ {format_duration(entry.held_at_least)}"
     return "?" if entry.lock.granted else "waiting"
+
+
+def unknown_ages(entries: Iterable[LockEntry], column: str = "AGE") -> list[str]:
+    """What ``column``'s "?" means, when a held lock shows it."""
+    if not any(e.lock.granted and e.held_at_least is None for e in entries):
+        return []
+    return [
+        f"{column} ?: held, for a time not known: PostgreSQL records no time a lock was taken, and "
+        "the session has been at work since it may have taken it (an idle one gives ≥ a lower "
+        "bound)"
+    ]
 
 
 def relation(entry: LockEntry) -> str:

@@ -37,6 +37,7 @@ from lockdiag.views.common import (
     pid_text,
     relation,
     server_data,
+    unknown_ages,
 )
 
 
@@ -171,6 +172,7 @@ def _blocks(
             ),
             Text(other_waits(parts), "warning", VERDICT),
             Text(_figures(lines), "note"),  # every row's, whatever the screen shows
+            Text(unknown_ages(entries), "note"),
             Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error", VERDICT),
             Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
             *notes_block([n for _, report in parts for n in report.notes]),

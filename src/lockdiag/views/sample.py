@@ -97,8 +97,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     percent(s.samples_waited),
                     str(len(s.holder_pids)),
                     str(len(s.waiter_pids)),
-                    format_duration(s.longest_hold),
-                    format_duration(s.longest_wait) if s.samples_waited else "",
+                    f"≥ {format_duration(s.longest_hold)}",
+                    f"≥ {format_duration(s.longest_wait)}" if s.samples_waited else "",
                     f"~{s.acquisitions}/{s.releases}",
                     f"{100 * s.contention:.0f}%",
                 ]
@@ -109,7 +109,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                 percent(0),
                 "1",
                 "0",
-                format_duration(max(m.longest_hold for m in group)),
+                f"≥ {format_duration(max(m.longest_hold for m in group))}",
                 "",
                 f"~{sum(m.acquisitions for m in group)}/{sum(m.releases for m in group)}",
                 "0%",
@@ -144,8 +144,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     "CONTENTION",
                 ],
                 rows,
-                title="Per key (HELD, WAITED: share of samples; ACQ/REL: estimated acquisitions "
-                "and releases)",
+                title="Per key (HELD, WAITED: share of samples; LONGEST: as seen, a lower bound; "
+                "ACQ/REL: estimated acquisitions and releases)",
                 essential={0},  # a key is never cut: 73 must not read as 7…
                 optional=[1, 8, 6, 7],
                 empty="no advisory lock seen",
@@ -266,6 +266,6 @@ def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) ->
             metric.add(row[name], namespace=namespace)
         metrics.append(metric)
     patterns_seen = Metric("lockdiag_sample_patterns", "Patterns seen, by kind.")
-    for kind in ("stuck-owner", "broad-key", "duplicate-dispatch"):
+    for kind in ("idle-holder", "broad-key", "duplicate-dispatch"):
         patterns_seen.add(sum(1 for p in found if p.kind == kind), kind=kind)
     return exposition([*metrics, patterns_seen])

@@ -30,6 +30,7 @@ from lockdiag.views.common import (
     notes_block,
     pool_attached,
     server_data,
+    unknown_ages,
 )
 from lockdiag.views.keys import key_data, lock_sql
 
@@ -227,6 +228,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 empty="nobody holds it",
                 compact=lambda i: holder_line(holding[i]),
             ),
+            Text(unknown_ages(report.holders, "HELD"), "note"),
             table(
                 WAITER_COLUMNS,
                 waiters,
