@@ -33,7 +33,11 @@ class Writes(io.StringIO):
 
 def test_plain_is_written_a_chunk_at_a_time_and_reads_the_same() -> None:
     rows = [[f"lock {i}", "held", str(1000 + i % 7)] for i in range(3 * CHUNK)]
-    blocks = [Text(["before"]), Table(["LOCK", "STATUS", "PID"], rows), Text(["after"])]
+    blocks: list[Table | Text] = [
+        Text(["before"]),
+        Table(["LOCK", "STATUS", "PID"], rows),
+        Text(["after"]),
+    ]
     pipe = Writes()
     render(Output(lambda: blocks, dict), "plain", pipe)
     assert pipe.getvalue() == plain(blocks)

@@ -161,6 +161,7 @@ def test_evidence_that_opens_a_sentence_keeps_the_names_case() -> None:
     from lockdiag.registry import parse_registry
 
     registry, _ = parse_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
+    assert registry is not None
     holder, waiter = (
         session(10, "idle", -timedelta(minutes=10)),
         session(11, "active", -timedelta(0)),
