@@ -269,7 +269,7 @@ def test_sample_catches_short_episodes_and_patterns(
     assert stuck["samples_waited"] == stuck["samples_held"] == document["samples"]
     assert stuck["distinct_waiters"] == 3
     kinds = {(p["kind"], p["key"]) for p in document["patterns"]}
-    assert ("stuck-owner", "tenant_summary 2") in kinds
+    assert ("idle-holder", "tenant_summary 2") in kinds
     assert ("broad-key", "tenant_summary 2") not in kinds  # a stuck owner, on a lone key
     assert ("duplicate-dispatch", "unregistered pair (5000, 1)") in kinds
     assert ("duplicate-dispatch", "unregistered pair (7000, 1)") not in kinds  # one session

@@ -40,6 +40,10 @@ from lockdiag.render import plain, rich_renderables
 from lockdiag.views.watch import State, frame
 
 FIRST_FRAME_WAIT = 1.0  # seconds the first frame waits for the first snapshot
+# a refresh that did not read (the backends unchanged), and the clocks of a pause or of a read
+# under way, redraw only a frame that costs less than this share of the interval to build (at
+# 100k locks a frame takes most of a second); the view's work counts in the reads' duty cycle
+REDRAW_SHARE = 0.05
 LATE = 1.0  # seconds a refresh may take before the frame says it is late
 
 
@@ -215,6 +219,27 @@ def run(
             click.echo(f"lockdiag: warning: {message}", err=True)
 
 
+def _take(state: State, refresher: Refresher, cheap: bool) -> bool:
+    """Hand the refresh that is ready, if any, to the view: whether to redraw (a refresh that
+    did not read redraws only a ``cheap`` frame)."""
+    taken = refresher.result()
+    if isinstance(taken, ServerError):
+        state.failed(str(taken).splitlines()[0])
+        return True
+    if isinstance(taken, BaseException):  # bad input (a broken recording) stops
+        raise taken
+    if taken is None or state.paused:
+        return False
+    pacer = refresher.source.pacer
+    if isinstance(taken, Unchanged):
+        state.unchanged(pacer.interval)
+        return cheap
+    began = time.monotonic()
+    state.take(taken, pacer.interval)
+    pacer.spent(time.monotonic() - began)  # its analysis counts in the duty cycle
+    return True
+
+
 def _loop(
     state: State, refresher: Refresher, interval: float, stream: TextIO, told: list[str]
 ) -> None:
@@ -224,22 +249,15 @@ def _loop(
         next_refresh, refreshes, shown_notices = 0.0, 0, 0
         first = time.monotonic() + FIRST_FRAME_WAIT
         changed = True  # what is on screen is out of date
+        drawing = 0.0  # seconds the last frame took to build
         while True:
             now = time.monotonic()
             if not state.paused and now >= next_refresh and refresher.busy_since is None:
                 next_refresh, refreshes = now + interval, refreshes + 1
                 collect_now_and_then(refreshes)
                 refresher.ask()
-            taken = refresher.result()
-            if isinstance(taken, ServerError):
-                state.failed(str(taken).splitlines()[0])
-            elif isinstance(taken, BaseException):  # bad input (a broken recording) stops
-                raise taken
-            elif isinstance(taken, Unchanged) and not state.paused:
-                state.unchanged(refresher.source.pacer.interval)
-            elif isinstance(taken, Snapshot) and not state.paused:
-                state.take(taken, refresher.source.pacer.interval)
-            changed = changed or taken is not None
+            cheap = drawing <= REDRAW_SHARE * interval
+            changed = _take(state, refresher, cheap) or changed
             if len(told) > shown_notices:
                 shown_notices, changed = len(told), True
                 state.message = told[-1]  # shown until the next key, printed again at exit
@@ -249,7 +267,10 @@ def _loop(
             state.late_since = late
             # the first frame waits a moment for the first snapshot (keys are read meanwhile)
             if changed and (state.refreshes or state.lost or time.monotonic() >= first):
+                began = time.monotonic()
                 shown = frame(state, console.height, console.width)  # rows and wraps to fit it
+                drawing = time.monotonic() - began
+                refresher.source.pacer.spent(drawing)
                 drawn = Group(*rich_renderables(shown, console))
                 # a frame that may no longer be true is dimmed (it says its age)
                 live.update(Styled(drawn, "dim") if state.stale else drawn, refresh=True)
@@ -262,7 +283,7 @@ def _loop(
                 wait = max(0.05, next_refresh - time.monotonic())
             pressed = read_key(sys.stdin, wait, resized, refresher.wake)
             if pressed is None:  # a snapshot is ready, or time passed: clocks on screen move
-                changed = changed or busy is not None or state.paused
+                changed = changed or ((busy is not None or state.paused) and cheap)
             elif pressed == "":  # resized
                 changed = True
             elif not state.key(pressed):

@@ -490,6 +490,12 @@ class Pacer:
         self.busy += seconds
         self.reads += 1
 
+    def spent(self, seconds: float) -> None:
+        """Work a read caused after it (its analysis, on another thread): it counts in the
+        duty cycle as the read itself does."""
+        self.allowed += seconds / self.duty
+        self.busy += seconds
+
     def forget(self) -> None:
         """After a failed read or probe: what was read no longer holds, so the next probe
         reads, whatever the duty cycle."""
