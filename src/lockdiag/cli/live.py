@@ -92,11 +92,12 @@ def watch_command(
 def sample_command(duration: float, interval: float, registry: str | None, fmt: str) -> None:
     """Contention statistics over a period, per namespace and per key.
 
-    One snapshot query per sample, on one connection. Reports for each key the samples in which
-    it was held and waited on, distinct holders and waiters, the longest observed hold and wait,
-    estimated acquisitions and releases, and the contention rate; then calls out stuck owners,
-    broad keys and duplicate dispatch. Progress goes to stderr; Ctrl-C stops early and reports
-    what was sampled (exit 130).
+    A probe of pg_stat_activity per sample, on one connection; pg_locks is read when it changed
+    (a sample in between counts the last read again), within a duty cycle. Reports for each
+    key the samples in which it was held and waited on, distinct holders and waiters, the
+    longest observed hold and wait, estimated acquisitions and releases, and the contention
+    rate; then calls out stuck owners, broad keys and duplicate dispatch. Progress goes to
+    stderr; Ctrl-C stops early and reports what was sampled (exit 130).
 
     \b
     Examples:
