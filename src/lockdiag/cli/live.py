@@ -96,7 +96,7 @@ def sample_command(duration: float, interval: float, registry: str | None, fmt: 
     (a sample in between counts the last read again), within a duty cycle. Reports for each
     key the samples in which it was held and waited on, distinct holders and waiters, the
     longest observed hold and wait, estimated acquisitions and releases, and the contention
-    rate; then calls out stuck owners, broad keys and duplicate dispatch. Progress goes to
+    rate; then calls out idle holders, broad keys and duplicate dispatch. Progress goes to
     stderr; Ctrl-C stops early and reports what was sampled (exit 130).
 
     \b
