@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -447,12 +448,12 @@ def measure_dumps(
     found = []
     for size in sizes:
         with Population(cluster, size, 16):
-            times = medians(repeats, {
-                "psql_at_s": lambda: wall([psql, *PSQL_AT], env),
-                **{f"list_{fmt}_s": (lambda fmt=fmt: wall([*LOCKDIAG, "list", "--format", fmt],
-                                                          env))
-                   for fmt in DUMP_FORMATS},
-            })  # fmt: skip
+            runs: dict[str, Callable[[], float]] = {
+                "psql_at_s": lambda: wall([psql, *PSQL_AT], env)
+            }
+            for fmt in DUMP_FORMATS:
+                runs[f"list_{fmt}_s"] = partial(wall, [*LOCKDIAG, "list", "--format", fmt], env)
+            times = medians(repeats, runs)
             peaks = {
                 f"list_{fmt}_peak_mb": statistics.median(
                     peak_rss_mb([*with_dsn, "list", "--format", fmt]) for _ in range(repeats)

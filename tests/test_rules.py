@@ -296,15 +296,27 @@ def test_a_waiter_has_no_lifetime_flags() -> None:
     ]
 
 
-def pooled(via: str, client: str | None) -> PoolLink:
-    return PoolLink("127.0.0.1:6432", "app/worker", "transaction", "idle", client, None, via)  # type: ignore[arg-type]
+def pooled(via: str, client: str | None, mode: str = "transaction") -> PoolLink:
+    return PoolLink("127.0.0.1:6432", "app/worker", mode, "idle", client, None, via)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("link", "expected"),
     [
         pytest.param(pooled("console", None), {Flag.OUTLIVED_CLIENT}, id="console, no client"),
-        pytest.param(pooled("console", "10.0.0.1:5000"), set(), id="console, a client attached"),
+        # transaction pooling lends the connection: the session lock outlived the transaction
+        # that took it, whichever client borrows the connection now
+        pytest.param(
+            pooled("console", "10.0.0.1:5000"),
+            {Flag.OUTLIVED_CLIENT},
+            id="console, a client attached, transaction pooling",
+        ),
+        # session pooling: the attached client owns the connection, and may hold the lock
+        pytest.param(
+            pooled("console", "10.0.0.1:5000", "session"),
+            set(),
+            id="console, a client attached, session pooling",
+        ),
         pytest.param(pooled("address", None), {Flag.POOLED_SESSION_LOCK}, id="address only"),
     ],
 )

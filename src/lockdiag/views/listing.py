@@ -250,9 +250,9 @@ def _screenful(
         return assemble(_shown(view.lines, sizes))
 
     every_row = on_screen(list(range(rows)))
-    chosen = plan_screen(every_row, columns, lines - 1, cut=None).rows[0]  # and a prompt
+    chosen = plan_screen(every_row, columns, lines - 1).rows[0]  # a prompt, a cut note
     if len(chosen) < rows:  # their count is in the summary, not on a "more rows" line
-        chosen = plan_screen(every_row, columns, lines, cut=None).rows[0]
+        chosen = plan_screen(every_row, columns, lines).rows[0]
     if len(chosen) == rows and not counted:
         view.cells, view.lines, view.important = every.cells, every.lines, every.important
         return assemble(None)
