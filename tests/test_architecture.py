@@ -36,12 +36,39 @@ def files_importing(prefix: str) -> set[str]:
     }
 
 
-def test_psycopg_only_in_the_server_layer_the_demo_and_the_worker_helpers() -> None:
-    assert files_importing("psycopg") <= {"pg", "demo", "."}
-    top = {
-        p.name for p in PACKAGE.glob("*.py") if any(n.startswith("psycopg") for n in imported(p))
-    }
-    assert top <= {"worker.py"}  # the helpers workers call with their own connections
+def test_psycopg_only_in_the_server_layer_the_demo_and_the_worker_drivers() -> None:
+    # worker/drivers: the adapters of the connections workers call the helpers with
+    assert files_importing("psycopg") <= {"pg", "demo", "worker/drivers"}
+
+
+WORKER_MAY_IMPORT = ("lockdiag.errors", "lockdiag.keys", "lockdiag.registry", "lockdiag.worker")
+DRIVERS = {"psycopg", "psycopg2", "sqlalchemy", "asyncpg", "django"}
+
+
+def test_the_worker_package_stays_worker_facing() -> None:
+    """The rules, events and executors import no driver, each driver module only its own
+    family's, and the package reaches below the worker-facing modules only to read a PgBouncer
+    console (poolers)."""
+    modules = sorted((PACKAGE / "worker").rglob("*.py"))
+    assert len(modules) > 5, "the worker package has moved"
+    for path in modules:
+        names = imported(path)
+        below = {
+            n for n in names if n.startswith("lockdiag.") and not n.startswith(WORKER_MAY_IMPORT)
+        }
+        assert below <= ({"lockdiag.pg.pgbouncer"} if path.name == "poolers.py" else set()), path
+        family = {path.stem} if path.parent.name == "drivers" else set()
+        assert {n.split(".")[0] for n in names} & DRIVERS <= family, path
+
+
+@pytest.mark.parametrize("room", ["worker"])
+def test_a_room_holds_no_module_over_600_lines_and_no_unexplained_fmt_skip(room: str) -> None:
+    for path in (PACKAGE / room).rglob("*.py"):
+        lines = path.read_text().splitlines()
+        assert len(lines) <= 600, path
+        for number, line in enumerate(lines):
+            if "# fmt: skip" in line:  # kept only where a comment just above says why
+                assert lines[number - 1].lstrip().startswith("#"), f"{path}:{number + 1}"
 
 
 def test_click_only_in_the_cli() -> None:
