@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -105,6 +106,29 @@ def decode(
     return Decoded(key, None, None, catalogue.lookup(key, database))
 
 
+# What commands that read over time saw (core.observe.Looks): per backend (pid and
+# backend_start: a pid reused is another backend), when each advisory lock it holds was first
+# seen held, every look since having seen it held by that backend
+BackendId = tuple[int, datetime | None]
+Seen = Mapping[BackendId, Mapping[tuple[object, ...], datetime]]
+
+
+class SeenHeld(NamedTuple):
+    """A lock seen held at every look since ``since``, by the same backend: a second lower
+    bound beside the state bound. ``busy``: the session ran statements since (its
+    state_change moved, or it was not idle): not proof of one unbroken hold."""
+
+    since: datetime
+    seconds: float
+    busy: bool
+
+
+def longer(held: float | None, seen: SeenHeld | None) -> float | None:
+    """The longer of a state bound and the time seen held: what --session-age and max_hold
+    judge."""
+    return held if seen is None or (held or 0.0) >= seen.seconds else seen.seconds
+
+
 class LockEntry(NamedTuple):
     """One pg_locks row with everything known about it.
 
@@ -124,6 +148,12 @@ class LockEntry(NamedTuple):
     queued_behind: tuple[int, ...] = ()  # for a waiter: conflicting waiters ahead in the queue
     flags: tuple[Flag, ...] = ()
     pool: PoolLink | None = None  # set when the backend is a pooler's server connection
+    seen: SeenHeld | None = None  # watch, sample, the exporter: seen held since
+
+    @property
+    def held_for(self) -> float | None:
+        """The longer of the two lower bounds: the state bound and the time seen held."""
+        return longer(self.held_at_least, self.seen)
 
 
 @dataclass(frozen=True)
@@ -155,10 +185,17 @@ class Filters:
 
 
 def analyse(
-    snapshot: Snapshot, registry: Registry, policy: Policy = Policy(), advisory_only: bool = True
+    snapshot: Snapshot,
+    registry: Registry,
+    policy: Policy = Policy(),
+    advisory_only: bool = True,
+    seen: Seen | None = None,
 ) -> list[LockEntry]:
     """Every lock of the snapshot (advisory ones only by default) as LockEntry, in a stable
-    order: by database and lock, holders before waiters, waiters by wait start.
+    order: by database and lock, holders before waiters, waiters by wait start. ``seen``: when
+    looks up to this snapshot saw each of its granted advisory locks held (commands that read
+    over time, core.observe.Looks); --session-age and max_hold use the longer of that and the
+    state bound.
 
     Work that depends only on the backend (lifetime, lower bound, pool) is done once per
     backend, flags once per backend and namespace: per lock there is a key to decode and an
@@ -198,11 +235,11 @@ def analyse(
                 entries.append(_new_entry((row, same.session, same.database,
                                            _new_decoded((triple, namespace, resource, None)),
                                            same.lifetime, same.held, None, (), (), (),
-                                           shared.flags, same.pool)))  # fmt: skip
+                                           shared.flags, same.pool, same.seen)))  # fmt: skip
                 continue
         backend = backends.get((pid, database))
         if backend is None:
-            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now)
+            backend = backends[(pid, database)] = _backend(snapshot, pid, database, now, seen)
         decoded: Decoded | None = None
         if locktype == "advisory" and classid is not None and objid is not None:
             decoded = decoder.decode(row)
@@ -214,20 +251,22 @@ def analyse(
         if not uncontested:
             entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
             continue
-        lifetime = _lifetime(row, backend)
+        lifetime, held = _lifetime(row, backend), _seen_held(row, backend, now)
         # flags depend on the backend, its lock's lifetime and on the namespace (or on being
         # unregistered)
         context = (pid, database, lifetime, None if decoded is None else id(decoded.namespace)
                    if decoded.namespace
-                   else not (decoded.known and decoded.known.names))  # fmt: skip
+                   else not (decoded.known and decoded.known.names), held)  # fmt: skip
         flags = flags_of.get(context)
         if flags is None:
-            flags = flags_of[context] = _flags(backend, decoded, True, (), policy, lifetime)
+            flags = flags_of[context] = _flags(backend, decoded, True, (), policy, lifetime, held)
         entries.append(LockEntry(row, backend.session, backend.database, decoded,
                                  lifetime, backend.held, None, (), (), (), flags,
-                                 backend.pool))  # fmt: skip
-        # its key space may be common (not where earlier reads tell some locks apart)
-        if decoded is not None and decoded.known is None and not backend.remembered:
+                                 backend.pool, held))  # fmt: skip
+        # its key space may be common (not where earlier reads tell some locks apart, nor
+        # where earlier looks saw its locks held since different times)
+        if (decoded is not None and decoded.known is None and not backend.remembered
+                and held is backend.seen):  # fmt: skip
             listed = decoder.listed(objsubid, classid)
             if listed is not None:
                 space = (pid, database, objsubid, classid, locktype)
@@ -281,11 +320,12 @@ def _contested(
         blocked = [w for w in waiters.get(row.lock_object, ()) if row.pid in (w.blocked_by or ())]
         blocks = tuple(w.pid for w in blocked if w.pid is not None)
         lifetime, held, waited = _lifetime(row, backend), backend.held, None
+        seen = _seen_held(row, backend, now)
         began = blocked[0].waitstart if blocked else None  # the queue is by wait start
         if lifetime == "unknown" and older_than_transaction(backend.session, began, now):
             lifetime = "session"
     else:
-        lifetime, held = None, None
+        lifetime, held, seen = None, None, None
         waited = (now - row.waitstart).total_seconds() if row.waitstart else None
         holding = holders.get(row.lock_object, set())
         queued = {w.pid for w in waiters.get(row.lock_object, ()) if w.pid != row.pid}
@@ -295,9 +335,9 @@ def _contested(
         # lock since: with no row on this object in the snapshot, it gets no edge at all.
         waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
         queued_behind = tuple(p for p in blocked_by if p in queued and p not in holding)
-    flags = _flags(backend, decoded, row.granted, blocks, policy, lifetime)
+    flags = _flags(backend, decoded, row.granted, blocks, policy, lifetime, seen)
     return LockEntry(row, backend.session, backend.database, decoded, lifetime, held, waited,
-                     blocks, waits_for, queued_behind, flags, backend.pool)  # fmt: skip
+                     blocks, waits_for, queued_behind, flags, backend.pool, seen)  # fmt: skip
 
 
 class _Backend(NamedTuple):
@@ -309,6 +349,24 @@ class _Backend(NamedTuple):
     held: float | None  # the lower bound of its granted locks
     pool: PoolLink | None
     remembered: frozenset[tuple[object, ...]]  # locks earlier reads proved session locks
+    looks: Mapping[tuple[object, ...], datetime] | None  # when earlier looks first saw each
+    seen: SeenHeld | None  # when earlier looks first saw all its locks at once (the usual case)
+
+
+def _seen_held(row: LockRow, backend: _Backend, now: datetime) -> SeenHeld | None:
+    """When earlier looks first saw this granted advisory lock held by this backend."""
+    looks = backend.looks
+    if not looks or backend.seen is not None or row.locktype != "advisory":
+        return backend.seen if row.locktype == "advisory" else None
+    since = looks.get(row.lock_object)
+    return None if since is None else _seen_since(backend.session, since, now)
+
+
+def _seen_since(session: Session | None, since: datetime, now: datetime) -> SeenHeld:
+    # idle since before the first look, it ran nothing between looks (its state bound is then
+    # the longer one anyway); else the lock may have been released and taken again meanwhile
+    quiet = session is not None and session.idle_throughout(since)
+    return SeenHeld(since, max(0.0, (now - since).total_seconds()), not quiet)
 
 
 def _lifetime(row: LockRow, backend: _Backend) -> Lifetime:
@@ -342,9 +400,14 @@ def older_than_transaction(session: Session | None, began: datetime | None, now:
     return start is not None and began < start < now
 
 
-def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: datetime) -> _Backend:
+def _backend(
+    snapshot: Snapshot, pid: int | None, database: int | None, now: datetime, seen: Seen | None
+) -> _Backend:
     session = snapshot.session(pid)
     remembered = snapshot.remembered.get(pid) if pid is not None else None
+    looks = None
+    if seen and pid is not None:
+        looks = seen.get((pid, session.backend_start if session is not None else None))
     return _Backend(
         session,
         snapshot.server.databases.get(database) if database is not None else None,
@@ -352,7 +415,20 @@ def _backend(snapshot: Snapshot, pid: int | None, database: int | None, now: dat
         _idle_since(session, now),
         snapshot.pool.get(pid) if pid is not None else None,
         remembered.locks if remembered is not None else frozenset(),
+        looks,
+        _seen_by_all(looks, session, now) if looks else None,
     )
+
+
+def _seen_by_all(
+    looks: Mapping[tuple[object, ...], datetime], session: Session | None, now: datetime
+) -> SeenHeld | None:
+    """The usual case: one look first saw all of a backend's locks (Looks keeps one datetime
+    object per look), so one bound serves them all and its locks keep the fast path."""
+    first = next(iter(looks.values()))
+    if all(since is first for since in looks.values()):
+        return _seen_since(session, first, now)
+    return None
 
 
 # the fast path's constructors: a named tuple made from a tuple, without the keyword handling
@@ -421,13 +497,15 @@ def _flags(
     blocks: tuple[int, ...],
     policy: Policy,
     lifetime: Lifetime | None,
+    seen: SeenHeld | None = None,
 ) -> tuple[Flag, ...]:
     flags: list[Flag] = []
     session, pool, held = backend.session, backend.pool, backend.held if granted else None
+    bound = longer(held, seen)  # --session-age and max_hold
     namespace = decoded.namespace if decoded else None
     certain_session = granted and lifetime == "session"
     expected_session = namespace is not None and namespace.expect == "session"
-    long = held is not None and held >= policy.session_age
+    long = bound is not None and bound >= policy.session_age
     if certain_session and decoded is not None and not expected_session and long:
         flags.append(Flag.LONG_SESSION_LOCK)
     if blocks and session and session.state in IN_TRANSACTION_IDLE and held is not None:
@@ -442,7 +520,7 @@ def _flags(
     if namespace is not None and granted:
         if namespace.expect == "xact" and certain_session:
             flags.append(Flag.EXPECT_XACT)
-        if namespace.max_hold is not None and held is not None and held > namespace.max_hold:
+        if namespace.max_hold is not None and bound is not None and bound > namespace.max_hold:
             flags.append(Flag.MAX_HOLD)
     return tuple(flags)
 

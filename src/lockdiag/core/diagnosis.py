@@ -21,6 +21,7 @@ from lockdiag.core.analysis import (
     Filters,
     LockEntry,
     Policy,
+    Seen,
     analyse,
     decode,
     privilege_notes,
@@ -97,7 +98,8 @@ class WhoHolds:
 
 class Diagnosis:
     """One snapshot, analysed once. ``total`` and ``census``: the size and the census of the
-    lock table the snapshot was narrowed from (see :func:`narrow`), when it was."""
+    lock table the snapshot was narrowed from (see :func:`narrow`), when it was. ``seen``:
+    when looks up to this snapshot saw its locks held (commands that read over time)."""
 
     def __init__(
         self,
@@ -106,9 +108,10 @@ class Diagnosis:
         policy: Policy = DEFAULT_POLICY,
         total: int | None = None,
         census: Census | None = None,
+        seen: Seen | None = None,
     ) -> None:
         self.snapshot, self.registry, self.policy = snapshot, registry, policy
-        self.entries = analyse(snapshot, registry, policy, advisory_only=False)
+        self.entries = analyse(snapshot, registry, policy, advisory_only=False, seen=seen)
         self.total, self.census = total, census
         self._incidents: dict[CheckPolicy, Incident] = {}
 

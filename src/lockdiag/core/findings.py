@@ -373,7 +373,7 @@ def _session_locks(
     # not declared long-lived (a leader lock never raises an alert)
     for group in _by_backend(old):
         entry, count = group[0], len(group)
-        held = entry.held_at_least  # the backend's: the same for each of its locks
+        held = entry.held_for  # the backend's: the same for each of its locks
         severity = policy.session_age.severity(held)
         if severity is None or held is None:
             continue
@@ -386,7 +386,7 @@ def _session_locks(
             severity,
             entry.lock.pid,
             _labels(group),
-            f"{what} held by {_who(entry)}, idle, for at least {format_duration(held)}"
+            f"{what} held by {_who(entry)}, idle, for at least {held_words(entry)}"
             + _listed(group),
             software_step(software[entry.lock.pid], entry.lock.pid)
             if entry.lock.pid in software
@@ -697,7 +697,7 @@ def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> 
         )
     for group in _by_backend(over, by_namespace=True):
         entry, count = group[0], len(group)
-        namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_at_least
+        namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_for
         assert namespace is not None and namespace.max_hold is not None and age is not None
         what = "it" if count == 1 else f"{count} of its locks"
         yield Finding(
@@ -705,7 +705,7 @@ def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> 
             "critical",
             entry.lock.pid,
             _labels(group),
-            f"{_who(entry)} has held {what} at least {format_duration(age)}, over the "
+            f"{_who(entry)} has held {what} at least {held_words(entry)}, over the "
             f"max_hold of {format_duration(namespace.max_hold)}{_listed(group)}",
             f"see the holder and its waiters: lockdiag who-holds {_label(entry)}",
             entry,
@@ -774,6 +774,18 @@ def queue_step(queue: Queue, snapshot: Snapshot) -> str:
 
 def _pids(pids: Iterable[int]) -> str:
     return "pid " + ", ".join(map(str, pids))
+
+
+def held_words(entry: LockEntry) -> str:
+    """How long a lock has been held at least, and which bound that is, claiming no more than
+    was seen: ``5m (seen held at every look since 10:02:07)``, or the state bound's figure."""
+    seen, held = entry.seen, entry.held_for
+    if held is None:
+        return "a time not known"
+    if seen is None or held != seen.seconds or held == entry.held_at_least:
+        return format_duration(held)
+    busy = "; it ran statements between looks: maybe released and retaken" if seen.busy else ""
+    return f"{format_duration(held)} (seen held at every look since {seen.since:%H:%M:%S}{busy})"
 
 
 def figures(held: float | None, waited: float | None) -> str | None:

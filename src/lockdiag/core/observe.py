@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from lockdiag.core.analysis import LockEntry, namespace_of
+from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
+from lockdiag.core.model import Snapshot
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
 # and idle-holder patterns count only longer ones
@@ -57,6 +58,45 @@ class Tracker:
         """Seconds this lock has been seen, when it was seen before this refresh."""
         seen = self.first_seen.get(identity(entry))
         return None if seen is None else max(0.0, (now - seen).total_seconds())
+
+
+# -- seen held at every look: one rule for watch, sample and the exporter ---------------------
+
+
+@dataclass
+class Looks:
+    """When each granted advisory lock was first seen held by its backend (pid and
+    backend_start: a pid reused is another backend), every look since having seen it held.
+
+    What :func:`lockdiag.core.analysis.analyse` takes as ``seen``: --session-age and max_hold
+    then judge a holder that keeps running statements (a leader library's keep-alive ping, a
+    pool's) as one that never speaks, whose state bound alone grows. A lock missing from one
+    look starts again at the next. Per backend: a look at a backend whose locks are those of
+    the look before costs one comparison of two sets; each look's new locks share one datetime
+    object (the analysis then judges all of a backend's locks at once)."""
+
+    first_seen: dict[BackendId, dict[tuple[object, ...], datetime]] = field(default_factory=dict)
+
+    def look(self, snapshot: Snapshot) -> Seen:
+        """Take one snapshot's granted advisory locks; what it returns describes them."""
+        now, sessions = snapshot.server.now, snapshot.sessions
+        held: dict[int, list[tuple[object, ...]]] = defaultdict(list)
+        for row in snapshot.locks:
+            if row.granted and row.locktype == "advisory" and row.pid is not None:
+                held[row.pid].append(row.lock_object)
+        before, seen = self.first_seen, {}
+        for pid, objects in held.items():
+            session = sessions.get(pid)
+            backend = (pid, session.backend_start if session is not None else None)
+            earlier = before.get(backend)
+            if earlier is None:
+                seen[backend] = dict.fromkeys(objects, now)
+            elif len(earlier) == len(objects) and earlier.keys() >= set(objects):
+                seen[backend] = earlier  # the same locks as at the last look
+            else:
+                seen[backend] = {lock: earlier.get(lock, now) for lock in objects}
+        self.first_seen = seen
+        return seen
 
 
 # -- holds followed across samples: one rule for `sample` and the exporter ---------------------

@@ -58,8 +58,9 @@ class Exporter:
             t.name: server(t.dsn, timeout, registry, given.pgbouncer, given.addresses, t.name)
             for t in targets
         }
-        self.scraper = Scraper(targets, servers, policy, timeout)
         self.samplers = Samplers(servers, interval, duty)
+        # the scrapes' snapshots are looks too: what the samplers saw held dates their locks
+        self.scraper = Scraper(targets, servers, policy, timeout, self.samplers.look)
         self.targets = self.scraper.targets
         self.interval = interval
 

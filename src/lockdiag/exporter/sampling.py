@@ -18,8 +18,10 @@ from collections.abc import Iterator, Mapping
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric as PrometheusMetric
 
+from lockdiag.core.analysis import Seen
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.observe import Episodes, Pacer, Tick, collect_now_and_then
+from lockdiag.core.model import Snapshot
+from lockdiag.core.observe import Episodes, Looks, Pacer, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError
 from lockdiag.pg.fleet import Target as Server
 from lockdiag.pg.fleet import open_session
@@ -35,6 +37,10 @@ class Samplers:
     def __init__(self, servers: Mapping[str, Server], interval: float, duty: float) -> None:
         self.servers, self.interval, self.duty = servers, interval, duty
         self.pacers: dict[str, Pacer] = {}
+        # per target: when each lock was first seen held, at every read since (the samplers'
+        # and the scrapes': both threads look, one at a time)
+        self.looks: dict[str, Looks] = {name: Looks() for name in servers}
+        self.looking = threading.Lock()
         self.stop = threading.Event()
         labels = ["target", "namespace"]
         self.holds = Histogram("lockdiag_hold_seconds", "Observed hold episodes, by namespace.",
@@ -82,16 +88,28 @@ class Samplers:
                         began = time.monotonic()
                         snapshot = session.snapshot("advisory")
                         pacer.read(began, snapshot.query_seconds, activity)
+                        self.look(name, snapshot)
                         advisory = Diagnosis(snapshot, server.registry).advisory
                         self.record(name, episodes.add(advisory, snapshot.server.now))
                         self.sampler_seconds.labels(name).observe(time.monotonic() - began)
                 except LockdiagError:
                     session.close()  # reopened at the next tick; the scrape reports the error
                     episodes = Episodes()
+                    self.forget(name)  # what went on while it could not look is unknown
                     pacer.last = None  # a full read first, after the reconnection
                 self.stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
         finally:
             session.close()
+
+    def look(self, name: str, snapshot: Snapshot) -> Seen:
+        """A read of ``name``'s lock table (a sampler's or a scrape's): when each of its
+        locks was first seen held, at every look since."""
+        with self.looking:
+            return self.looks[name].look(snapshot)
+
+    def forget(self, name: str) -> None:
+        with self.looking:
+            self.looks[name] = Looks()
 
     def record(self, name: str, seen: Tick) -> None:
         for namespace, seconds in seen.holds:

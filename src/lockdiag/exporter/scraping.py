@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from lockdiag.core.analysis import Seen
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
@@ -71,9 +72,12 @@ class Scraper:
         servers: Mapping[str, Server],
         policy: CheckPolicy,
         timeout: float,
+        look: Callable[[str, Snapshot], Seen] | None = None,
     ) -> None:
         self.targets = {target.name: target for target in targets}
         self.servers, self.policy, self.timeout = servers, policy, timeout
+        # when earlier looks (the samplers' reads, earlier scrapes) saw each lock held
+        self.look = look
         # of each target's scrape: the session's own deadline for one statement
         self.deadline = client_deadline(timeout)
         # the evidence every command reads: the registry's names, the poolers' consoles
@@ -106,7 +110,8 @@ class Scraper:
             with budget(self.timeout):  # the retry on a fresh connection shares it
                 snapshot = self._snapshot(session, run.started + self.deadline)
             registry = self.servers[target.name].registry
-            diagnosis = Diagnosis(snapshot, registry, self.policy.analysis_policy())
+            seen = self.look(target.name, snapshot) if self.look is not None else None
+            diagnosis = Diagnosis(snapshot, registry, self.policy.analysis_policy(), seen=seen)
             run.report = diagnosis.incident(self.policy)
         except LockdiagError as error:
             run.error = str(error).splitlines()[0]

@@ -1,0 +1,115 @@
+"""Seen held over time (issue 39): the same pattern, the same verdict.
+
+A leader library that pings its lock connection (SELECT 1 every half second) has a state bound
+of half a second at most, however long it has held its lock; a silent leader's grows. The
+commands that read over time date a lock by how long every look saw it held by the same
+backend (pid and backend_start), so --session-age judges both alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from snapshots import STARTED, advisory, session, snapshot
+
+from lockdiag.core.analysis import analyse
+from lockdiag.core.findings import CheckPolicy, Kind, Threshold
+from lockdiag.core.incident import Incident
+from lockdiag.core.observe import Looks
+from lockdiag.exporter import Exporter, Target
+from lockdiag.registry import Registry
+
+from conftest import Sessions, Worker
+
+SESSION_AGE = 2.0
+POLICY = CheckPolicy(session_age=Threshold(SESSION_AGE, 3600))
+
+
+@pytest.fixture
+def leaders(sessions: Sessions) -> Iterator[tuple[Worker, Worker]]:
+    """A pinging leader (pair 4242, 1) and a silent one (4242, 2), both holding their lock."""
+    pinging, silent = sessions.open("pinging-leader"), sessions.open("silent-leader")
+    pinging.run("SELECT pg_advisory_lock(4242, 1)")
+    silent.run("SELECT pg_advisory_lock(4242, 2)")
+    stop = threading.Event()
+
+    def ping() -> None:
+        while not stop.wait(0.5):
+            pinging.run("SELECT 1")
+
+    thread = threading.Thread(target=ping, daemon=True, name="ping")
+    thread.start()
+    try:
+        yield pinging, silent
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def scrape(exporter: Exporter) -> Incident:
+    target = exporter.targets["db"]
+    run = exporter.scraper.scrape(target, time.monotonic())
+    assert run.done.wait(10), "the scrape did not finish"
+    assert run.report is not None, run.error
+    return run.report
+
+
+def session_locks(incident: Incident) -> dict[int | None, tuple[str, str]]:
+    return {
+        f.pid: (f.severity, f.evidence)
+        for f in incident.report.findings
+        if f.kind == Kind.SESSION_LOCK
+    }
+
+
+def test_a_pinging_leader_and_a_silent_one_get_the_same_findings(
+    cluster: object, leaders: tuple[Worker, Worker]
+) -> None:
+    pinging, silent = leaders
+    dsn = cluster.dsn()  # type: ignore[attr-defined]
+    exporter = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25, duty=0.5)
+    # the same scrapes with no earlier look: only the state bound, as before
+    blind = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25)
+    blind.scraper.look = None
+    exporter.start_samplers()
+    try:
+        time.sleep(SESSION_AGE + 1.5)
+        found = session_locks(scrape(exporter))
+        state_only = session_locks(scrape(blind))
+    finally:
+        exporter.close()
+        blind.close()
+    assert set(found) == {pinging.pid, silent.pid}, found
+    assert found[pinging.pid][0] == found[silent.pid][0] == "warning"
+    evidence = found[pinging.pid][1]
+    assert "seen held at every look since" in evidence, evidence
+    assert "ran statements between looks: maybe released and retaken" in evidence, evidence
+    assert "seen held" not in found[silent.pid][1]  # its state bound is the longer
+    # without looks the pinging leader is never dated: the verdict depended on its pings
+    assert set(state_only) == {silent.pid}, state_only
+
+
+def test_a_pid_reused_by_a_new_backend_restarts_the_clock() -> None:
+    looks = Looks()
+    busy = session(7, "idle", timedelta(seconds=-0.2))  # ran a statement just now
+    lock = advisory(7, 1)
+    first = snapshot([busy], [lock])
+    looks.look(first)
+    later = STARTED + timedelta(minutes=10)
+    again = dataclasses.replace(first, server=dataclasses.replace(first.server, now=later))
+    moved = dataclasses.replace(busy, state_change=later - timedelta(seconds=0.2))
+    again = dataclasses.replace(again, sessions={7: moved})
+    [entry] = analyse(again, Registry(), seen=looks.look(again))
+    assert entry.seen is not None and entry.seen.since == STARTED and entry.seen.busy
+    assert entry.held_for == 600.0 and entry.held_at_least == pytest.approx(0.2)
+    # the same pid, another backend: a new session that took the same key
+    reborn = dataclasses.replace(moved, backend_start=later - timedelta(seconds=1))
+    newer = dataclasses.replace(again, sessions={7: reborn})
+    [entry] = analyse(newer, Registry(), seen=looks.look(newer))
+    assert entry.seen is not None and entry.seen.seconds == 0.0
+    assert entry.held_for == pytest.approx(0.2)
