@@ -77,7 +77,7 @@ def test_session_lock_expect_and_unregistered(cluster: Cluster, sessions: Sessio
     assert found == {
         ("session-lock", "warning", idle.pid),  # a warning level alone: never critical
         ("expect-violated", "warning", idle.pid),
-        ("unregistered", "warning", idle.pid),
+        ("unregistered", "info", idle.pid),  # hygiene: reported, never paging
     }
     assert ("session-lock", "warning", idle.pid) in kinds(cluster, "--session-age", "0s,1h")
     assert ("session-lock", "critical", idle.pid) in kinds(cluster, "--session-age", "0s,0s")

@@ -115,7 +115,7 @@ def test_syntax_error_names_its_line() -> None:
 
 def test_unknown_top_level_key_and_bad_name() -> None:
     assert errors_of("colour = 1\n") == [
-        (1, "unknown top-level key 'colour' (expected: namespaces)")
+        (1, "unknown top-level key 'colour' (expected: known, namespaces, poolers, unregistered)")
     ]
     ((line, message),) = errors_of('[namespaces."bad name"]\nid = 1\n')
     assert line == 1
@@ -161,7 +161,7 @@ def test_load_refuses_a_broken_file_with_every_error(tmp_path: Path) -> None:
         load_registry(str(path))
     assert str(raised.value).splitlines() == [
         f"{path}:3: namespace 'a': unknown key 'colour' (allowed: description, expect, "
-        "expected_resources, form, id, max_hold, max_wait, owner, resource, values)",
+        "expected_resources, form, id, key, max_hold, max_wait, owner, resource, values)",
     ]
     assert isinstance(raised.value, InputError)
 

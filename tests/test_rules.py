@@ -14,7 +14,7 @@ from lockdiag.core.analysis import DEFAULT_POLICY, Filters, Flag, Policy
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.model import LockRow, PoolLink, Session
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry, Unregistered, parse_registry
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency, fold
 
@@ -341,10 +341,11 @@ def test_outlived_client_finding(waiting: bool, severity: str) -> None:
 
 @pytest.mark.parametrize(
     ("unregistered", "expected"),
-    [pytest.param(True, {(Kind.UNREGISTERED, "warning", 10)}, id="unregistered reported"),
-     pytest.param(False, set(), id="--no-unregistered")],
+    [pytest.param("report", {(Kind.UNREGISTERED, "info", 10)}, id="reported, not paging"),
+     pytest.param("warn", {(Kind.UNREGISTERED, "warning", 10)}, id="--unregistered warn"),
+     pytest.param("ignore", set(), id="--unregistered ignore")],
 )  # fmt: skip
-def test_unregistered_finding(unregistered: bool, expected: Found) -> None:
+def test_unregistered_finding(unregistered: Unregistered, expected: Found) -> None:
     policy = CheckPolicy(unregistered=unregistered)
     assert found([idle(10, 1.0)], [advisory(10, 1, namespace=UNREGISTERED)], policy) == expected
 

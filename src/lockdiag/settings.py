@@ -37,7 +37,7 @@ EVERY_COMMAND = ("target", "timeout", "registry", "format")  # what [defaults] m
 # --from, --once) or per action (terminate --yes must be typed each time).
 SETTABLE = (
     *EVERY_COMMAND,
-    "session-age", "wait-age", "idle-age", "max-blocked", "no-unregistered",
+    "session-age", "wait-age", "idle-age", "max-blocked", "unregistered", "no-unregistered",
     "interval", "duration", "prefix", "gap",
 )  # fmt: skip
 TARGET_KEYS = ("dsn", "description")

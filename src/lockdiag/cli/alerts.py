@@ -26,7 +26,7 @@ from lockdiag.core.incident import Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
-from lockdiag.registry import Registry
+from lockdiag.registry import UNREGISTERED_LEVELS, Registry, Unregistered
 from lockdiag.views.check import (
     STATUS_EXIT,
     fleet_check_output,
@@ -105,7 +105,13 @@ def threshold_option(name: str, default: str, text: str) -> Callable[[F], F]:
 @threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
 @threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
 @threshold_option("--max-blocked", "5,20", "More than N sessions behind one root blocker.")
-@click.option("--no-unregistered", is_flag=True, help="Do not report unregistered namespaces.")
+@click.option(
+    "--unregistered",
+    type=click.Choice(UNREGISTERED_LEVELS),
+    help="A key no registry namespace names: report it (the default: exit 0 for it alone), "
+    "warn (exit 1) or ignore it. Default: the registry's unregistered = ..., else report.",
+)
+@click.option("--no-unregistered", is_flag=True, hidden=True, help="--unregistered ignore.")
 @source_options
 @registry_option
 @formats("markdown", "nagios", "prometheus")
@@ -114,6 +120,7 @@ def check_command(
     wait_age: Any,
     idle_age: Any,
     max_blocked: Any,
+    unregistered: Unregistered | None,
     no_unregistered: bool,
     registry: str | None,
     fmt: str,
@@ -132,11 +139,12 @@ def check_command(
       lockdiag check --wait-age 10s,1m --format nagios
       lockdiag check --format prometheus > /var/lib/node_exporter/lockdiag.prom
     """
-    policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, not no_unregistered)
     try:
         if deferred := click.get_current_context().meta.get(SETTINGS_ERROR):
             raise deferred
         names = get_registry(registry, strict=True)  # a verdict without its rules is UNKNOWN
+        level = unregistered or ("ignore" if no_unregistered else names.unregistered)
+        policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, level or "report")
         captures = get_captures("all", names)  # a single server's error: UNKNOWN below
         results = [
             (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.reason)

@@ -84,7 +84,9 @@ def exporter_command(
     names = get_registry(registry)
     where = source()
     servers = get_targets(names)  # named as every command names them
-    policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked)
+    policy = CheckPolicy(
+        session_age, wait_age, idle_age, max_blocked, names.unregistered or "report"
+    )
     exporter = Exporter(
         [Target(server.label, server.dsn) for server in servers],
         names,

@@ -73,7 +73,7 @@ def registry_show(registry: str | None, fmt: str) -> None:
 
 @click.command("key", context_settings=NUMBERS_SETTINGS)
 @click.argument("namespace", shell_complete=complete_namespace)
-@click.argument("resource", nargs=-1, required=True)
+@click.argument("resource", nargs=-1)
 @click.option(
     "--function",
     default="pg_try_advisory_xact_lock",
@@ -95,6 +95,8 @@ def key_command(
     namespace: str, resource: tuple[str, ...], function: str, registry: str | None, fmt: str
 ) -> None:
     """The pg_locks numbers and the SQL that takes NAMESPACE RESOURCE.
+
+    A namespace of one key (key = ... in the registry) takes no RESOURCE.
 
     \b
     Examples:

@@ -77,6 +77,8 @@ class Decoded(NamedTuple):
         namespace = self.namespace
         if namespace is not None:
             if not namespace.parts:  # the common case, a hundred thousand times over
+                if namespace.exact is not None:  # a namespace of one key: its name names it
+                    return namespace.name
                 return f"{namespace.name} {self.resource}"
             return f"{namespace.name} {namespace.resource_text(self.resource or 0)}"
         if self.known is not None:
@@ -472,7 +474,10 @@ class _Decoder:
         (a pair prefix of well-known software, or a key no server gives)."""
         if objsubid not in (BIGINT_SUBID, PAIR_SUBID) or classid is None:
             return None
-        if self.registry.decode(LockTriple.of_row(classid, 0, objsubid)) is not None:
+        space = LockTriple.of_row(classid, 0, objsubid)
+        if self.registry.named_key_by_key(space):
+            return None  # a namespace of one key: its neighbours are not its
+        if self.registry.decode(space) is not None:
             return frozenset()  # the registry comes first: every key is the namespace's
         return self.catalogue.listed(objsubid, classid)
 

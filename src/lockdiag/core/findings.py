@@ -27,10 +27,11 @@ from lockdiag.core.ownership import (
 )
 from lockdiag.durations import format_duration
 from lockdiag.keys import LockTriple
-from lockdiag.registry import Namespace
+from lockdiag.registry import Namespace, Unregistered
 
-Severity = Literal["warning", "critical"]
-SEVERITIES: tuple[Severity, ...] = ("warning", "critical")
+# "info": reported in every format, never changes the exit code (hygiene, not an incident)
+Severity = Literal["info", "warning", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 
 
 class Kind(str, Enum):
@@ -80,7 +81,7 @@ class CheckPolicy:
     wait_age: Threshold = Threshold(30, 300)  # a session waiting for a lock
     idle_age: Threshold = Threshold(60, 600)  # holder idle in transaction while others wait
     max_blocked: Threshold = Threshold(5, 20)  # sessions behind one root blocker (more than N)
-    unregistered: bool = True  # report advisory namespaces missing from the registry
+    unregistered: Unregistered = "report"  # keys no registry names: hygiene, not paging
 
     def analysis_policy(self) -> Policy:
         """The analysis flags certain session locks from the warning level on, so the
@@ -179,7 +180,7 @@ class CheckReport:
         severities = {f.severity for f in self.findings}
         if "critical" in severities:
             return "CRITICAL"
-        return "WARNING" if severities else "OK"
+        return "WARNING" if "warning" in severities else "OK"
 
 
 def check(
@@ -199,7 +200,7 @@ def check(
         *_waits(found.waiters, policy, snapshot.server),
         *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot, software),
         *_crowded_roots(graph, policy, snapshot.server),
-        *(_unregistered(flagged[Flag.UNREGISTERED]) if policy.unregistered else ()),
+        *_unregistered(flagged[Flag.UNREGISTERED], policy.unregistered),
         *_namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
         *_lock_queues(graph, policy),
         *_stalled(snapshot, software, policy),
@@ -227,7 +228,7 @@ def by_cause(findings: list[Finding], graph: Blockers) -> list[Finding]:
     for finding in findings:
         if finding.root is not None:
             caused.setdefault(finding.root, []).append(finding)
-    order = {"critical": 0, "warning": 1}
+    order = {"critical": 0, "warning": 1, "info": 2}
     kinds = list(Kind)
     first_cause: dict[int, int] = {}
     for index, finding in sorted(
@@ -568,8 +569,11 @@ def _crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> 
         )
 
 
-def _unregistered(unregistered: list[LockEntry]) -> Iterator[Finding]:
-    """One finding per database, holder and kind of advice, counting the keys it is about."""
+def _unregistered(unregistered: list[LockEntry], level: Unregistered) -> Iterator[Finding]:
+    """One finding per database, holder and kind of advice, counting the keys it is about:
+    info (reported, exit 0) unless ``level`` asks for a warning or for nothing."""
+    if level == "ignore":
+        return
     # the advice depends on the key space (form and high word) and the key's shape only, and
     # on how many keys the holder has in it: grouped by space and shape first
     spaces: dict[tuple[str | None, int | None, int, int, KeyShape], list[LockEntry]] = {}
@@ -584,13 +588,16 @@ def _unregistered(unregistered: list[LockEntry]) -> Iterator[Finding]:
         keys = len(set(map(_TRIPLE, found)))
         step = unregistered_step(found[0].decoded.triple, keys)  # type: ignore[union-attr]
         groups.setdefault((database, pid, step), []).extend(found)
-    for (database, _, step), found in groups.items():
+    for (database, _, advice), found in groups.items():
         first = found[0]
         keys = len(set(map(_TRIPLE, found)))
         where = f" in database {database}" if database else ""
+        step = advice
+        if keys == 1:  # a constant fixed in code, maybe: the entry that names it alone
+            step += f"; {exact_entry(first.decoded.triple)}"  # type: ignore[union-attr]
         yield Finding(
             Kind.UNREGISTERED,
-            "warning",
+            "warning" if level == "warn" else "info",
             first.lock.pid,
             _labels(found),
             f"{keys} unregistered key(s) held by {_who(first)}{where}{_listed(found)}",
@@ -638,6 +645,13 @@ BYTES_PAIR = (
     "find the code that takes it (its query, its application); a fixed first number there is "
     "the namespace id to name in the registry file"
 )
+
+
+def exact_entry(triple: LockTriple) -> str:
+    """The registry entry that names exactly one key, ready to paste."""
+    args = triple.args
+    key = str(args[0]) if len(args) == 1 else f"[{args[0]}, {args[1]}]"
+    return f"to name this one key (a constant in code): [namespaces.NAME] key = {key}"
 
 
 def key_shape(triple: LockTriple) -> KeyShape:

@@ -26,7 +26,7 @@ from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
 
 Status = Literal["OK", "WARNING", "CRITICAL"]
-SEVERITY_RANK = {"critical": 0, "warning": 1, None: 2}
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2, None: 3}
 OWN_IDS = frozenset({"virtualxid", "transactionid"})  # every transaction holds its own
 
 
@@ -118,18 +118,28 @@ class Incident:
         return len({e.lock.pid for e in self.report.census.waiters})
 
     def counts(self) -> tuple[int, int]:
-        """(critical, warning) causes: the one count every view prints."""
+        """(critical, warning) causes: the one count every view prints (info causes, which
+        never page, apart: :attr:`info`)."""
         causes = self.alerting
         critical = sum(1 for c in causes if c.severity == "critical")
-        return critical, len(causes) - critical + len(self.unattached)
+        return critical, len(causes) - critical - self.info + len(self.unattached)
+
+    @property
+    def info(self) -> int:
+        """Causes reported that never change the exit code (a key no registry names)."""
+        return sum(1 for c in self.alerting if c.severity == "info")
 
     def summary(self) -> str:
-        """``2 critical, 1 warning cause(s); 5 session(s) waiting`` or ``no findings``."""
+        """``2 critical, 1 warning cause(s); 5 session(s) waiting``, ``no findings``, or
+        ``no alerts; 1 info cause(s)`` when only what never pages is reported."""
         critical, warning = self.counts()
+        info = f"{self.info} info cause(s)" if self.info else ""
         if not (critical or warning):
-            return "no findings"
+            return f"no alerts; {info}" if info else "no findings"
         waiting = f"; {self.waiting} session(s) waiting" if self.waiting else ""
-        return f"{critical} critical, {warning} warning cause(s){waiting}"
+        return f"{critical} critical, {warning} warning cause(s){waiting}" + (
+            f"; {info}" if info else ""
+        )
 
     def cause_of(self, pid: int | None) -> Cause | None:
         """The cause a backend is, or whose chain it is in."""

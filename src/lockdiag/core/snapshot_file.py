@@ -109,8 +109,10 @@ def registry_text(names: Registry) -> str | None:
     it has neither."""
     lines = []
     for namespace in names.namespaces.values():
+        exact = namespace.key().args if namespace.exact is not None else None
         table: dict[str, object] = {
-            "id": namespace.id,
+            "id": namespace.id if exact is None else None,
+            "key": None if exact is None else exact[0] if len(exact) == 1 else list(exact),
             "form": namespace.form,
             "description": namespace.description,
             "owner": namespace.owner,

@@ -21,6 +21,7 @@ from lockdiag.registry.discovery import (
 )
 from lockdiag.registry.model import (
     FILE_NAME,
+    UNREGISTERED_LEVELS,
     AdvisoryKey,
     Candidates,
     Expect,
@@ -28,6 +29,7 @@ from lockdiag.registry.model import (
     Poolers,
     Registry,
     UnknownNamespace,
+    Unregistered,
 )
 from lockdiag.registry.validation import (
     MAX_DEPTH,
@@ -36,6 +38,7 @@ from lockdiag.registry.validation import (
     Collisions,
     Problem,
     check_file,
+    contradictions,
     nesting_depth,
     parse_registry,
     read_bounded,
@@ -48,6 +51,7 @@ __all__ = [
     "FILE_NAME",
     "MAX_DEPTH",
     "MAX_SIZE",
+    "UNREGISTERED_LEVELS",
     "AdvisoryKey",
     "BinaryData",
     "Candidates",
@@ -59,8 +63,10 @@ __all__ = [
     "Registry",
     "RegistryError",
     "UnknownNamespace",
+    "Unregistered",
     "check_file",
     "config_dir",
+    "contradictions",
     "find_registry",
     "load_registry",
     "nesting_depth",

@@ -22,6 +22,10 @@ from lockdiag.keys import (
 )
 
 Expect = Literal["xact", "session", "any"]
+# what `check` does with a key no namespace names: leave it out, report it (never changing
+# the exit code: hygiene, not an incident), or warn (exit 1)
+Unregistered = Literal["ignore", "report", "warn"]
+UNREGISTERED_LEVELS: tuple[Unregistered, ...] = ("ignore", "report", "warn")
 FILE_NAME = "lockdiag.toml"  # where discovery looks, and what a text without a path is called
 
 
@@ -44,6 +48,9 @@ class Namespace:
     values: tuple[tuple[object, ...], ...] = ()  # listed resources, so decoding can name them
     expected_resources: int | None = None  # how many live at once, for the collision odds
     max_wait: float | None = None  # seconds; a waiter waiting longer is a critical finding
+    # a namespace of one key (``key = 8237461823746182``): that key's resource; the rest of
+    # its space (form and id) stays unnamed
+    exact: int | None = None
 
     def key(self, *resource: object) -> LockTriple:
         """The key of a resource: one integer, or the namespace's parts (see keys.py)."""
@@ -53,6 +60,10 @@ class Namespace:
         """The resource number: the integer itself, or derived from the parts."""
         if self.parts:
             return derive_resource(self.form, self.parts, resource)
+        if self.exact is not None:
+            if resource and resource != (self.exact,) and resource != (str(self.exact),):
+                raise InvalidKey(f"namespace {self.name!r} names one key: give no resource")
+            return self.exact
         if len(resource) != 1:
             raise InvalidKey(f"namespace {self.name!r} takes one integer resource")
         (value,) = resource
@@ -66,6 +77,8 @@ class Namespace:
     def resource_text(self, number: int) -> str:
         """A resource as people read it: the number; for parts, the listed values that give
         it, else ``#3fa2c1d0`` (the number, in hex)."""
+        if self.exact is not None:
+            return ""  # its name alone names it
         if not self.parts:
             return str(number)
         text = self._value_texts.get(number)
@@ -141,7 +154,10 @@ class Registry:
     path: Path | None = None
     candidates: Candidates = Candidates()
     poolers: Poolers = Poolers()
+    unregistered: Unregistered | None = None  # the file's choice for `check`, if it made one
     _by_id: Mapping[tuple[str, int], Namespace] = field(default_factory=dict, repr=False)
+    # namespaces of one key, by (form, id, resource); their spaces, to decode key by key
+    _exact: Mapping[tuple[str, int, int], Namespace] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(
@@ -150,13 +166,16 @@ class Registry:
         path: Path | None = None,
         candidates: Candidates = Candidates(),
         poolers: Poolers = Poolers(),
+        unregistered: Unregistered | None = None,
     ) -> Registry:
         return cls(
             namespaces={ns.name: ns for ns in namespaces},
             path=path,
             candidates=candidates,
             poolers=poolers,
-            _by_id={(ns.form, ns.id): ns for ns in namespaces},
+            unregistered=unregistered,
+            _by_id={(ns.form, ns.id): ns for ns in namespaces if ns.exact is None},
+            _exact={(ns.form, ns.id, ns.exact): ns for ns in namespaces if ns.exact is not None},
         )
 
     def namespace(self, name: str) -> Namespace:
@@ -174,11 +193,22 @@ class Registry:
 
     def decode(self, triple: LockTriple) -> tuple[Namespace, int] | None:
         """The namespace and resource of a pg_locks key, or None when no namespace matches."""
-        if not self._by_id:
+        if not self._by_id and not self._exact:
             return None
         namespace_id, resource = split_namespace(triple)
         namespace = self._by_id.get((triple.form, namespace_id))
+        if namespace is None and self._exact:
+            namespace = self._exact.get((triple.form, namespace_id, resource))
         return (namespace, resource) if namespace else None
+
+    def named_key_by_key(self, triple: LockTriple) -> bool:
+        """Whether the space of ``triple`` (its form and id) holds a namespace of one key:
+        its other keys are not that namespace's, so each key is decoded alone."""
+        return bool(self._exact) and (triple.form, split_namespace(triple)[0]) in self._spaces
+
+    @cached_property
+    def _spaces(self) -> frozenset[tuple[str, int]]:
+        return frozenset((form, namespace_id) for form, namespace_id, _ in self._exact)
 
     def _unknown_message(self, name: str) -> str:
         where = f" in {self.path}" if self.path else " (no registry file found)"

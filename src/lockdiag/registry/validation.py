@@ -15,16 +15,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lockdiag.durations import parse_duration
+from lockdiag.durations import format_duration, parse_duration
 from lockdiag.errors import InputError
-from lockdiag.keys import INT4_MAX, INT4_MIN, Form, InvalidKey, PartType, derive_resource
-from lockdiag.registry.model import FILE_NAME, Candidates, Namespace, Poolers, Registry
+from lockdiag.keys import (
+    INT4_MAX,
+    INT4_MIN,
+    Form,
+    InvalidKey,
+    LockTriple,
+    PartType,
+    derive_resource,
+    from_bigint,
+    from_pair,
+    split_namespace,
+)
+from lockdiag.registry.model import (
+    FILE_NAME,
+    UNREGISTERED_LEVELS,
+    Candidates,
+    Expect,
+    Namespace,
+    Poolers,
+    Registry,
+    Unregistered,
+)
 
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
-NAMESPACE_KEYS = {"id", "form", "description", "owner", "expect", "max_hold", "max_wait",
-                  "resource", "values", "expected_resources"}  # fmt: skip
+NAMESPACE_KEYS = {"id", "key", "form", "description", "owner", "expect", "max_hold",
+                  "max_wait", "resource", "values", "expected_resources"}  # fmt: skip
+NOT_WITH_KEY = ("id", "resource", "values", "expected_resources")  # a key is one resource
 PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,62}):(int|text)$")
-TOP_LEVEL_KEYS = {"namespaces", "known", "poolers"}
+TOP_LEVEL_KEYS = {"namespaces", "known", "poolers", "unregistered"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
     "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
@@ -41,6 +62,10 @@ MAX_DEPTH = 64
 # this large takes at most some 40 MB and a second to check (1 MiB of table headers: 100 MB)
 MAX_ELEMENTS = 50_000
 READ_CHUNK = 1024 * 1024
+UNREGISTERED_ERROR = (
+    'unregistered must be "ignore", "report" or "warn", not {!r} (what check does with a key '
+    "no namespace names)"
+)
 
 
 Collisions = Callable[[Namespace], list[str]]
@@ -256,8 +281,12 @@ def parse_registry(
 
     for key in document:
         if key not in TOP_LEVEL_KEYS:
-            message = f"unknown top-level key {key!r} (expected: namespaces)"
+            expected = ", ".join(sorted(TOP_LEVEL_KEYS))
+            message = f"unknown top-level key {key!r} (expected: {expected})"
             problem("error", message, lines.key("", key))
+    unregistered = document.get("unregistered")
+    if unregistered is not None and unregistered not in UNREGISTERED_LEVELS:
+        problem("error", UNREGISTERED_ERROR.format(unregistered), lines.key("", "unregistered"))
     raw_namespaces = document.get("namespaces", {})
     if not isinstance(raw_namespaces, dict):
         problem("error", "'namespaces' must be a table", lines.key("", "namespaces"))
@@ -265,6 +294,7 @@ def parse_registry(
 
     namespaces: list[Namespace] = []
     first_by_id: dict[tuple[str, int], Namespace] = {}
+    exact: dict[tuple[str, int, int], Namespace] = {}  # namespaces of one key
     for name, raw in raw_namespaces.items():
         table = f"namespaces.{name}"
 
@@ -273,6 +303,10 @@ def parse_registry(
 
         namespace = _parse_namespace(name, raw, report)
         if namespace is None:
+            continue
+        if namespace.exact is not None:
+            exact.setdefault((namespace.form, namespace.id, namespace.exact), namespace)
+            namespaces.append(namespace)
             continue
         earlier = first_by_id.get((namespace.form, namespace.id))
         if earlier is not None:
@@ -286,6 +320,12 @@ def parse_registry(
         first_by_id[(namespace.form, namespace.id)] = namespace
         namespaces.append(namespace)
 
+    for namespace in namespaces:
+        table = f"namespaces.{namespace.name}"
+        for clash in _exact_clash(namespace, first_by_id, exact):
+            problem("error", clash, lines.key(table, "key"))
+        for message in contradictions(namespace):
+            problem("warning", message, lines.table(table))
     for (form, namespace_id), namespace in first_by_id.items():
         other_form = "bigint" if form == "pair" else "pair"
         other = first_by_id.get((other_form, namespace_id))
@@ -306,7 +346,30 @@ def parse_registry(
             problem("warning", collision, lines.key(f"namespaces.{namespace.name}", "id"))
     if any(p.severity == "error" for p in problems) or candidates is None or poolers is None:
         return None, problems
-    return Registry.of(namespaces, Path(path), candidates, poolers), problems
+    level: Unregistered | None = unregistered
+    return Registry.of(namespaces, Path(path), candidates, poolers, level), problems
+
+
+def _exact_clash(
+    namespace: Namespace,
+    spaces: dict[tuple[str, int], Namespace],
+    exact: dict[tuple[str, int, int], Namespace],
+) -> list[str]:
+    """For a namespace of one key: why it cannot be (its key is in another namespace's
+    space, or another namespace of one key names it first)."""
+    if namespace.exact is None:
+        return []
+    key = namespace.key().describe()
+    covering = spaces.get((namespace.form, namespace.id))
+    if covering is not None:
+        return [
+            f"namespace {namespace.name!r}: key {key} is already named by namespace "
+            f"{covering.name!r} (id {covering.id}) as {covering.name} {namespace.exact}"
+        ]
+    first = exact[(namespace.form, namespace.id, namespace.exact)]
+    if first is not namespace:
+        return [f"namespace {namespace.name!r}: key {key} is already named by {first.name!r}"]
+    return []
 
 
 def _parse_poolers(
@@ -381,13 +444,15 @@ def _parse_namespace(
         allowed = ", ".join(sorted(NAMESPACE_KEYS))
         error(f"namespace {name!r}: unknown key {key!r} (allowed: {allowed})", key)
     ok = ok and not unknown
+    if "key" in raw:
+        return _parse_exact(name, raw, error) if ok else None
     form = raw.get("form", "pair")
     if form not in ("pair", "bigint"):
         error(f'namespace {name!r}: form must be "pair" or "bigint", not {form!r}', "form")
         ok = False
     namespace_id = raw.get("id")
     if namespace_id is None:
-        error(f"namespace {name!r}: missing id", None)
+        error(f"namespace {name!r}: missing id (or key, for one key)", None)
         ok = False
     elif not isinstance(namespace_id, int) or isinstance(namespace_id, bool):
         error(f"namespace {name!r}: id must be an integer, not {namespace_id!r}", "id")
@@ -400,23 +465,10 @@ def _parse_namespace(
             "id",
         )
         ok = False
-    expect = raw.get("expect", "any")
-    if expect not in ("xact", "session", "any"):
-        error(
-            f'namespace {name!r}: expect must be "xact", "session" or "any", not {expect!r}',
-            "expect",
-        )
-        ok = False
-    texts: dict[str, str] = {}
-    for key in ("description", "owner"):
-        value = raw.get(key, "")
-        if not isinstance(value, str):
-            error(f"namespace {name!r}: {key} must be a string", key)
-            ok = False
-        texts[key] = value if isinstance(value, str) else ""
-    limits = _parse_limits(name, raw, error)
-    if not ok or limits is None:
+    declared = _declarations(name, raw, error)
+    if not ok or declared is None:
         return None
+    expect, texts, limits = declared
     resources = _parse_resources(name, raw, form, error)
     if resources is None:
         return None
@@ -434,6 +486,100 @@ def _parse_namespace(
         values=values,
         expected_resources=expected,
     )
+
+
+def _parse_exact(
+    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
+) -> Namespace | None:
+    """``key = 8237461823746182`` (a bigint) or ``key = [4242, 17]`` (a pair): a namespace
+    of exactly that key; its form is the key's."""
+    given = raw["key"]
+    triple: LockTriple | None = None
+    if isinstance(given, int) and not isinstance(given, bool):
+        try:
+            triple = from_bigint(given)
+        except InvalidKey as problem:
+            error(f"namespace {name!r}: key {problem}", "key")
+            return None
+    elif (
+        isinstance(given, list)
+        and len(given) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in given)
+    ):
+        try:
+            triple = from_pair(*given)
+        except InvalidKey as problem:
+            error(f"namespace {name!r}: key {problem}", "key")
+            return None
+    else:
+        error(
+            f"namespace {name!r}: key must be one integer (a bigint key) or two (an int4 "
+            f"pair), e.g. key = 8237461823746182 or key = [4242, 17], not {given!r}",
+            "key",
+        )
+        return None
+    ok = True
+    for key in NOT_WITH_KEY:
+        if key in raw:
+            error(f"namespace {name!r}: {key} does not go with key (a namespace of one key)", key)
+            ok = False
+    if raw.get("form", triple.form) != triple.form:
+        error(f'namespace {name!r}: key {triple.describe()} is of form "{triple.form}"', "form")
+        ok = False
+    declared = _declarations(name, raw, error)
+    if not ok or declared is None:
+        return None
+    expect, texts, limits = declared
+    namespace_id, resource = split_namespace(triple)
+    return Namespace(
+        name=name,
+        id=namespace_id,
+        form=triple.form,
+        description=texts["description"],
+        owner=texts["owner"],
+        expect=expect,
+        max_hold=limits["max_hold"],
+        max_wait=limits["max_wait"],
+        exact=resource,
+    )
+
+
+def _declarations(
+    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
+) -> tuple[Expect, dict[str, str], dict[str, float | None]] | None:
+    """expect, description and owner, and the limits; None after reporting an error."""
+    ok = True
+    expect = raw.get("expect", "any")
+    if expect not in ("xact", "session", "any"):
+        error(
+            f'namespace {name!r}: expect must be "xact", "session" or "any", not {expect!r}',
+            "expect",
+        )
+        ok = False
+    texts: dict[str, str] = {}
+    for key in ("description", "owner"):
+        value = raw.get(key, "")
+        if not isinstance(value, str):
+            error(f"namespace {name!r}: {key} must be a string", key)
+            ok = False
+        texts[key] = value if isinstance(value, str) else ""
+    limits = _parse_limits(name, raw, error)
+    return (expect, texts, limits) if ok and limits is not None else None
+
+
+def contradictions(namespace: Namespace) -> list[str]:
+    """Declarations of one namespace that contradict each other, each with what `check`
+    would flag: ``expect = "session"`` (held for the life of a session, a leader's lock) with
+    ``max_hold`` (any holder past it is CRITICAL max-hold)."""
+    if namespace.expect == "session" and namespace.max_hold is not None:
+        limit = format_duration(namespace.max_hold)
+        return [
+            f'namespace {namespace.name!r}: expect = "session" declares a lock held for the '
+            f"life of its session (a leader's), but max_hold = {limit} flags every holder "
+            f"idle past {limit} CRITICAL (max-hold): check pages on a healthy holder; drop "
+            'max_hold, or declare expect = "any" if holds are meant to be short'
+        ]
+    return []
 
 
 def resource_collisions(namespace: Namespace) -> list[tuple[Literal["warning", "note"], str]]:

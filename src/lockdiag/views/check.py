@@ -118,7 +118,8 @@ def unknown_output(error: str, hint: str | None = None) -> Output:
     )
 
 
-Style = Literal["critical", "warning"]
+Style = Literal["critical", "warning", "note"]
+STYLE: dict[str, Style] = {"critical": "critical", "warning": "warning", "info": "note"}
 CAUSE_HEADERS = ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED", "LONGEST WAIT",
                  "NEXT STEP"]  # fmt: skip
 
@@ -182,10 +183,10 @@ def _pid(pid: int | None) -> str:
 def cause_heading(cause: Cause) -> tuple[str, Style]:
     """``CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163 (billing-worker)``:
     named by the lock others wait for, with the cause's severity (never below its waits')."""
-    severity: Style = cause.severity or "warning"
+    severity = cause.severity or "warning"
     more = f" (+{cause.locks - 1} more)" if cause.locks > 1 else ""
     kind = cause.kind_name
-    return f"{severity.upper()} {kind}: {clean(cause.label)}{more}{_who(cause)}", severity
+    return f"{severity.upper()} {kind}: {clean(cause.label)}{more}{_who(cause)}", STYLE[severity]
 
 
 def _who(cause: Cause) -> str:
@@ -229,7 +230,7 @@ def finding_heading(finding: Finding) -> tuple[str, Style]:
     pid = f"  pid {finding.pid}" if finding.pid is not None else ""
     return (
         f"{finding.severity.upper()} {finding.kind}: {clean(finding.lock)}{pid}",
-        finding.severity,
+        STYLE[finding.severity],
     )
 
 
@@ -237,8 +238,9 @@ def _finding_detail(finding: Finding) -> list[str]:
     return [f"  {clean(finding.evidence)}", f"  next: {clean(finding.next_step)}"]
 
 
-def _worst(findings: tuple[Finding, ...]) -> Style:
-    return "critical" if any(f.severity == "critical" for f in findings) else "warning"
+def _worst(findings: tuple[Finding, ...]) -> str:
+    severities = {f.severity for f in findings}
+    return next((s for s in ("critical", "warning") if s in severities), "info")
 
 
 def caused_line(symptoms: tuple[Finding, ...]) -> str:
@@ -356,6 +358,7 @@ def check_metrics(incident: Incident) -> list[Metric]:
     critical, warning = incident.counts()
     causes.add(critical, severity="critical")
     causes.add(warning, severity="warning")
+    causes.add(incident.info, severity="info")
     findings = Metric("lockdiag_findings", "Findings of the last check, by kind and severity.")
     for kind in Kind:
         for severity in SEVERITIES:
