@@ -16,6 +16,7 @@ from typing import Literal
 from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
 from lockdiag.core.catalogue import Known, collisions, software_of_session
 from lockdiag.core.graph import Blockers, Queue, tree_pids
+from lockdiag.core.leaders import NO_CONTENTION, Contention, Leader, contention
 from lockdiag.core.model import ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.core.ownership import (
     Ownership,
@@ -174,6 +175,8 @@ class CheckReport:
     graph: Blockers = field(repr=False)
     census: Census = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    # leaders and the sessions polling a try-lock: contention that leaves no row in pg_locks
+    contention: Contention = field(default=NO_CONTENTION, repr=False)
 
     @property
     def status(self) -> Literal["OK", "WARNING", "CRITICAL"]:
@@ -194,9 +197,10 @@ def check(
     are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
     found = census(entries)
     flagged, software = found.flagged, found.software
+    standing = contention(snapshot, entries)
     findings = [
         *_outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software, snapshot),
-        *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software, snapshot),
+        *_session_locks(flagged[Flag.LONG_SESSION_LOCK], policy, software, snapshot, standing),
         *_waits(found.waiters, policy, snapshot.server),
         *_stuck_owners(flagged[Flag.STUCK_OWNER], policy, snapshot, software),
         *_crowded_roots(graph, policy, snapshot.server),
@@ -205,7 +209,7 @@ def check(
         *_lock_queues(graph, policy),
         *_stalled(snapshot, software, policy),
     ]
-    return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes)
+    return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes, standing)
 
 
 WAITS = frozenset({Kind.LONG_WAIT, Kind.MAX_WAIT})
@@ -368,7 +372,11 @@ def _outlived_clients(
 
 
 def _session_locks(
-    old: list[LockEntry], policy: CheckPolicy, software: dict[int, Known], snapshot: Snapshot
+    old: list[LockEntry],
+    policy: CheckPolicy,
+    software: dict[int, Known],
+    snapshot: Snapshot,
+    standing: Contention = NO_CONTENTION,
 ) -> Iterator[Finding]:
     # the flag: a certain session lock held past --session-age's warning level, in a namespace
     # not declared long-lived (a leader lock never raises an alert)
@@ -382,21 +390,36 @@ def _session_locks(
             "certain session-level lock" if count == 1 else f"{count} certain session-level locks"
         )
         owner = ownership(group)
+        leader = standing.leader_of(entry.lock.pid)
         yield Finding(
             Kind.SESSION_LOCK,
             severity,
             entry.lock.pid,
             _labels(group),
             f"{what} held by {_who(entry)}, idle, for at least {held_words(entry)}"
-            + _listed(group),
+            + _listed(group)
+            + (f"; a leader lock: {leader.polling()}" if leader is not None else ""),
             software_step(software[entry.lock.pid], entry.lock.pid)
             if entry.lock.pid in software
+            else _leader_step(leader)
+            if leader is not None
             else _idle_holder_step(entry, owner, snapshot),
             entry,
             held,
             count,
             owner=owner,
         )
+
+
+def _leader_step(leader: Leader) -> str:
+    """For a leader with standbys polling: failover is the design, not a hazard, and the
+    registry declaration that quiets it."""
+    return (
+        "a leader lock is held for the life of its process, and its standbys take it over when "
+        f"that process ends (failover, by design): {leader.declaration()}. If no process of "
+        "that program should lead now, the unlock was missed: find it from the leader's client "
+        "address and port"
+    )
 
 
 def _idle_holder_step(entry: LockEntry, owner: Ownership, snapshot: Snapshot) -> str:

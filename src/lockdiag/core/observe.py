@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
+from lockdiag.core.leaders import Standing
 from lockdiag.core.model import Snapshot
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
@@ -226,6 +227,8 @@ class Sampler:
     _read: _Read | None = None
     _later: list[float] = field(default_factory=list)  # seconds after _read of its samples
     first_read: datetime | None = None
+    # leaders and sessions polling a try-lock, seen at the reads (core.leaders)
+    standing: Standing = field(default_factory=Standing)
 
     @property
     def reads(self) -> int:

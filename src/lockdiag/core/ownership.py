@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lockdiag.core.analysis import Flag, LockEntry
+from lockdiag.core.leaders import poll_of
 from lockdiag.core.model import PoolLink, Remembered, Session, Snapshot
 from lockdiag.durations import format_duration
 from lockdiag.registry import Namespace
@@ -191,11 +192,15 @@ def siblings(entry: LockEntry, snapshot: Snapshot) -> str:
         and (s.application_name or None) == (app or None)
         and s.client_addr == host
     ]
-    # a session waiting for a lock does no work the lock guards (it may wait for this one)
-    others = [s for s in same if s.wait_event_type != "Lock"]
-    waiting = len(same) - len(others)
+    # a session waiting for a lock does no work the lock guards (it may wait for this one);
+    # nor does one whose last query is a try-lock: a standby polling, maybe for this lock
+    others = [s for s in same if s.wait_event_type != "Lock" and poll_of(s) is None]
+    waiting = sum(1 for s in same if s.wait_event_type == "Lock")
+    polling = len(same) - len(others) - waiting
     who = (f"of {app} " if app else "") + (f"from {host}" if host else "on the local socket")
     blocked = f" ({waiting} more wait for a lock)" if waiting else ""
+    if polling:
+        blocked += f" ({polling} more poll a try-lock)"
     if not others:
         return f"no other session {who} is at work now{blocked}: any work it guards runs elsewhere"
     others.sort(key=lambda s: (s.state != "active", s.pid))

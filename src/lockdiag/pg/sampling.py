@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.leaders import contention
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Pacer, Sampler, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
@@ -60,6 +61,7 @@ def sample(
                         diagnosis = Diagnosis(snapshot, server.registry)
                         read_at, server_time = tick, snapshot.server.now
                         sampler.add(diagnosis.advisory, server_time, snapshot.query_seconds)
+                        sampler.standing.add(contention(snapshot, diagnosis.advisory))
                         pacer.read(tick, time.monotonic() - tick, activity)
                     else:
                         sampler.again(server_time + timedelta(seconds=tick - read_at))

@@ -68,6 +68,7 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             said = (f"({headings_only} shown in part or by heading only: lockdiag check "
                     "--format plain | less shows them all)")  # fmt: skip
             out.append(Text([said], "note", VERDICT))
+        out.append(Text(leader_lines(incident)))
         out += notes
         if lines and shown:
             out.append(summary)  # the verdict again where the eye ends
@@ -82,6 +83,7 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             "server": server_data(report.snapshot),
             "causes": [_cause_data(c) for c in incident.alerting],
             "findings": [_finding_data(f) for f in _ranked_findings(incident)],
+            "leaders": leaders_data(incident),
             "notes": report.notes,
         }
 
@@ -215,6 +217,34 @@ def cause_detail(cause: Cause) -> list[str]:
         detail.append(f"  {owner_line(cause.owner)}")
     detail.append(f"  {'then' if queue else 'next'}: {clean(cause.next_step)}")
     return detail
+
+
+def leader_lines(incident: Incident) -> list[str]:
+    """The leaders no session-lock finding speaks of (that finding names its leader): each
+    with its standbys polling, failover named as the design."""
+    said = {f.pid for f in incident.report.findings if f.kind == Kind.SESSION_LOCK}
+    return [
+        f"leader: {clean(leader.sentence())}; {clean(leader.declaration())}"
+        for leader in incident.report.contention.leaders
+        if leader.pid not in said
+    ]
+
+
+def leaders_data(incident: Incident) -> list[dict[str, Any]]:
+    return [
+        {
+            "pid": leader.pid,
+            "lock": leader.label,
+            "namespace": leader.namespace,
+            "standbys": [
+                {"pid": p.session.pid, "application_name": p.session.application_name}
+                for p in leader.standbys
+            ],
+            "evidence": leader.sentence(),
+            "declaration": leader.declaration(),
+        }
+        for leader in incident.report.contention.leaders
+    ]
 
 
 def owner_line(owner: Ownership) -> str:
@@ -381,6 +411,14 @@ def check_metrics(incident: Incident) -> list[Metric]:
     )
     for (database, name, state), count in sorted(counts.items()):
         locks.add(count, database=database, namespace=name, state=state)
+    polling = Metric(
+        "lockdiag_polling_sessions",
+        "Sessions whose last query is a try-lock and that hold no advisory lock (contention "
+        "that leaves no row in pg_locks), by the namespace of the leader they stand by for "
+        '("unknown" when none is held here).',
+    )
+    for name, count in sorted(report.contention.by_namespace().items()):
+        polling.add(count, namespace=name)
     return [
         causes,
         alerting,
@@ -394,6 +432,7 @@ def check_metrics(incident: Incident) -> list[Metric]:
         gauge("lockdiag_most_blocked_sessions", "Sessions behind the worst root blocker.",
               values["most_blocked"]),
         locks,
+        polling,
     ]  # fmt: skip
 
 

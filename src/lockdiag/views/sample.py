@@ -82,6 +82,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
     )
 
     achieved = achieved_interval(sampler)
+    standing = sampler.standing
 
     def blocks(folded: bool = True) -> list[Block]:
         def percent(count: int) -> str:
@@ -129,6 +130,9 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
         out: list[Block] = [Text(lines, "verdict")]
         if found:
             out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
+        if standing.leaders:
+            out.append(Text([f"leader: {clean(s.sentence(standing.reads))}"
+                             for s in standing.leaders.values()], "note"))  # fmt: skip
         out.append(
             Table(
                 [
@@ -197,6 +201,18 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
             ],
             "namespaces": _namespace_rows(sampler),
             "patterns": [{"kind": p.kind, "key": p.label, "evidence": p.evidence} for p in found],
+            "leaders": [
+                {
+                    "pid": seen.leader.pid,
+                    "key": seen.leader.label,
+                    "namespace": seen.leader.namespace,
+                    "reads": seen.reads,
+                    "standby_pids": sorted(seen.standbys),
+                    "evidence": seen.sentence(standing.reads),
+                }
+                for seen in standing.leaders.values()
+            ],
+            "polling_sessions": {name: len(pids) for name, pids in standing.polling.items()},
         }
 
     return Output(
@@ -265,6 +281,14 @@ def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) ->
         for namespace, row in sorted(rows.items()):
             metric.add(row[name], namespace=namespace)
         metrics.append(metric)
+    polling = Metric(
+        "lockdiag_sample_polling_sessions",
+        "Sessions seen polling a try-lock while holding no advisory lock (contention that "
+        "leaves no row in pg_locks), by the namespace of the leader they stood by for.",
+    )
+    for namespace, pids in sorted(sampler.standing.polling.items()):
+        polling.add(len(pids), namespace=namespace)
+    metrics.append(polling)
     patterns_seen = Metric("lockdiag_sample_patterns", "Patterns seen, by kind.")
     for kind in ("idle-holder", "broad-key", "duplicate-dispatch"):
         patterns_seen.add(sum(1 for p in found if p.kind == kind), kind=kind)

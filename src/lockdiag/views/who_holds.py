@@ -65,6 +65,12 @@ def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
         return f"{label}: {_held_by(report.holders)}", None
     ranked = [(found.cause_of(e.lock.pid), e) for e in report.holders]
     causes = [(c, e) for c, e in ranked if c is not None]
+    holding = {e.lock.pid for e in report.holders}
+    leader = next((x for x in found.report.contention.leaders if x.pid in holding), None)
+    paging = any(c.severity in ("warning", "critical") for c, _ in causes)
+    if leader is not None and not report.waiters and not paging:
+        # failed tries leave no row: nobody waits in pg_locks, its standbys poll
+        return f"{label}: {clean(leader.sentence())}", clean(leader.declaration())
     if causes:  # the holder worst ranked in the incident speaks for the key
         cause, entry = min(causes, key=lambda pair: found.causes.index(pair[0]))
         return _in_cause_terms(label, report, found, cause, entry), cause.next_step
