@@ -61,7 +61,35 @@ def test_the_worker_package_stays_worker_facing() -> None:
         assert {n.split(".")[0] for n in names} & DRIVERS <= family, path
 
 
-@pytest.mark.parametrize("room", ["worker"])
+CATALOGUE_MAY_IMPORT = ("lockdiag.keys", "lockdiag.registry", "lockdiag.plugins")
+FAMILIES = ("migrations", "queues", "schedulers", "libraries", "extensions")
+
+
+def test_the_catalogues_entries_stand_apart_from_its_decoder() -> None:
+    """The catalogue is pure (keys, registry, plugins, the snapshot's model); a family module
+    holds entries and their formulas, and imports only what an entry is written in."""
+    room = PACKAGE / "core" / "catalogue"
+    assert {p.stem for p in room.glob("*.py")} >= set(FAMILIES), "the catalogue has moved"
+    for path in room.glob("*.py"):
+        ours = {n for n in imported(path) if n.startswith("lockdiag.")}
+        inside = {n.removeprefix("lockdiag.core.catalogue.") for n in ours if "catalogue." in n}
+        outside = ours - {f"lockdiag.core.catalogue.{n}" for n in inside}
+        assert all(n.startswith(CATALOGUE_MAY_IMPORT) for n in outside - {"lockdiag.core.model"})
+        if path.stem in FAMILIES:
+            assert inside <= {"entry", "formulas"}, path
+            assert "lockdiag.core.model" not in outside, path
+
+
+def test_a_program_is_declared_once() -> None:
+    from lockdiag.core.catalogue import SOFTWARE, Program, Software
+
+    sqitch = SOFTWARE["Sqitch"]
+    with pytest.raises(ValueError, match="named 'Sqitch'"):
+        Program("Sqitch", Software("deploy", "pg_advisory_lock", "a second Sqitch"))
+    assert SOFTWARE["Sqitch"] is sqitch
+
+
+@pytest.mark.parametrize("room", ["worker", "core/catalogue"])
 def test_a_room_holds_no_module_over_600_lines_and_no_unexplained_fmt_skip(room: str) -> None:
     for path in (PACKAGE / room).rglob("*.py"):
         lines = path.read_text().splitlines()

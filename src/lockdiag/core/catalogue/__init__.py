@@ -1,0 +1,161 @@
+"""The catalogue of advisory keys that well-known software takes, by software family.
+
+Formulas and constants come from each project's source (see the README's table and
+``tests/test_known.py`` for the checked example values). A registry namespace always wins over
+the catalogue, and the catalogue over a plugin's entries (:mod:`lockdiag.plugins`). Five
+confidences:
+
+- ``exact``: a fixed key that the software uses, recognisable from the triple alone;
+- ``derived``: computed from the lock's database name, the software's rows or a listed name;
+- ``corroborated``: a guess that its database or its sessions confirm (:data:`SIGNS`);
+- ``guess``: a small number that many programs could use (Airflow's 1 and 2), and nothing
+  seen confirms it: it names nothing ("could be Apache Airflow"), and no advice speaks in that
+  software's terms;
+- ``plugin``: declared by an installed plugin, lockdiag has not checked it.
+
+Where things are:
+
+- the entries, one module per family: ``migrations`` (migration and deploy tools), ``queues``
+  (job queues), ``schedulers`` (schedulers, workflow engines, leader election), ``libraries``
+  (lock libraries and frameworks), ``extensions`` (server extensions). Each declares its
+  programs as data (:class:`~lockdiag.core.catalogue.entry.Program`: the advice texts, fixed
+  keys, signs and session names side by side) next to the formulas of its keys; ``formulas``
+  holds the hashes several families share, ``entry`` what an entry is written in;
+- ``families`` merges them into the tables the decoder reads; adding a program touches its
+  family's module (and its test), adding a family touches ``families`` too;
+- the decoder: ``decoder`` (:class:`Catalogue`, lookup, what confirms a guess), ``build``
+  (the catalogue of a registry or a snapshot, collisions with a namespace), ``plugin_keys``
+  (what installed plugins declare), ``server_keys`` (keys only the server can compute).
+
+It is part of ``core``, pure: it imports ``lockdiag.keys``, ``lockdiag.registry``,
+``lockdiag.plugins`` and ``lockdiag.core.model``, nothing that talks to a server or a screen.
+"""
+
+from lockdiag.core.catalogue.build import (
+    build_catalogue,
+    collisions,
+    snapshot_catalogue,
+    unmatched_keys,
+)
+from lockdiag.core.catalogue.decoder import (
+    QUERY_PREFIX,
+    Catalogue,
+    corroboration,
+    software_of_session,
+)
+from lockdiag.core.catalogue.entry import (
+    SOFTWARE,
+    Confidence,
+    Family,
+    Known,
+    Program,
+    Signs,
+    Software,
+    SoftwareKind,
+)
+from lockdiag.core.catalogue.extensions import (
+    PARTMAN_NAMES,
+    REPACK_LOCK_PREFIX,
+    repack_known,
+    repack_table_oid,
+)
+from lockdiag.core.catalogue.families import (
+    BY_APPLICATION,
+    FIXED,
+    SIGN_TABLES,
+    SIGNS,
+    candidate_keys,
+    database_keys,
+    name_keys,
+)
+from lockdiag.core.catalogue.formulas import crc32, java_hash
+from lockdiag.core.catalogue.libraries import (
+    DIGEST_HELPERS,
+    DIGESTS,
+    Shape,
+    digest_keys,
+    medusa_hash,
+)
+from lockdiag.core.catalogue.migrations import (
+    FLYWAY_BASE,
+    FLYWAY_CLASSIDS,
+    SLONIK_TABLES,
+    flyway_key,
+    flyway_keys,
+    grafana_key,
+    slonik_migrator_key,
+)
+from lockdiag.core.catalogue.plugin_keys import PluginKeys, plugin_keys
+from lockdiag.core.catalogue.queues import (
+    PG_BOSS_KEYS,
+    PG_BOSS_TABLE_KEYS,
+    PG_BOSS_TABLES,
+    PGQUEUER_STATISTICS,
+    SAQ_QUEUE,
+    goodjob_key,
+    pg_boss_key,
+    pg_boss_keys,
+)
+from lockdiag.core.catalogue.schedulers import dbos_background_key, dbos_key, tooz_key, tooz_keys
+from lockdiag.core.catalogue.server_keys import SERVER_HASHED, derived_keys, hashed_names
+
+__all__ = [
+    "BY_APPLICATION",
+    "DIGESTS",
+    "DIGEST_HELPERS",
+    "FIXED",
+    "FLYWAY_BASE",
+    "FLYWAY_CLASSIDS",
+    "PARTMAN_NAMES",
+    "PGQUEUER_STATISTICS",
+    "PG_BOSS_KEYS",
+    "PG_BOSS_TABLES",
+    "PG_BOSS_TABLE_KEYS",
+    "QUERY_PREFIX",
+    "REPACK_LOCK_PREFIX",
+    "SAQ_QUEUE",
+    "SERVER_HASHED",
+    "SIGNS",
+    "SIGN_TABLES",
+    "SLONIK_TABLES",
+    "SOFTWARE",
+    "Catalogue",
+    "Confidence",
+    "Family",
+    "Known",
+    "PluginKeys",
+    "Program",
+    "Shape",
+    "Signs",
+    "Software",
+    "SoftwareKind",
+    "build_catalogue",
+    "candidate_keys",
+    "collisions",
+    "corroboration",
+    "crc32",
+    "database_keys",
+    "dbos_background_key",
+    "dbos_key",
+    "derived_keys",
+    "digest_keys",
+    "flyway_key",
+    "flyway_keys",
+    "goodjob_key",
+    "grafana_key",
+    "hashed_names",
+    "java_hash",
+    "medusa_hash",
+    "name_keys",
+    "pg_boss_key",
+    "pg_boss_keys",
+    "plugin_keys",
+    "repack_known",
+    "repack_table_oid",
+    "slonik_migrator_key",
+    "snapshot_catalogue",
+    "software_of_session",
+    "tooz_key",
+    "tooz_keys",
+    "unmatched_keys",
+]

@@ -1,0 +1,197 @@
+"""Schema migration and deploy tools: a run holds its lock from start to end, and ending its
+session mid-run can leave its record of applied changes out of step with the schema."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+from lockdiag.core.catalogue.entry import Family, Known, Program, Software
+from lockdiag.core.catalogue.formulas import crc32, java_hash
+from lockdiag.keys import LockTriple, from_bigint, from_pair
+from lockdiag.registry import Candidates
+
+FLYWAY_BASE = 77431708279161  # "Flyway" in ASCII: 0x466C79776179
+FLYWAY_CLASSIDS = range(18027, 18030)  # FLYWAY_BASE + any int4, in the high 32 bits
+# @slonik/migrator has no default migrationTableName; its README uses "migration"
+SLONIK_TABLES = ("migration", "migrations")
+
+
+def flyway_key(schema: str, table: str = "flyway_schema_history") -> LockTriple:
+    return from_bigint(FLYWAY_BASE + java_hash(f'"{schema}"."{table}"'))
+
+
+def flyway_keys(schemas: Iterable[str]) -> dict[LockTriple, Known]:
+    return {
+        flyway_key(schema): Known("Flyway", f"migration lock of schema {schema}", "derived")
+        for schema in schemas
+    }
+
+
+def grafana_key(database: str) -> LockTriple:
+    """Grafana's migration lock: golang-migrate's GenerateAdvisoryLockId(dbName), with no
+    other names: ``crc32(dbName) * 1486364155`` as an unsigned 32-bit number."""
+    return from_bigint((crc32(database) * 1486364155) % 2**32)
+
+
+def slonik_migrator_key(table: str) -> LockTriple:
+    """@slonik/migrator dist/index.js advisoryLockId(): ``parseInt(md5('@slonik/migrator
+    advisory lock:' + JSON.stringify(table)).hex.slice(0, 8), 16)``, an unsigned 32-bit bigint."""
+    text = "@slonik/migrator advisory lock:" + json.dumps(
+        table, ensure_ascii=False, separators=(",", ":")
+    )
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).digest()
+    return from_bigint(int.from_bytes(digest[:4], "big"))
+
+
+def slonik_keys(tables: Iterable[str]) -> dict[LockTriple, Known]:
+    return {
+        slonik_migrator_key(table): Known(
+            "@slonik/migrator", f"migration lock (table {table})", "derived"
+        )
+        for table in tables
+    }
+
+
+def database_keys(database: str) -> dict[LockTriple, Known]:
+    """Rails, sqlx, golang-migrate and Grafana derive their key from the database's name."""
+    found: dict[LockTriple, Known] = {}
+    checksum = crc32(database)
+    of_database = f"migration lock of database {database}"
+    found[from_bigint(2053462845 * checksum)] = Known("Ruby on Rails", of_database, "derived")
+    found[from_bigint(1026731422 * checksum)] = Known("sqlx", of_database, "derived")
+    for name in (database, "/" + database):  # opened from a URL, the driver keeps the "/"
+        key = (crc32(f"public\x00schema_migrations\x00{name}") * 1486364155) % 2**32
+        found[from_bigint(key)] = Known("golang-migrate", of_database, "derived")
+    found[grafana_key(database)] = Known("Grafana", of_database, "derived")
+    return found
+
+
+def candidate_keys(candidates: Candidates) -> dict[LockTriple, Known]:
+    """Flyway's lock for each listed schema; @slonik/migrator's for each table (and the
+    README's)."""
+    tables = (*SLONIK_TABLES, *candidates.slonik_migrator_tables)
+    return {**flyway_keys(candidates.flyway_schemas), **slonik_keys(tables)}
+
+
+MIGRATIONS = Family(
+    (
+        Program(
+            "Prisma Migrate",
+            Software("migration", "pg_advisory_lock", "held for the whole migrate run"),
+            exact={from_bigint(72707369): "migration lock"},
+        ),
+        Program(
+            "Sqitch",
+            Software(
+                "deploy",
+                "pg_try_advisory_lock",
+                "held for the whole deploy, while Sqitch's own connection stays idle in "
+                "transaction (LOCK TABLE changes) and psql applies each change in another backend",
+            ),
+            exact={from_bigint(75474063): "deploy lock"},
+        ),
+        Program(
+            "goose",
+            Software("migration", "pg_try_advisory_lock", "held for the whole migration run"),
+            exact={from_bigint(4097083626): "migration lock (session locker)"},
+        ),
+        # src/runner.ts lock(): pg_try_advisory_lock(PG_MIGRATE_LOCK_ID)
+        Program(
+            "node-pg-migrate",
+            Software("migration", "pg_try_advisory_lock", "held for the whole run"),
+            exact={from_bigint(7241865325823964): "migration lock"},
+        ),
+        # PostgresAdapter.acquireMigrationLock: in the run's transaction (transactional DDL)
+        Program(
+            "Kysely",
+            Software(
+                "migration", "pg_advisory_xact_lock", "held by the migration run's transaction"
+            ),
+            exact={from_bigint(3853314791062309107): "migration lock"},
+        ),
+        Program(
+            "liquibase-sessionlock",
+            Software("migration", "pg_try_advisory_lock", "held for the whole update"),
+            exact={
+                from_pair(
+                    java_hash("databasechangeloglock"), java_hash("public")
+                ): "changelog lock (schema public)"
+            },
+        ),
+        Program(
+            "Ruby on Rails",
+            Software("migration", "pg_try_advisory_lock", "held for the whole db:migrate"),
+        ),
+        Program(
+            "sqlx", Software("migration", "pg_advisory_lock", "held for the whole migrate run")
+        ),
+        Program(
+            "golang-migrate", Software("migration", "pg_advisory_lock", "held for the whole run")
+        ),
+        Program(
+            "Flyway",
+            Software(
+                "migration", "pg_try_advisory_xact_lock", "held by each migration's transaction"
+            ),
+        ),
+        # "GRAPHILE MIGRATE" on a phone keypad (graphile-migrate src/pgReal.ts,
+        # ADVISORY_LOCK_MIGRATE)
+        Program(
+            "graphile-migrate",
+            Software(
+                "migration",
+                "pg_try_advisory_lock",
+                "held for the whole migrate run (and each migration it runs)",
+            ),
+            exact={from_bigint(4727445306447283): "migration lock"},
+        ),
+        # checked by running each one against PostgreSQL 15 (tests/test_known_more.py)
+        # postgres-migrations dist/with-lock.js: pg_try_advisory_lock(-8525285245963000605)
+        Program(
+            "postgres-migrations",
+            Software(
+                "migration",
+                "pg_try_advisory_lock",
+                "held for the whole migrate run by the connection that runs each migration in "
+                "a transaction of its own",
+            ),
+            exact={from_bigint(-8525285245963000605): "migration lock"},
+        ),
+        Program(
+            "@slonik/migrator",
+            Software(
+                "migration",
+                "pg_advisory_lock",
+                "held for the whole up or down by one pooled connection that stays idle while "
+                "the migrations run on another connection of the pool",
+            ),
+        ),
+        # grafana pkg/services/sqlstore/migrator/migrator.go RunMigrations: a dedicated sql.Conn
+        # takes pg_try_advisory_lock(GenerateAdvisoryLockId(dbName)) while the migrations run
+        # in transactions on other connections (older releases: inside one xorm session)
+        Program(
+            "Grafana",
+            Software(
+                "migration",
+                "pg_try_advisory_lock",
+                "held while a Grafana server migrates its database at start, by a connection of "
+                "its own left idle while the migrations run on other connections",
+            ),
+        ),
+        # jackc/tern migrate/migrate.go: lockNum 9628173550095224 on the migrator's own
+        # connection, "arbitrary random number", copied by projects that vendor tern
+        Program(
+            "tern",
+            Software(
+                "migration",
+                "pg_advisory_lock",
+                "held for the whole migrate run by the connection that runs each migration",
+            ),
+            exact={from_bigint(9628173550095224): "migration lock"},
+        ),
+    ),
+    database_keys,
+    candidate_keys,
+)
