@@ -9,20 +9,27 @@ backend (pid and backend_start), so --session-age judges both alike.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from click.testing import CliRunner
 from snapshots import STARTED, advisory, session, snapshot
 
-from lockdiag.core.analysis import analyse
+from lockdiag.cli import cli
+from lockdiag.core.analysis import Flag, analyse
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.incident import Incident
 from lockdiag.core.observe import Looks
 from lockdiag.exporter import Exporter, Target
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry
+from lockdiag.render import plain
+from lockdiag.views import watch
 
 from conftest import Sessions, Worker
 
@@ -113,3 +120,53 @@ def test_a_pid_reused_by_a_new_backend_restarts_the_clock() -> None:
     [entry] = analyse(newer, Registry(), seen=looks.look(newer))
     assert entry.seen is not None and entry.seen.seconds == 0.0
     assert entry.held_for == pytest.approx(0.2)
+
+
+def test_watch_judges_and_shows_the_seen_bound(
+    cluster: object, leaders: tuple[Worker, Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinging, silent = leaders
+    monkeypatch.setattr(watch, "CHECK", POLICY)
+    state = watch.State(Registry())
+    dsn = cluster.dsn()  # type: ignore[attr-defined]
+    state.take(take_snapshot(dsn, 5, "all"))
+    time.sleep(SESSION_AGE + 0.5)
+    state.take(take_snapshot(dsn, 5, "all"))
+    entries = {e.lock.pid: e for e in state.entries}
+    ping, quiet = entries[pinging.pid], entries[silent.pid]
+    assert ping.seen is not None and ping.seen.busy and ping.seen.seconds >= SESSION_AGE
+    assert ping.held_at_least is not None and ping.held_at_least < 1.0  # its state bound
+    assert Flag.LONG_SESSION_LOCK in ping.flags and Flag.LONG_SESSION_LOCK in quiet.flags
+    shown = plain(watch.frame(state))
+    # the table's row (finding lines have a "·" between heading and evidence)
+    [row] = [line for line in shown.splitlines() if f" {pinging.pid} " in line and "·" not in line]
+    assert re.search(r"seen [23]s", row), row  # the SEEN column: the seen bound
+    assert state.report is not None
+    [finding] = [
+        f for f in state.report.findings if f.pid == pinging.pid and f.kind == Kind.SESSION_LOCK
+    ]
+    assert "seen held at every look since" in finding.evidence
+
+
+@pytest.mark.usefixtures("leaders")
+def test_sample_keeps_what_it_saw_apart_from_the_lower_bound(cluster: object) -> None:
+    time.sleep(1.0)  # the silent leader's state bound is older than the sampling
+    result = CliRunner().invoke(
+        cli,
+        ["sample", "--duration", "2s", "--interval", "250ms", "--format", "json",
+         "--dsn", cluster.dsn()],  # type: ignore[attr-defined]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    keys = {k["key"]: k for k in json.loads(result.stdout)["keys"]}
+    ping, quiet = keys["unregistered pair (4242, 1)"], keys["unregistered pair (4242, 2)"]
+    # seen: within the sampling window, for both alike
+    assert 1.0 <= ping["seen_held_seconds"] <= 2.5 and 1.0 <= quiet["seen_held_seconds"] <= 2.5
+    # the lower bound: since the silent one went idle, before sampling; the pinging one's is
+    # at most its ping interval
+    assert quiet["held_at_least_seconds"] > quiet["seen_held_seconds"]
+    assert ping["held_at_least_seconds"] < 1.0
+    text = CliRunner().invoke(
+        cli,
+        ["sample", "--duration", "1s", "--interval", "250ms", "--dsn", cluster.dsn()],  # type: ignore[attr-defined]
+    )
+    assert "SEEN HELD" in text.stdout and "LOWER BOUND" in text.stdout, text.stdout

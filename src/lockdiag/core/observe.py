@@ -178,6 +178,10 @@ class KeyStats:
     releases: int = 0  # holds that ended while sampling
     # seconds: observed across samples, or the hold's lower bound when longer (hold_lower_bound)
     longest_hold: float = 0.0
+    # the two apart: the longest a session was seen holding it at every look (capped by the
+    # sampling window), and the longest lower bound one read gave (idle since, a wait caused)
+    longest_seen: float = 0.0
+    held_at_least: float = 0.0
     longest_wait: float = 0.0  # seconds, from waitstart
     idle_holders: set[int] = field(default_factory=set)  # pids of those idle holds
     idle_holds: int = 0  # samples where a holder idle PATTERN_WAIT or more had waiters
@@ -222,6 +226,7 @@ class Sampler:
     query_seconds: list[float] = field(default_factory=list)  # one per read of the lock table
     keys: dict[KeyId, KeyStats] = field(default_factory=dict)
     _holds: Holds[HoldId] = field(default_factory=Holds)
+    looks: Looks = field(default_factory=Looks)  # what the reads saw held: Diagnosis's seen
     started: datetime | None = None
     ended: datetime | None = None
     _read: _Read | None = None
@@ -287,7 +292,11 @@ class Sampler:
         first_seen = self._holds.first_seen
         holds: dict[KeyId, tuple[datetime, float]] = {}
         for hold, entry in held_now.items():
-            first, bound = first_seen[hold], hold_lower_bound(entry, waits)
+            # seen held: the analysis' looks when it had them (pid and backend_start), else
+            # this sampler's own first sight
+            seen = entry.seen
+            first = seen.since if seen is not None else first_seen[hold]
+            bound = hold_lower_bound(entry, waits)
             before = holds.get(hold[0])
             if before is not None:
                 first, bound = min(first, before[0]), max(bound, before[1])
@@ -340,6 +349,8 @@ class Sampler:
             stats = self.keys[key]
             observed = (ended - first).total_seconds()
             stats.longest_hold = max(stats.longest_hold, observed, bound + last)
+            stats.longest_seen = max(stats.longest_seen, observed)
+            stats.held_at_least = max(stats.held_at_least, bound + last)
         self._later = []
 
 

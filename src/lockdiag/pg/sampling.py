@@ -58,7 +58,8 @@ def sample(
                     if pacer.due(tick, activity):
                         collect_now_and_then(pacer.reads)
                         snapshot = session.snapshot("advisory", within=ends - time.monotonic())
-                        diagnosis = Diagnosis(snapshot, server.registry)
+                        seen = sampler.looks.look(snapshot)
+                        diagnosis = Diagnosis(snapshot, server.registry, seen=seen)
                         read_at, server_time = tick, snapshot.server.now
                         sampler.add(diagnosis.advisory, server_time, snapshot.query_seconds)
                         sampler.standing.add(contention(snapshot, diagnosis.advisory))

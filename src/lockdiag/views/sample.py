@@ -98,7 +98,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     percent(s.samples_waited),
                     str(len(s.holder_pids)),
                     str(len(s.waiter_pids)),
-                    f"≥ {format_duration(s.longest_hold)}",
+                    _at_least(s.longest_seen),
+                    _at_least(s.held_at_least),
                     f"≥ {format_duration(s.longest_wait)}" if s.samples_waited else "",
                     f"~{s.acquisitions}/{s.releases}",
                     f"{100 * s.contention:.0f}%",
@@ -110,7 +111,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                 percent(0),
                 "1",
                 "0",
-                f"≥ {format_duration(max(m.longest_hold for m in group))}",
+                _at_least(max(m.longest_seen for m in group)),
+                _at_least(max(m.held_at_least for m in group)),
                 "",
                 f"~{sum(m.acquisitions for m in group)}/{sum(m.releases for m in group)}",
                 "0%",
@@ -142,16 +144,20 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     "WAITED",
                     "HOLDERS",
                     "WAITERS",
-                    "LONGEST HOLD",
+                    "SEEN HELD",
+                    "LOWER BOUND",
                     "LONGEST WAIT",
                     "ACQ/REL",
                     "CONTENTION",
                 ],
                 rows,
-                title="Per key (HELD, WAITED: share of samples; LONGEST: as seen, a lower bound; "
-                "ACQ/REL: estimated acquisitions and releases)",
+                title="Per key (HELD, WAITED: share of samples; SEEN HELD: the longest one session "
+                "was seen holding it at every look, within the sampling; LOWER BOUND: the "
+                "longest hold one read proves, since its holder went idle or since a wait it "
+                "caused began; LONGEST WAIT: as seen, a lower bound; ACQ/REL: estimated "
+                "acquisitions and releases)",
                 essential={0},  # a key is never cut: 73 must not read as 7…
-                optional=[1, 8, 6, 7],
+                optional=[1, 9, 7, 8, 6],
                 empty="no advisory lock seen",
             )
         )
@@ -192,6 +198,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     "distinct_holders": len(s.holder_pids),
                     "distinct_waiters": len(s.waiter_pids),
                     "longest_hold_seconds": s.longest_hold,
+                    "seen_held_seconds": s.longest_seen,
+                    "held_at_least_seconds": s.held_at_least,
                     "longest_wait_seconds": s.longest_wait,
                     "acquisitions": s.acquisitions,
                     "releases": s.releases,
@@ -257,6 +265,10 @@ def _reads(sampler: Sampler) -> str:
         f"{rate}: the other samples found pg_stat_activity unchanged since the last read, "
         "whose locks they count again"
     )
+
+
+def _at_least(seconds: float) -> str:
+    return f"≥ {format_duration(seconds)}" if seconds else ""
 
 
 def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) -> list[str]:

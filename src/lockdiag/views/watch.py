@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from lockdiag.core.analysis import Filters, Flag, LockEntry
@@ -19,7 +20,7 @@ from lockdiag.core.findings import CheckPolicy, CheckReport, Finding
 from lockdiag.core.graph import Blockers, Root, tree_pids
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
-from lockdiag.core.observe import Tracker, identity
+from lockdiag.core.observe import Looks, Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import DETAIL, STEP, VERDICT, Block, Text, clean, fit_screen, pick
@@ -56,6 +57,7 @@ class State:
 
     registry: Registry
     tracker: Tracker = field(default_factory=Tracker)
+    looks: Looks = field(default_factory=Looks)  # when each lock was first seen held
     snapshot: Snapshot | None = None
     incident: Incident | None = None  # causes, findings and wait graph of the last snapshot
     entries: list[LockEntry] = field(default_factory=list)  # its advisory locks
@@ -97,7 +99,9 @@ class State:
         self.snapshot = snapshot
         # one analysis a refresh, not one per redraw: check() analyses every lock type and
         # builds the wait graph; the advisory rows of the same analysis fill the table
-        diagnosis = Diagnosis(snapshot, self.registry, CHECK.analysis_policy())
+        # --session-age and max_hold judge the longer of the state bound and the time seen held
+        seen = self.looks.look(snapshot)
+        diagnosis = Diagnosis(snapshot, self.registry, CHECK.analysis_policy(), seen=seen)
         self.incident = diagnosis.incident(CHECK)
         self.taken_at = time.monotonic()
         self.entries = diagnosis.advisory
@@ -320,6 +324,14 @@ def _unattached_line(finding: Finding) -> tuple[str, Style]:
     return f"{heading} · {clean(finding.evidence)}", style
 
 
+def _seen(state: State, entry: LockEntry, now: datetime) -> float | None:
+    """Seconds a lock has been seen: held by the same backend at every look (the bound
+    --session-age and max_hold judge), or waiting; None at the first refresh."""
+    if state.tracker.refreshes < 2:
+        return None
+    return entry.seen.seconds if entry.seen is not None else state.tracker.observed(entry, now)
+
+
 def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Block]:
     now = snapshot.server.now
     filters = state.filters()
@@ -344,7 +356,7 @@ def _lock_table(state: State, snapshot: Snapshot, screen: int | None) -> list[Bl
             entry,
             snapshot.server,
             "+" if identity(entry) in state.tracker.appeared else " ",
-            state.tracker.observed(entry, now) if state.tracker.refreshes > 1 else None,
+            _seen(state, entry, now),
             label or "",
         )
         for entry, label in zip(shown, folded, strict=True)
