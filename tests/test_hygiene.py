@@ -219,3 +219,13 @@ def test_two_entries_for_one_key_are_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "namespace 'b': key 77 is already named by 'a'" in result.output
+
+
+def test_a_key_collides_only_with_itself(tmp_path: Path) -> None:
+    """A namespace of one key claims that key, not its space: 42 (high word 0, where Sqitch's
+    key 75474063 lives) collides with nothing; Sqitch's own key is warned about."""
+    for key, warned in (("42", False), ("75474063", True)):
+        path = written(tmp_path, f"[namespaces.constant]\nkey = {key}\n")
+        result = CliRunner().invoke(cli, ["registry", "check", "--registry", str(path)])
+        assert result.exit_code == 0, result.output
+        assert ("that Sqitch uses" in result.output) is warned, result.output

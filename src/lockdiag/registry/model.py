@@ -74,6 +74,14 @@ class Namespace:
         except ValueError:
             raise InvalidKey(f"resource {value!r} is not an integer") from None
 
+    def covers(self, triple: LockTriple) -> bool:
+        """Whether a key is this namespace's: in its space (form and id), and for a
+        namespace of one key, that key."""
+        if triple.form != self.form:
+            return False
+        namespace_id, resource = split_namespace(triple)
+        return namespace_id == self.id and self.exact in (None, resource)
+
     def resource_text(self, number: int) -> str:
         """A resource as people read it: the number; for parts, the listed values that give
         it, else ``#3fa2c1d0`` (the number, in hex)."""

@@ -20,7 +20,6 @@ from lockdiag.keys import (
     LockTriple,
     from_bigint,
     from_pair,
-    split_namespace,
     to_int4,
     to_uint4,
 )
@@ -117,9 +116,7 @@ def collisions(namespace: Namespace, guesses: bool = True) -> list[str]:
         f"namespace {namespace.name!r} contains the key {triple.describe()} that "
         f"{known.software} uses ({known.meaning})"
         for triple, known in FIXED.items()
-        if triple.form == namespace.form
-        and split_namespace(triple)[0] == namespace.id
-        and (guesses or known.names)
+        if namespace.covers(triple) and (guesses or known.names)
     ]
     if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
         found.append(
@@ -138,5 +135,4 @@ def collisions(namespace: Namespace, guesses: bool = True) -> list[str]:
 def _in_namespace(key: plugins.Key, namespace: Namespace) -> bool:
     if key.form == "space":
         return namespace.form == "pair" and key.numbers[0] == namespace.id
-    triple = key.triple
-    return triple.form == namespace.form and split_namespace(triple)[0] == namespace.id
+    return namespace.covers(key.triple)
