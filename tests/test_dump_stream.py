@@ -5,16 +5,23 @@ with the same answer as before."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pytest
 
 from lockdiag.core import catalogue
+from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg import capture as capturing
 from lockdiag.pg import queries
-from lockdiag.render import CHUNK, Output, Table, Text, plain, render
+from lockdiag.pg.session import DiagnosticSession
+from lockdiag.registry import Registry
+from lockdiag.render import CHUNK, Block, Output, SharedRows, Table, Text, markdown, plain, render
+from lockdiag.views.listing import fleet_list_output, list_output
+
+from conftest import OTHER_DB, Sessions
 
 LOCKS = 5000  # more than two batches of capture.BATCH
 
@@ -74,3 +81,58 @@ def test_the_snapshot_is_streamed_in_batches_with_every_row(
     assert [tuple(lock[:8]) for lock in taken.locks] == [tuple(row[1:9]) for row in locks]
     assert set(taken.sessions) == {row[18]["pid"] for row in whole if row[0] == "session"}
     assert max(sizes) <= capturing.BATCH  # never more than a batch of rows in the client
+
+
+# -- a dump's rows: a label and its backend's row -------------------------------------------
+
+
+def _whole(blocks: list[Block]) -> list[Block]:
+    """The same blocks with every table's rows made whole (the general alignment)."""
+    return [replace(b, rows=list(b.rows)) if isinstance(b, Table) else b for b in blocks]
+
+
+@pytest.mark.parametrize(
+    ("column", "cells"),
+    [(0, ["", "held", "12"]), (1, ["a", "", "12"]), (2, ["a", "held", ""]), (1, ["", "", ""])],
+)
+def test_shared_rows_align_as_the_whole_rows(column: int, cells: list[str]) -> None:
+    backend, other = cells, [c and c + "-long-cell" for c in cells]
+    rows = SharedRows(column)
+    for index, label in enumerate(["x", "a far longer label than the header", "", "y y"]):
+        rows.add(label, backend if index % 2 else other)
+    rows.add("w", ["waits", "WAITING", "13"])
+    blocks: list[Block] = [Table(["LOCK", "STATUS", "PID"], rows)]
+    assert plain(blocks) == plain(_whole(blocks))
+    assert len(rows) == 5 and rows[1][column] == "a far longer label than the header"
+
+
+def test_a_dump_of_a_real_server_reads_as_the_whole_rows(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Every column that can be there (a fleet's TARGET, DATABASE: the label third), locks of
+    one backend in both forms, another database's, a holder and its waiter, in plain, CSV and
+    Markdown: the shared rows give the text the whole rows give."""
+    sessions.open("many").run("SELECT count(pg_advisory_lock(7, g)) FROM generate_series(1, 300) g")
+    sessions.open("bigints").run("SELECT count(pg_advisory_lock(g)) FROM generate_series(-5, 5) g")
+    sessions.open("elsewhere", dbname=OTHER_DB).run("SELECT pg_advisory_lock(4102, 1)")
+    sessions.open("holder").run("SELECT pg_advisory_lock(4102, 7)")
+    waiter = sessions.open("waiter")
+    waiter.start("SELECT pg_advisory_lock(4102, 7)")
+    sessions.waiting(waiter)
+    names = Registry()
+    with DiagnosticSession(cluster.dsn(), 30.0, names) as session:
+        taken = session.snapshot("advisory")
+    listing = Diagnosis(taken, names).listing()
+    for output in (list_output(listing), fleet_list_output([("a", listing), ("b", listing)], [])):
+        blocks = output.blocks()
+        table = next(b for b in blocks if isinstance(b, Table))
+        assert isinstance(table.rows, SharedRows) and len(table.rows) >= 314
+        assert plain(blocks) == plain(_whole(blocks))
+        assert markdown(blocks) == markdown(_whole(blocks))
+        assert _csv(blocks) == _csv(_whole(blocks))
+
+
+def _csv(blocks: list[Block]) -> str:
+    pipe = io.StringIO()
+    render(Output(lambda: blocks, dict), "csv", pipe)
+    return pipe.getvalue()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO, overload
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,10 +31,41 @@ VERDICT, STEP, ROWS, DETAIL = 0, 1, 2, 3
 MORE_ROWS = "--format plain or json gives every row"
 
 
+class SharedRows(Sequence[list[str]]):
+    """A table's rows where most differ from a row they share in one column only (the many
+    locks of one backend: every cell but the lock's name is the backend's). Each is kept as
+    that cell and the shared row, made whole only when a row is asked for; plain text aligns
+    them without making any (see :func:`_aligned_shared`)."""
+
+    def __init__(self, column: int) -> None:
+        self.column = column  # the column that differs
+        self.items: list[tuple[str, list[str]]] = []  # (its cell, the row it goes into)
+
+    def add(self, cell: str, shared: list[str]) -> None:
+        self.items.append((cell, shared))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, index: int) -> list[str]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[list[str]]: ...
+    def __getitem__(self, index: int | slice) -> list[str] | list[list[str]]:
+        if isinstance(index, slice):
+            return [self._whole(item) for item in self.items[index]]
+        return self._whole(self.items[index])
+
+    def _whole(self, item: tuple[str, list[str]]) -> list[str]:
+        row = list(item[1])
+        row[self.column] = item[0]
+        return row
+
+
 @dataclass
 class Table:
     headers: list[str]
-    rows: list[list[str]]
+    rows: Sequence[list[str]]
     title: str | None = None
     # rows kept first when a terminal view is capped: the higher, the longer kept (True, False)
     important: list[int] | None = None
@@ -306,8 +337,11 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def _aligned(headers: list[str], rows: list[list[str]]) -> Iterator[str]:
+def _aligned(headers: list[str], rows: Sequence[list[str]]) -> Iterator[str]:
     """The table's lines, each made when it is written: the widths need every row first."""
+    if isinstance(rows, SharedRows) and len(headers) > 1:
+        yield from _aligned_shared(headers, rows)
+        return
     widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
     if len(widths) == 1:
         yield from (cells[0].rstrip() for cells in chain([headers], rows))
@@ -324,6 +358,33 @@ def _aligned(headers: list[str], rows: list[list[str]]) -> Iterator[str]:
         if others != previous:
             previous, tail = others, "  " + rest(*others)
         yield (cells[0].ljust(first) + tail).rstrip()
+
+
+def _aligned_shared(headers: list[str], rows: SharedRows) -> Iterator[str]:
+    """:func:`_aligned`'s lines for shared rows: the widths from each shared row once and
+    from every differing cell, and each shared row's cells before and after the differing one
+    formatted once (the same text: ``{:<w}`` is ``ljust``, the last cell is not padded)."""
+    column, items = rows.column, rows.items
+    shared = {id(row): row for _, row in items}
+    shared[id(headers)] = headers
+    widths = [max(map(len, cells)) for cells in zip(*shared.values(), strict=True)]
+    widths[column] = max(len(headers[column]), max((len(cell) for cell, _ in items), default=0))
+    last = len(widths) - 1
+    formats = [f"{{:<{w}}}" for w in widths[:last]] + ["{}"]
+    before = "  ".join(formats[:column]).format
+    after = "  ".join(formats[column + 1 :]).format
+    width = widths[column] if column < last else 0
+    opening = "" if column == 0 else "  "  # between the cells before and the differing one
+    closing = "" if column == last else "  "
+    made: dict[int, tuple[str, str]] = {}
+    for cell, row in chain([(headers[column], headers)], items):
+        ends = made.get(id(row))
+        if ends is None:
+            ends = made[id(row)] = (
+                before(*row[:column]) + opening,
+                closing + after(*row[column + 1 :]),
+            )
+        yield (ends[0] + cell.ljust(width) + ends[1]).rstrip()
 
 
 def _rich(output: Output, stream: TextIO) -> None:

@@ -23,7 +23,7 @@ from lockdiag.cli.settings import SETTINGS_ERROR
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.core.incident import Incident
-from lockdiag.core.model import Snapshot
+from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
 from lockdiag.registry import UNREGISTERED_LEVELS, Registry, Unregistered
@@ -145,7 +145,8 @@ def check_command(
         names = get_registry(registry, strict=True)  # a verdict without its rules is UNKNOWN
         level = unregistered or ("ignore" if no_unregistered else names.unregistered)
         policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, level or "report")
-        captures = get_captures("all", names)  # a single server's error: UNKNOWN below
+        # what the findings need: every lock in a wait, spans of the rest (counted whole)
+        captures = get_captures(Aggregated(), names)  # a single server's error: UNKNOWN below
         results = [
             (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.reason)
             for c in captures

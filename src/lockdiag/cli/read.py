@@ -29,7 +29,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
 from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.model import Scope, Snapshot
+from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.registry import Registry
@@ -163,8 +163,9 @@ def who_holds_command(
     else:
         key = names.key(namespace, *resource).triple
     # every lock type: the verdict places the holder in the incident, and a holder that waits
-    # for a table lock is no root blocker
-    captures = get_captures("all", names)
+    # for a table lock is no root blocker; the key itself as a row, the rest as the findings
+    # need it (spans of locks nobody waits for)
+    captures = get_captures(Aggregated(key=key), names)
     reports = [
         (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None) for c in captures
     ]

@@ -15,7 +15,13 @@ from enum import Enum
 from functools import partial
 from typing import Literal, NamedTuple
 
-from lockdiag.core.catalogue import Catalogue, Known, snapshot_catalogue
+from lockdiag.core.catalogue import (
+    REPACK_LOCK_PREFIX,
+    Catalogue,
+    Known,
+    build_catalogue,
+    snapshot_catalogue,
+)
 from lockdiag.core.model import IN_TRANSACTION_IDLE, LockRow, PoolLink, Session, Snapshot
 from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
@@ -71,9 +77,20 @@ class Decoded(NamedTuple):
     namespace: Namespace | None = None
     resource: int | None = None
     known: Known | None = None  # well-known software's key, when no namespace matches
+    # a span of an aggregated read (LockRow.keys): its highest key, and how many keys; every
+    # key between decodes as ``triple`` does (no listed key inside: capture.spans_decodable)
+    last: LockTriple | None = None
+    keys: int = 1
 
     @property
     def label(self) -> str:
+        if self.last is not None:
+            first, namespace = self._replace(last=None).label, self.namespace
+            if namespace is not None:
+                last = namespace.resource_text(_resource(self.last))
+            else:
+                last = self.last.describe()
+            return f"{first}..{last} ({self.keys:,} keys)"
         namespace = self.namespace
         if namespace is not None:
             if not namespace.parts:  # the common case, a hundred thousand times over
@@ -222,9 +239,11 @@ def analyse(
     advisory = rank.get("advisory", 0) << TYPE_BIT
     order: list[int] = []
     for row in rows:
-        (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted, *_) = row
+        (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted,
+         _, _, keys, _) = row  # fmt: skip
         uncontested = granted and id(row) not in contested
-        shared = common.get((pid, database, objsubid, classid, locktype)) if uncontested else None
+        shared = (common.get((pid, database, objsubid, classid, locktype))
+                  if uncontested and keys == 1 else None)  # fmt: skip
         if shared is not None:
             triple = _new_triple((classid, objid, objsubid))
             if triple not in shared.listed:  # the fast path: most locks of a large lock table
@@ -235,7 +254,8 @@ def analyse(
                 place = (database or 0) << DATABASE_BIT | advisory | key
                 order.append(place << PLACE | (pid or 0))
                 entries.append(_new_entry((row, same.session, same.database,
-                                           _new_decoded((triple, namespace, resource, None)),
+                                           _new_decoded((triple, namespace, resource,
+                                                         None, None, 1)),
                                            same.lifetime, same.held, None, (), (), (),
                                            shared.flags, same.pool, same.seen)))  # fmt: skip
                 continue
@@ -244,7 +264,7 @@ def analyse(
             backend = backends[(pid, database)] = _backend(snapshot, pid, database, now, seen)
         decoded: Decoded | None = None
         if locktype == "advisory" and classid is not None and objid is not None:
-            decoded = decoder.decode(row)
+            decoded = decoder.decode(row) if keys == 1 else decoder.span(row)
             place = (objsubid or 0) << SUBID_BIT | classid << CLASSID_BIT | objid
         else:
             place = row.relation or 0
@@ -469,6 +489,14 @@ class _Decoder:
         self.found[numbers] = decoded
         return decoded
 
+    def span(self, row: LockRow) -> Decoded | None:
+        """A span's decoding: its lowest key's, which is every key's in it."""
+        decoded = self.decode(row)
+        if decoded is None or row.classid is None or row.objid_last is None:
+            return decoded
+        last = LockTriple.of_row(row.classid, row.objid_last, row.objsubid or 0)
+        return decoded._replace(last=last, keys=row.keys)
+
     def listed(self, objsubid: int | None, classid: int | None) -> frozenset[LockTriple] | None:
         """The keys of a space that must be decoded one by one; None when every key must
         (a pair prefix of well-known software, or a key no server gives)."""
@@ -480,6 +508,63 @@ class _Decoder:
         if self.registry.decode(space) is not None:
             return frozenset()  # the registry comes first: every key is the namespace's
         return self.catalogue.listed(objsubid, classid)
+
+
+class Singles(NamedTuple):
+    """What an aggregated read must send as rows, not spans: keys, and key spaces (objsubid,
+    classid) of which every key."""
+
+    keys: list[LockTriple]
+    spaces: list[tuple[int, int]]
+
+
+def singles(registry: Registry, key: LockTriple | None = None) -> Singles:
+    """The keys the catalogue lists (the registry's [known] ones included, hashtext's aside:
+    the server computes those) in spaces no namespace names, and the spaces of a pair prefix:
+    where ``_Decoder.listed`` tells keys apart before the read knows its databases. ``key``:
+    a key asked for by itself (who-holds)."""
+    catalogue = build_catalogue(registry.candidates)
+    unnamed = partial(_unnamed, registry)
+    keys = [k for k in catalogue.anywhere if unnamed(k.objsubid, k.classid)]
+    spaces = [(PAIR_SUBID, classid) for _, classid in catalogue.prefixes]
+    spaces = [s for s in [*spaces, (PAIR_SUBID, REPACK_LOCK_PREFIX)] if unnamed(*s)]
+    return Singles([*keys, *([key] if key is not None else [])], spaces)
+
+
+def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
+    """Whether every span of an aggregated read decodes as its lowest key does: no key its
+    snapshot's catalogue lists (per database, derived) lies inside one unless it was sent
+    as a row (:func:`singles`, and hashtext's keys). Else the read must be a full one."""
+    spans = [r for r in snapshot.locks if r.keys > 1]
+    if not spans:
+        return True
+    decoder = _Decoder(registry, snapshot)
+    sent = build_catalogue(registry.candidates, (), snapshot.derived)
+    for row in spans:
+        assert row.classid is not None and row.objid is not None and row.objid_last is not None
+        listed = decoder.listed(row.objsubid, row.classid)
+        if listed is None:
+            return False  # a prefix not sent whole: every key is named alone
+        low, high = _ordinal(row.objsubid, row.objid), _ordinal(row.objsubid, row.objid_last)
+        if any(low <= _ordinal(k.objsubid, k.objid) <= high and k not in sent.anywhere
+               for k in listed):  # fmt: skip
+            return False
+    return True
+
+
+def _unnamed(registry: Registry, objsubid: int, classid: int) -> bool:
+    """Whether no namespace names the key space (the registry comes first)."""
+    return registry.decode(LockTriple.of_row(classid, 0, objsubid)) is None
+
+
+def _resource(triple: LockTriple) -> int:
+    """The resource of a key in a space a namespace names (as the fast path computes it)."""
+    return triple.objid if triple.objsubid == BIGINT_SUBID else to_int4(triple.objid)
+
+
+def _ordinal(objsubid: int | None, objid: int) -> int:
+    """A key's place in its space: an int4 pair's objid is the signed second int."""
+    return to_int4(objid) if objsubid == PAIR_SUBID else objid
 
 
 def _idle_since(session: Session | None, now: datetime) -> float | None:

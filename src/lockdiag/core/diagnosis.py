@@ -27,7 +27,7 @@ from lockdiag.core.analysis import (
     privilege_notes,
 )
 from lockdiag.core.catalogue import snapshot_catalogue
-from lockdiag.core.findings import CheckPolicy, CheckReport, check
+from lockdiag.core.findings import CheckPolicy, CheckReport, check, locks_in
 from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
 from lockdiag.core.model import LockRow, Snapshot
@@ -144,7 +144,7 @@ class Diagnosis:
         selected = [e for e in entries if filters.accept(e)] if filters != NO_FILTERS else entries
         roots = self._roots
         if self.total is None:
-            return ListReport(self.snapshot, selected, self.notes, len(entries), roots=roots)
+            return ListReport(self.snapshot, selected, self.notes, locks_in(entries), roots=roots)
         spans = self._spans() if self.census is not None and filters == NO_FILTERS else None
         return ListReport(
             self.snapshot,

@@ -146,7 +146,7 @@ def census(entries: list[LockEntry]) -> Census:
         count = counted.get(kind)
         if count is None:
             count = counted[kind] = _Count(entry)
-        count.locks += 1
+        count.locks += entry.lock.keys  # a span counts its every lock
         if known is not None and granted:
             pid = entry.lock.pid
             if pid is not None and pid not in software and known.behaviour is not None:
@@ -276,18 +276,25 @@ def _by_backend(entries: Iterable[LockEntry], by_namespace: bool = False) -> lis
     return [sorted(group, key=lambda e: -len(e.blocks)) for group in groups.values()]
 
 
+def locks_in(group: list[LockEntry]) -> int:
+    """How many locks a group's entries stand for: a span (LockRow.keys) counts its every
+    lock, so an aggregated read counts as the full read does."""
+    return sum(e.lock.keys for e in group)
+
+
 def _labels(group: list[LockEntry]) -> str:
     """The first lock's label, and how many more."""
-    more = f" (+{len(group) - 1} more)" if len(group) > 1 else ""
-    return _label(group[0]) + more
+    more = locks_in(group) - group[0].lock.keys
+    return _label(group[0]) + (f" (+{more} more)" if more else "")
 
 
 def _listed(group: list[LockEntry], shown: int = 3) -> str:
     """For evidence: the first few labels of a group of more than one lock."""
-    if len(group) == 1:
+    if len(group) == 1 and group[0].lock.keys == 1:
         return ""
     names = ", ".join(_label(e) for e in group[:shown])
-    return f": {names}" + (f" and {len(group) - shown} more" if len(group) > shown else "")
+    more = locks_in(group) - locks_in(group[:shown])
+    return f": {names}" + (f" and {more} more" if more else "")
 
 
 def software_step(known: Known, pid: int | None) -> str:
@@ -330,7 +337,7 @@ def _outlived_clients(
     PgBouncer, on a server connection that no client is using any more, or that the pool
     lends to a client now which did not take it (flagged so)."""
     for group in _by_backend(leaked):
-        entry, pool, count = group[0], group[0].pool, len(group)
+        entry, pool, count = group[0], group[0].pool, locks_in(group)
         assert pool is not None
         pid = entry.lock.pid
         held = entry.held_at_least
@@ -381,7 +388,7 @@ def _session_locks(
     # the flag: a certain session lock held past --session-age's warning level, in a namespace
     # not declared long-lived (a leader lock never raises an alert)
     for group in _by_backend(old):
-        entry, count = group[0], len(group)
+        entry, count = group[0], locks_in(group)
         held = entry.held_for  # the backend's: the same for each of its locks
         severity = policy.session_age.severity(held)
         if severity is None or held is None:
@@ -608,12 +615,12 @@ def _unregistered(unregistered: list[LockEntry], level: Unregistered) -> Iterato
             spaces.setdefault(key, []).append(entry)
     groups: dict[tuple[str | None, int | None, str], list[LockEntry]] = {}
     for (database, pid, *_), found in spaces.items():
-        keys = len(set(map(_TRIPLE, found)))
+        keys = _keys(found)
         step = unregistered_step(found[0].decoded.triple, keys)  # type: ignore[union-attr]
         groups.setdefault((database, pid, step), []).extend(found)
     for (database, _, advice), found in groups.items():
         first = found[0]
-        keys = len(set(map(_TRIPLE, found)))
+        keys = _keys(found)
         where = f" in database {database}" if database else ""
         step = advice
         if keys == 1:  # a constant fixed in code, maybe: the entry that names it alone
@@ -627,8 +634,13 @@ def _unregistered(unregistered: list[LockEntry], level: Unregistered) -> Iterato
             step,
             first,
             float(keys),
-            len(found),
+            locks_in(found),
         )
+
+
+def _keys(found: list[LockEntry]) -> int:
+    """How many keys: a key held in two modes is two rows, a span as many keys as it has."""
+    return len(set(map(_TRIPLE, found))) + sum(e.lock.keys - 1 for e in found)
 
 
 _TRIPLE = attrgetter("decoded.triple")
@@ -715,7 +727,7 @@ def unregistered_step(triple: LockTriple, keys: int = 1) -> str:
 def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> Iterator[Finding]:
     # the analysis flags each lock that breaks its namespace's rules
     for group in _by_backend(expecting_xact, by_namespace=True):
-        entry, count = group[0], len(group)
+        entry, count = group[0], locks_in(group)
         assert entry.decoded is not None and entry.decoded.namespace is not None
         what = (
             "a certain session-level lock" if count == 1 else f"{count} certain session-level locks"
@@ -733,7 +745,7 @@ def _namespace_rules(expecting_xact: list[LockEntry], over: list[LockEntry]) -> 
             count,
         )
     for group in _by_backend(over, by_namespace=True):
-        entry, count = group[0], len(group)
+        entry, count = group[0], locks_in(group)
         namespace, age = entry.decoded.namespace if entry.decoded else None, entry.held_for
         assert namespace is not None and namespace.max_hold is not None and age is not None
         what = "it" if count == 1 else f"{count} of its locks"

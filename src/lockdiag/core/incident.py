@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.findings import CAUSES, WAITS, CheckReport, Finding, Kind, Severity
+from lockdiag.core.findings import (
+    CAUSES,
+    WAITS,
+    CheckReport,
+    Finding,
+    Kind,
+    Severity,
+    locks_in,
+)
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import IDLE_STATES, ServerInfo, Session, describe_lock
 from lockdiag.core.ownership import Ownership
@@ -230,7 +238,7 @@ def _cause(
         label=label,
         entry=entry,
         contended=tuple(contended),
-        locks=len(locks),
+        locks=locks_in(locks),
         kind=headline.kind if headline is not None else None,
         severity=min(severities, key=SEVERITY_RANK.__getitem__) if severities else None,
         findings=tuple(own),

@@ -15,10 +15,24 @@ from typing import Literal, NamedTuple
 from lockdiag.keys import LockTriple
 
 Extent = Literal["advisory", "all"]  # the lock types a snapshot holds
-# what a capture reads: advisory locks, every lock, or "waits": every lock of each backend that
-# waits or that a waiter waits for or queues behind, the others' not at all. Its diagnosis of
-# the waits is the full read's (tests/test_aggregated.py); a snapshot of it holds "all" types.
-Scope = Literal["advisory", "all", "waits"]
+
+
+@dataclass(frozen=True)
+class Aggregated:
+    """A read of what an answer needs (snapshot_aggregated_post_140000.sql): every lock in a
+    wait, every lock of the backends in one, and the keys that must be named one by one
+    (``key``: who-holds' key) come as rows; the other granted advisory locks of a backend come
+    as one span per key space (:attr:`LockRow.keys`). Its diagnosis is the full read's
+    (tests/test_aggregated.py)."""
+
+    all_types: bool = True
+    key: LockTriple | None = None
+
+
+# what a capture reads: advisory locks, every lock, "waits": every lock of each backend that
+# waits or that a waiter waits for or queues behind, the others' not at all (its diagnosis of
+# the waits is the full read's; a snapshot of it holds "all" types), or Aggregated
+Scope = Literal["advisory", "all", "waits"] | Aggregated
 HIDDEN_QUERY = "<insufficient privilege>"
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
@@ -101,6 +115,10 @@ class LockRow(NamedTuple):
 
     A named tuple: built straight from the query's row (``_make``), a hundred thousand of them
     in a few milliseconds.
+
+    A span (``keys`` > 1, an aggregated read's): that many granted advisory locks of one
+    backend in one key space and mode, from ``objid`` (the lowest key) to ``objid_last``
+    (the highest; by signed value for an int4 pair), none of them waited for.
     """
 
     locktype: str
@@ -119,6 +137,8 @@ class LockRow(NamedTuple):
     granted: bool
     waitstart: datetime | None = None
     blocked_by: builtins.tuple[int, ...] | None = None
+    keys: int = 1  # the locks this row stands for: more than one for a span
+    objid_last: int | None = None  # a span's highest key's objid
 
     @property
     def advisory_key(self) -> LockTriple | None:

@@ -84,7 +84,7 @@ def _document(snapshot: Snapshot) -> dict[str, object]:
         "scope": snapshot.scope,
         "server": _plain(asdict(snapshot.server)),
         "sessions": [_plain(asdict(s)) for s in snapshot.sessions.values()],
-        "locks": [_plain(lock._asdict()) for lock in snapshot.locks],
+        "locks": [_lock(lock) for lock in snapshot.locks],
         "derived": [asdict(key) for key in snapshot.derived],
         "notes": snapshot.notes,
         "pool": [{"pid": pid, **asdict(link)} for pid, link in snapshot.pool.items()],
@@ -581,6 +581,16 @@ def _expect_list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise _FieldError(where, "expected an array")
     return value
+
+
+def _lock(lock: LockRow) -> dict[str, Any]:
+    """A lock of the file: a span's (of an aggregated read) with its
+    ``keys`` and ``objid_last``; a single lock's without them, as files were before spans
+    (and read as one lock: the fields' defaults)."""
+    values = _plain(lock._asdict())
+    if lock.keys == 1:
+        del values["keys"], values["objid_last"]
+    return values
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:

@@ -209,7 +209,7 @@ class DiagnosticSession:
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
         with self.conversation(within) as connection:
             undecodable = self.undecodable.values
-            taken = capture(connection, self.describe(), scope, names)
+            taken = capture(connection, self.describe(), scope, names, self.registry)
             if self.undecodable.values != undecodable:
                 taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
             if self.registry is None and self.poolers is None:

@@ -34,7 +34,7 @@ class Column(Generic[Row]):
     words: bool = False  # comma-separated words (flags): cut between words, never inside one
 
 
-def table(columns: Sequence[Column[Any]], cells: list[list[str]], **options: Any) -> Table:
+def table(columns: Sequence[Column[Any]], cells: Sequence[list[str]], **options: Any) -> Table:
     """A Table of rows already made from ``columns`` (see :func:`cells_of`)."""
     optional = sorted(
         (i for i, c in enumerate(columns) if c.priority >= OPTIONAL),

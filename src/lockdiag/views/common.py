@@ -137,6 +137,8 @@ def lock_data(entry: LockEntry) -> dict[str, Any]:
         "transactionid": lock.transactionid,
         "virtualxid": lock.virtualxid,
         "virtualtransaction": lock.virtualtransaction,
+        # a span of an aggregated read: how many locks, up to which key (docs/reference/json.md)
+        **({"count": lock.keys, "objid_last": lock.objid_last} if lock.keys > 1 else {}),
     }
 
 

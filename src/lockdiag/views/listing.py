@@ -13,7 +13,7 @@ from lockdiag.core.diagnosis import ListReport, Space, Span
 from lockdiag.core.findings import figures
 from lockdiag.core.graph import Root, tree_pids
 from lockdiag.core.model import ServerInfo
-from lockdiag.render import VERDICT, Block, Output, Text, clean, plan_screen
+from lockdiag.render import VERDICT, Block, Output, SharedRows, Text, clean, plan_screen
 from lockdiag.views.columns import (
     LIST_COLUMNS,
     LIST_DATABASE,
@@ -114,7 +114,9 @@ def _blocks(
     # a fold counts the locks of the whole lock table, when only a part was analysed
     spans = {target: report.spans for target, report in parts}
     folded, sizes = _folds(rows, spans) if terminal else ({}, {})
-    cells: list[list[str]] = []
+    # a lock nobody waits for is its label and its backend's row (see SharedRows)
+    cells = SharedRows(label)
+    add = cells.items.append
     lines: list[ListRow] = []  # the row behind each line of cells (for one-line rows)
     important: list[int] = []  # rows a capped terminal view keeps first: roots, then the rest
     waiting: dict[str | None, int] = dict.fromkeys((t for t, _ in parts), 0)
@@ -131,15 +133,14 @@ def _blocks(
             cached = by_backend.get(shared)
             if cached is None:
                 cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
-            line = list(cached)
-            line[label] = fold_label or lock_label(e, server)
-            cells.append(line)
+            add((fold_label or lock_label(e, server), cached))
             if terminal:
                 lines.append(ListRow(target, e, server))
             important.append(URGENT if e.flags else 0)
             continue
         row = ListRow(target, e, server)
-        cells.append(cells_of(columns, row))
+        whole = cells_of(columns, row)
+        add((whole[label], whole))
         lines.append(row)
         important.append(ROOT if e.blocks and (target, lock.pid) in heads else URGENT)
         waiting[target] += not lock.granted
@@ -222,7 +223,7 @@ def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
 
 @dataclass
 class _Rows:
-    cells: list[list[str]]
+    cells: Sequence[list[str]]
     lines: list[ListRow]  # the row behind each line of cells
     important: list[int]
 

@@ -1,0 +1,80 @@
+-- The locks an answer needs, for PostgreSQL 14 and later (pg_locks.waitstart appeared in 14):
+-- what check and who-holds read. It takes the place of the lock
+-- rows of snapshot_post_140000.sql, whose session and server rows follow it (capture.py).
+-- pg_locks is read once: a MATERIALIZED CTE is one copy of the lock table, however often it is
+-- referenced, so the rows sent singly and the groups come from the same instant.
+-- Sent singly, as the full read sends them: a lock that is not advisory (with %(all_types)s),
+-- that waits, on an object somebody waits for, every lock of a backend that waits or that a
+-- waiter's pg_blocking_pids() names, of a prepared transaction, of %(pids)s, a key sent
+-- (the catalogue's and the registry's listed keys, who-holds' key) or of a space sent
+-- (where every key is decoded alone), and keys hashtext() names (%(names)s).
+-- The rest, granted advisory locks nobody waits for, grouped by backend, database, mode and key
+-- space (classid, objsubid): a group of GROUP_MIN rows or more comes back as one row, its
+-- lowest key in objid, with a detail {"count", "objid_last"}; a smaller group as its rows.
+-- A pair's objid is a signed int4 to the registry (an oid here): the group's lowest and
+-- highest are by that signed value, so the span's first and last resources are its ends.
+WITH l AS MATERIALIZED (
+    SELECT l.*, CASE WHEN NOT l.granted THEN pg_catalog.pg_blocking_pids(l.pid) END AS blocked_by
+    FROM pg_catalog.pg_locks AS l
+    WHERE (%(all_types)s OR l.locktype = 'advisory')
+      AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+), involved AS (
+    SELECT w.pid FROM l AS w WHERE NOT w.granted
+    UNION
+    SELECT b FROM l AS w, pg_catalog.unnest(w.blocked_by) AS b WHERE NOT w.granted
+    UNION
+    SELECT p FROM pg_catalog.unnest(%(pids)s::int[]) AS p
+), hashed AS (
+    SELECT pg_catalog.hashtext(s)::bigint AS h FROM pg_catalog.unnest(%(names)s::text[]) AS s
+), keys AS (  -- unnest of several arrays is FROM syntax, never schema-qualified
+    SELECT * FROM unnest(%(key_classids)s::bigint[], %(key_objids)s::bigint[],
+                         %(key_subids)s::bigint[]) AS k(classid, objid, objsubid)
+    UNION ALL  -- hashtext()'s int4 as a bigint key, and as the second int of a pair (SAQ)
+    SELECT (h >> 32) & 4294967295, h & 4294967295, 1 FROM hashed
+    UNION ALL
+    SELECT 0, h & 4294967295, 2 FROM hashed
+), spaces AS (
+    SELECT * FROM unnest(%(space_classids)s::bigint[], %(space_subids)s::bigint[])
+         AS s(classid, objsubid)
+    UNION ALL  -- hashtext()'s int4 as the first int of a pair: a prefix of every key
+    SELECT h & 4294967295, 2 FROM hashed
+), sorted AS (
+    SELECT l.*,
+           COALESCE(l.locktype <> 'advisory' OR NOT l.granted OR l.pid IS NULL
+           OR l.pid IN (SELECT involved.pid FROM involved)
+           OR (l.database, l.classid, l.objid, l.objsubid) IN (
+               SELECT w.database, w.classid, w.objid, w.objsubid FROM l AS w
+               WHERE NOT w.granted AND w.locktype = 'advisory')
+           OR (l.classid::bigint, l.objid::bigint, l.objsubid::bigint) IN (TABLE keys)
+           OR (l.classid::bigint, l.objsubid::bigint) IN (TABLE spaces), true) AS single,
+           CASE WHEN l.objsubid = 2 AND l.objid::bigint > 2147483647
+                THEN l.objid::bigint - 4294967296 ELSE l.objid::bigint END AS ordinal
+    FROM l
+), groups AS (
+    SELECT s.pid, s.database, s.mode, s.classid, s.objsubid, pg_catalog.count(*) AS count,
+           pg_catalog.min(s.ordinal) AS first, pg_catalog.max(s.ordinal) AS last,
+           pg_catalog.min(s.virtualtransaction) AS virtualtransaction
+    FROM sorted AS s
+    WHERE NOT s.single
+    GROUP BY s.pid, s.database, s.mode, s.classid, s.objsubid
+)
+SELECT 'lock' AS kind, s.locktype, s.database, s.relation, s.page, s.tuple, s.virtualxid,
+       s.transactionid::text AS transactionid, s.classid, s.objid, s.objsubid,
+       s.virtualtransaction, s.pid, s.mode, s.granted, s.waitstart, s.blocked_by,
+       -- a relation's name is only known to pg_class of its own database (or shared)
+       CASE WHEN s.relation IS NOT NULL
+             AND s.database IN (0, (SELECT d.oid FROM pg_catalog.pg_database AS d
+                                    WHERE d.datname = pg_catalog.current_database()))
+            THEN s.relation::pg_catalog.regclass::text END AS relation_name,
+       NULL::json AS detail
+FROM sorted AS s
+WHERE s.single OR (s.pid, s.database, s.mode, s.classid, s.objsubid) IN (
+    SELECT g.pid, g.database, g.mode, g.classid, g.objsubid FROM groups AS g
+    WHERE g.count < %(group_min)s)
+UNION ALL
+SELECT 'lock', 'advisory', g.database, NULL, NULL, NULL, NULL, NULL, g.classid,
+       (g.first & 4294967295)::oid, g.objsubid, g.virtualtransaction, g.pid, g.mode, true,
+       NULL, NULL, NULL,
+       pg_catalog.json_build_object('count', g.count, 'objid_last', g.last & 4294967295)
+FROM groups AS g
+WHERE g.count >= %(group_min)s
