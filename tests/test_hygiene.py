@@ -190,7 +190,14 @@ def test_a_constants_hint_pasted_into_the_registry_names_it(
     assert ("unregistered", "unregistered bigint 8237461823746183") in named
     key = CliRunner().invoke(cli, ["key", "elector", "--registry", str(registry)])
     assert key.exit_code == 0, key.output
-    assert "8237461823746182" in key.stdout
+    assert key.stdout.splitlines()[0] == "elector" and "(8237461823746182)" in key.stdout
+    who = CliRunner().invoke(
+        cli, ["who-holds", "elector", "--dsn", cluster.dsn(), "--registry", str(registry)]
+    )
+    assert who.exit_code == 0, who.output
+    assert f"pid {holder.pid}" in who.stdout and "elector" in who.stdout, who.stdout
+    shown = CliRunner().invoke(cli, ["registry", "show", "--registry", str(registry)])
+    assert re.search(r"^elector +key 8237461823746182 +bigint +session", shown.stdout, re.M)
 
 
 @pytest.mark.parametrize(

@@ -158,7 +158,7 @@ def who_holds_command(
         if namespace is not None:
             raise InputError("give either NAMESPACE RESOURCE or --key, not both")
         key = parse_numbers([raw_key])
-    elif namespace is None or not resource:
+    elif namespace is None:
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, *resource).triple

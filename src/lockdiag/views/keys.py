@@ -95,7 +95,7 @@ def key_output(key: AdvisoryKey, given: tuple[str, ...], function: str) -> Outpu
 
     def blocks() -> list[Block]:
         lines = [
-            clean(f"{namespace.name} {' '.join(given)}"),
+            clean(" ".join((namespace.name, *given))),
             f"  pg_locks:  classid={triple.classid} objid={triple.objid} "
             f"objsubid={triple.objsubid}",
             f"  SQL:       {sql}",
@@ -157,7 +157,7 @@ def registry_output(registry: Registry) -> Output:
         rows = [
             [
                 n.name,
-                str(n.id),
+                str(n.id) if n.exact is None else f"key {n.key().describe()}",
                 n.form,
                 n.expect,
                 format_duration(n.max_hold) if n.max_hold is not None else "",
@@ -184,6 +184,7 @@ def registry_output(registry: Registry) -> Output:
                 {
                     "name": n.name,
                     "id": n.id,
+                    "key": list(n.key().args) if n.exact is not None else None,
                     "form": n.form,
                     "expect": n.expect,
                     "max_hold_seconds": n.max_hold,
