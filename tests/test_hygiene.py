@@ -14,7 +14,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockdiag.cli import cli
+from lockdiag.core.snapshot_file import registry_text
 from lockdiag.demo.cluster import Cluster
+from lockdiag.keys import from_bigint, from_pair
+from lockdiag.registry import parse_registry
 
 from conftest import Sessions
 
@@ -236,3 +239,19 @@ def test_a_key_collides_only_with_itself(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, ["registry", "check", "--registry", str(path)])
         assert result.exit_code == 0, result.output
         assert ("that Sqitch uses" in result.output) is warned, result.output
+
+
+def test_a_snapshot_file_carries_a_namespace_of_one_key() -> None:
+    """A snapshot carries the registry as registry-file text: a namespace of one key stays one."""
+    names, problems = parse_registry(
+        '[namespaces.elector]\nkey = 8237461823746182\nexpect = "session"\n\n'
+        "[namespaces.cron]\nkey = [4242, 17]\n"
+    )
+    assert names is not None and not problems
+    text = registry_text(names)
+    assert text is not None
+    again, problems = parse_registry(text)
+    assert again is not None and not problems, problems
+    assert again.namespaces == names.namespaces
+    assert again.decode(from_bigint(8237461823746182)) == (names.namespaces["elector"], 2312827014)
+    assert again.decode(from_pair(4242, 18)) is None
