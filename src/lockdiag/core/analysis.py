@@ -82,6 +82,25 @@ class Decoded(NamedTuple):
     last: LockTriple | None = None
     keys: int = 1
 
+    def first_keys(self, most: int) -> list[Decoded]:
+        """Up to ``most`` of its first keys, each alone: a span's in order where it holds
+        every key between its ends, else its lowest only (the others are not known)."""
+        single = self._replace(last=None, keys=1)
+        if self.last is None:
+            return [single]
+        (classid, objid, objsubid), last = self.triple, self.last
+        first = _ordinal(objsubid, objid)
+        if _ordinal(objsubid, last.objid) - first + 1 != self.keys:
+            return [single]
+        resource = self.resource
+        return [
+            single._replace(
+                triple=LockTriple.of_row(classid, (first + n) & 0xFFFFFFFF, objsubid),
+                resource=None if resource is None else resource + n,
+            )
+            for n in range(min(most, self.keys))
+        ]
+
     @property
     def label(self) -> str:
         if self.last is not None:

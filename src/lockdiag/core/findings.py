@@ -260,8 +260,8 @@ def _who(entry: LockEntry) -> str:
 def _label(entry: LockEntry, server: ServerInfo | None = None) -> str:
     """The lock's name: decoded for an advisory lock; a relation by name where the snapshot
     can tell it (``server``), else in pg_locks' own terms."""
-    if entry.decoded is not None:
-        return entry.decoded.label
+    if entry.decoded is not None:  # a span's: its lowest key's, as the full read's first
+        return entry.decoded.first_keys(1)[0].label
     return describe_lock(entry.lock, server) if server is not None else entry.lock.locktype
 
 
@@ -292,9 +292,16 @@ def _listed(group: list[LockEntry], shown: int = 3) -> str:
     """For evidence: the first few labels of a group of more than one lock."""
     if len(group) == 1 and group[0].lock.keys == 1:
         return ""
-    names = ", ".join(_label(e) for e in group[:shown])
-    more = locks_in(group) - locks_in(group[:shown])
-    return f": {names}" + (f" and {more} more" if more else "")
+    names: list[str] = []
+    for entry in group:  # a span's keys as the full read's rows (Decoded.first_keys)
+        if len(names) == shown:
+            break
+        if entry.decoded is None:
+            names.append(_label(entry))
+        else:
+            names += [d.label for d in entry.decoded.first_keys(shown - len(names))]
+    more = locks_in(group) - len(names)
+    return f": {', '.join(names)}" + (f" and {more} more" if more else "")
 
 
 def software_step(known: Known, pid: int | None) -> str:
