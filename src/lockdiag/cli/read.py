@@ -34,10 +34,8 @@ from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.keys import parse_numbers
 from lockdiag.registry import Registry
 from lockdiag.render import Output, resolve
-from lockdiag.views.blockers import blockers_output
 from lockdiag.views.common import fleet_sections
 from lockdiag.views.listing import fleet_list_output
-from lockdiag.views.who_holds import who_holds_output
 
 
 @click.command("list")
@@ -153,12 +151,14 @@ def who_holds_command(
       lockdiag who-holds --key 4102,73
       lockdiag who-holds tenant_summary 73 --from incident.json --format json
     """
+    from lockdiag.views.who_holds import who_holds_output  # not imported by list
+
     names = get_registry(registry)
     if raw_key is not None:
         if namespace is not None:
             raise InputError("give either NAMESPACE RESOURCE or --key, not both")
         key = parse_numbers([raw_key])
-    elif namespace is None or not resource:
+    elif namespace is None:
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:
         key = names.key(namespace, *resource).triple
@@ -205,6 +205,8 @@ def blockers_command(registry: str | None, fmt: str) -> None:
 
 def _blockers(diagnosis: Diagnosis) -> Output:
     """The chains in the incident's order, the one `check` gives (its default thresholds)."""
+    from lockdiag.views.blockers import blockers_output  # not imported by list
+
     return blockers_output(diagnosis.incident(CheckPolicy()))
 
 
