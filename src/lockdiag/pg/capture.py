@@ -118,7 +118,6 @@ def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str
     params = {
         "all_types": scope.all_types,
         "group_min": GROUP_MIN,
-        "pids": [],
         "key_classids": [k.classid for k in keys],
         "key_objids": [k.objid for k in keys],
         "key_subids": [k.objsubid for k in keys],

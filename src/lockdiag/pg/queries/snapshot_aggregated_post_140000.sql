@@ -1,13 +1,14 @@
 -- The locks an answer needs, for PostgreSQL 14 and later (pg_locks.waitstart appeared in 14):
--- what check and who-holds read. It takes the place of the lock
--- rows of snapshot_post_140000.sql, whose session and server rows follow it (capture.py).
+-- what check and who-holds read. It takes the place of the lock rows of
+-- snapshot_post_140000.sql, whose session and server rows follow it (capture.py).
 -- pg_locks is read once: a MATERIALIZED CTE is one copy of the lock table, however often it is
 -- referenced, so the rows sent singly and the groups come from the same instant.
 -- Sent singly, as the full read sends them: a lock that is not advisory (with %(all_types)s),
--- that waits, on an object somebody waits for, every lock of a backend that waits or that a
--- waiter's pg_blocking_pids() names, of a prepared transaction, of %(pids)s, a key sent
--- (the catalogue's and the registry's listed keys, who-holds' key) or of a space sent
--- (where every key is decoded alone), and keys hashtext() names (%(names)s).
+-- that waits, on an object somebody waits for (so every holder a waiter's pg_blocking_pids()
+-- names, read in the same copy), of a prepared transaction, a key sent (the catalogue's and
+-- the registry's listed keys, who-holds' key) or of a space sent (where every key is decoded
+-- alone), and keys hashtext() names (%(names)s). A blocker's
+-- other locks may be spans: findings count a span's every lock (core.findings.locks_in).
 -- The rest, granted advisory locks nobody waits for, grouped by backend, database, mode and key
 -- space (classid, objsubid): a group of GROUP_MIN rows or more comes back as one row, its
 -- lowest key in objid, with a detail {"count", "objid_last"}; a smaller group as its rows.
@@ -18,12 +19,6 @@ WITH l AS MATERIALIZED (
     FROM pg_catalog.pg_locks AS l
     WHERE (%(all_types)s OR l.locktype = 'advisory')
       AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
-), involved AS (
-    SELECT w.pid FROM l AS w WHERE NOT w.granted
-    UNION
-    SELECT b FROM l AS w, pg_catalog.unnest(w.blocked_by) AS b WHERE NOT w.granted
-    UNION
-    SELECT p FROM pg_catalog.unnest(%(pids)s::int[]) AS p
 ), hashed AS (
     SELECT pg_catalog.hashtext(s)::bigint AS h FROM pg_catalog.unnest(%(names)s::text[]) AS s
 ), keys AS (  -- unnest of several arrays is FROM syntax, never schema-qualified
@@ -41,7 +36,6 @@ WITH l AS MATERIALIZED (
 ), sorted AS (
     SELECT l.*,
            COALESCE(l.locktype <> 'advisory' OR NOT l.granted OR l.pid IS NULL
-           OR l.pid IN (SELECT involved.pid FROM involved)
            OR (l.database, l.classid, l.objid, l.objsubid) IN (
                SELECT w.database, w.classid, w.objid, w.objsubid FROM l AS w
                WHERE NOT w.granted AND w.locktype = 'advisory')
