@@ -82,14 +82,21 @@ class Entry(NamedTuple):
 
 # -- what the messages say ---------------------------------------------------------------------
 
-_TIME = re.compile(r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)")
+_SECOND = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+_DIGITS = re.compile(r"\d+")
 # proc.c: "process %d still waiting for %s on %s after %ld.%03d ms" and its siblings
-_WAIT = re.compile(
+_WAIT_HEAD = (
     r"process (\d+) (still waiting for|acquired|avoided deadlock for|detected deadlock while "
-    r"waiting for|could not obtain) (\S+) on (.+?)(?: by rearranging queue order)?"
-    r"(?: after (\d+(?:\.\d+)?) ms)?(?: at character \d+)?$"
+    r"waiting for|could not obtain) (\S+) on "
 )
-_HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: ([\d, ]*)\.")
+_WAIT = re.compile(
+    _WAIT_HEAD + r"(.+?)(?: by rearranging queue order)?(?: after (\d+(?:\.\d+)?) ms)?"
+    r"(?: at character \d+)?$"
+)
+# the shape nearly every wait message has: its tag ends where the last " after " begins
+_WAIT_AFTER = re.compile(_WAIT_HEAD + r"([^\n]+) after (\d+(?:\.\d+)?) ms$")
+_REARRANGED = " by rearranging queue order"
+_HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: [\d, ]*\.")
 # a tag is short (lmgr.c DescribeLockTag): bounded, so that a crafted DETAIL costs linear time
 _CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.{1,200}?); blocked by process (\d+)\.")
 _QUERY = re.compile(r"Process (\d+): (.*)")
@@ -100,13 +107,25 @@ INTERESTING_ERRORS = {
     "canceling statement due to user request": "cancelled",
     "terminating connection due to administrator command": "terminated",
 }
-_WAIT_VERBS = (" still waiting for ", " acquired ", " avoided deadlock ", " detected deadlock ",
-               " could not obtain ")  # fmt: skip
+_WAIT_VERB = re.compile(
+    " still waiting for | acquired | avoided deadlock | detected deadlock | could not obtain "
+)
+
+
+def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
+    """A wait message's pid, verb, mode, tag and milliseconds, as ``_WAIT`` reads them.
+    ``_WAIT``'s lazy tag tries its three optional endings at every character: the common shape
+    ("... on <tag> after <n> ms") is read by ``_WAIT_AFTER`` first, at a third of the cost
+    (the same parts: tests/test_log_bounds.py checks that the two agree)."""
+    found = _WAIT_AFTER.match(message)
+    if found is None or found.group(4).endswith(_REARRANGED):
+        found = _WAIT.match(message)
+    return None if found is None else found.groups()  # type: ignore[return-value]
 
 
 def interesting(severity: str, message: str) -> bool:
     if severity == "LOG":
-        return message.startswith("process ") and any(v in message for v in _WAIT_VERBS)
+        return message.startswith("process ") and _WAIT_VERB.search(message) is not None
     return severity in ("ERROR", "FATAL") and message in INTERESTING_ERRORS
 
 
@@ -154,25 +173,34 @@ def _pids(text: str) -> tuple[int, ...]:
     return tuple(map(int, text.replace(",", " ").split()))
 
 
+@lru_cache(maxsize=1024)  # asked twice of each DETAIL (naming holders, then the tally)
+def holders_of(detail: str) -> tuple[int, ...]:
+    """The pids a wait's DETAIL lists as holding the lock."""
+    listed = _HOLDERS.search(detail)
+    return () if listed is None else _pids(listed.group(1))
+
+
+@lru_cache(maxsize=1024)  # lines written in the same millisecond share their time
 def parse_time(text: str | None) -> datetime | None:
     """The log's local time, without its zone (a log is written in one zone)."""
     if not text:
         return None
-    found = _TIME.match(text)
-    if found is None:
-        try:
+    moment = _second(text[:19])
+    if moment is None:
+        try:  # a date that is not one fails here too
             return datetime.fromtimestamp(float(text))  # %n: epoch seconds
         except (ValueError, OverflowError, OSError):
             return None
-    whole, _, fraction = found.group(1).partition(".")
-    moment = _second(whole)
-    if moment is None or not fraction:
+    fraction = _DIGITS.match(text, 20) if text[19:20] == "." else None
+    if fraction is None:
         return moment
-    return moment.replace(microsecond=int((fraction + "000000")[:6]))
+    return moment.replace(microsecond=int((fraction.group() + "000000")[:6]))
 
 
 @lru_cache(maxsize=256)  # a log's lines share their second by the hundred: parsed once
 def _second(whole: str) -> datetime | None:
+    if _SECOND.fullmatch(whole) is None:
+        return None
     try:
         return datetime.strptime(whole.replace("T", " "), "%Y-%m-%d %H:%M:%S")
     except ValueError:
@@ -588,32 +616,48 @@ TEXT_MAX = 16 << 10  # characters kept of a message, DETAIL, STATEMENT or CONTEX
 SAMPLE_EVERY = 64  # one line in so many is read whole, for the language of the messages
 
 
+_FIELDS = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context", "QUERY": "context"}
+
+
 class _Pending:
-    """An entry of a stderr log still being read (its DETAIL and STATEMENT may follow)."""
+    """An entry of a stderr log still being read (its DETAIL and STATEMENT may follow).
 
-    __slots__ = ("context", "detail", "identity", "line", "message", "pid", "severity",
-                 "statement", "time", "where")  # fmt: skip
+    ``head`` is the line's text before its severity: the server writes an entry's lines in one
+    go with the same prefix (elog.c send_message_to_server_log), so a line that starts with it
+    continues this entry without the prefix read again (a prefix with %l differs: read whole).
+    """
 
-    def __init__(self, time: str | None, pid: int, identity: Identity, severity: str,
-                 message: str, line: int) -> None:  # fmt: skip
-        self.time, self.pid, self.identity, self.line = time, pid, identity, line
-        self.severity, self.message = severity, message[:TEXT_MAX]
+    __slots__ = ("context", "detail", "head", "identity", "line", "message", "pid",
+                 "severity", "size", "statement", "time", "where")  # fmt: skip
+
+    def __init__(self, found: re.Match[str], pid: int, identity: Identity, line: int) -> None:
+        self.time: str | None
+        self.time, self.severity, message = found.group("time", "severity", "text")
+        self.pid, self.identity, self.line = pid, identity, line
+        self.message = message[:TEXT_MAX]
+        self.size = found.start("severity")
+        self.head = found.string[: self.size]
         self.detail: str | None = None
         self.statement: str | None = None
         self.context: str | None = None
-        self.where = "message"  # the field the next tab-continued line belongs to
+        self.where: str | None = "message"  # the field the next tab-continued line belongs to
 
-    def add(self, severity: str, text: str) -> bool:
-        """A DETAIL, STATEMENT or CONTEXT line of this entry; False for others (HINT)."""
-        where = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context",
-                 "QUERY": "context"}.get(severity)  # fmt: skip
+    def add(self, severity: str, line: str, start: int = 0) -> bool:
+        """A DETAIL, STATEMENT or CONTEXT line of this entry, its text from ``start``; False
+        for others (HINT)."""
+        where = _FIELDS.get(severity)
         if where is None:
             return False
-        setattr(self, where, text[:TEXT_MAX])
+        if where == "statement" and self.severity == "LOG":
+            self.where = None  # a wait's statement is not reported: not kept
+            return True
+        setattr(self, where, line[start:].rstrip("\r\n")[:TEXT_MAX])
         self.where = where
         return True
 
     def extend(self, text: str) -> None:
+        if self.where is None:
+            return
         before = getattr(self, self.where) or ""
         if len(before) < TEXT_MAX:  # bounded: a statement of a million lines is cut
             setattr(self, self.where, f"{before}\n{text}"[:TEXT_MAX])
@@ -650,6 +694,8 @@ class LogReader:
         self._recent: deque[list[str]] = deque(maxlen=RECENT_BATCHES)
         self._looked: dict[int, int] = {}  # holder pid -> lines read when last looked for
         self._lines_read = 0
+        self._identities: dict[tuple[str | None, ...] | str | None, Identity] = {}
+        self._identity_groups: tuple[str, ...] = ("pid",)  # and those of the prefix's names
         self._blank_lines = 0  # in the batches of blank lines left out of the head
 
     def __iter__(self) -> Iterator[Entry]:
@@ -677,6 +723,9 @@ class LogReader:
             if "pid" not in prefix_pattern(prefix or "").groupindex:
                 raise InputError(f"--prefix {prefix!r} has no %p: lockdiag needs the pid")
             self._prefix_text = prefix
+            names = prefix_pattern(prefix or "").groupindex
+            present = [name for name in ("user", "database", "application") if name in names]
+            self._identity_groups = ("pid", *present)
             yield from self._stderr(batches, prefix or "")
         self.counts.lines += self._blank_lines
         if self.counts.entries == 0 and self.counts.unparsed > 0:
@@ -736,6 +785,7 @@ class LogReader:
         counts = self.counts
         pending: dict[int, _Pending] = {}
         last: _Pending | None = None  # the entry the previous line belonged to
+        latest: _Pending | None = None  # the entry read whole last
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = _first_character(prefix)
         recent = self._recent
@@ -752,6 +802,13 @@ class LogReader:
                 last = None
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
+                if latest is not None and raw.startswith(latest.head):
+                    pid = latest.pid
+                    colon = raw.find(":  ", latest.size)
+                    severity = raw[latest.size : colon]
+                    if colon > 0 and severity in CONTINUATIONS and pending.get(pid) is latest:
+                        last = latest if latest.add(severity, raw, colon + 3) else None
+                        continue
                 if not starts(raw[:1]):
                     self._unreadable(raw, number)
                     continue
@@ -770,6 +827,8 @@ class LogReader:
                     self._unreadable(raw, number)
                     continue
                 done, last = self._whole_line(found, pending, number)
+                if last is not None:
+                    latest = last
                 if done is not None:
                     yield self._named(done.entry())
             if pending:
@@ -782,8 +841,8 @@ class LogReader:
         self, found: re.Match[str], pending: dict[int, _Pending], number: int
     ) -> tuple[_Pending | None, _Pending | None]:
         """A line read whole: (the entry it completes, the entry its next lines continue)."""
-        pid = int(found.group("pid"))
-        severity, message = found.group("severity"), found.group("text")
+        pid_text, severity, message = found.group("pid", "severity", "text")
+        pid = int(pid_text)
         if severity in CONTINUATIONS:
             last = pending.get(pid)
             return None, last if last is not None and last.add(severity, message) else None
@@ -795,8 +854,9 @@ class LogReader:
         if not interesting(severity, message):
             return done, None
         identity = self._identity(found)
-        self._remember(pid, identity)
-        pending[pid] = _Pending(found.group("time"), pid, identity, severity, message, number)
+        if self.identities.get(pid) is not identity:
+            self._remember(pid, identity)
+        pending[pid] = _Pending(found, pid, identity, number)
         return done, pending[pid]
 
     @staticmethod
@@ -810,20 +870,28 @@ class LogReader:
         for pid in [p for p, entry in pending.items() if number - entry.line > PENDING_LINES]:
             yield self._named(pending.pop(pid).entry())
 
-    @staticmethod
-    def _identity(found: re.Match[str]) -> Identity:
-        named = found.groupdict()
-        user, database, application = (
-            value.rstrip(" ") if value else value  # a padded value (%-20a) ends in spaces
-            for value in (named.get("user"), named.get("database"), named.get("application"))
-        )
-        return Identity(user, database, application)
+    def _identity(self, found: re.Match[str]) -> Identity:
+        """The session's user, database and application: one object per session and text,
+        made once (the pid first, so that the groups come back as a tuple)."""
+        said = found.group(*self._identity_groups)
+        identity = self._identities.get(said)
+        if identity is None:
+            if len(self._identities) >= PID_MEMORY:
+                self._identities.clear()
+            values = said[1:] if isinstance(said, tuple) else ()
+            named = dict(zip(self._identity_groups[1:], values, strict=True))
+            identity = self._identities[said] = Identity(
+                *(
+                    value.rstrip(" ") if value else value  # a padded value (%-20a) ends in spaces
+                    for value in map(named.get, ("user", "database", "application"))
+                )
+            )
+        return identity
 
     def _named(self, entry: Entry) -> Entry:
         """Before an entry leaves: who its lock's holders are, from their latest lines."""
-        listed = _HOLDERS.search(entry.detail) if entry.detail else None
-        if listed is not None:
-            for pid in _pids(listed.group(1)):
+        if entry.detail:
+            for pid in holders_of(entry.detail):
                 if (
                     pid not in self.identities
                     and self._lines_read - self._looked.get(pid, -RECENT_LINES) >= RECENT_LINES
@@ -1061,10 +1129,8 @@ class Wait:
     waited_ms: float  # what the server said (or the time between its messages)
     identity: Identity
     holders: tuple[int, ...] = ()
-    queue: tuple[int, ...] = ()
     outcome: Outcome = "no end logged"
     avoided_deadlock: bool = False
-    statement: str | None = None
 
 
 @dataclass
@@ -1197,10 +1263,15 @@ class Tally:
     def read(self, reader: LogReader) -> None:
         reader.identities = self.identities
         self.reads.append(reader.counts)
+        bounded = self.since is not None or self.until is not None
         for entry in reader:
-            if entry.time is not None and (
-                (self.since is not None and entry.time < self.since)
-                or (self.until is not None and entry.time > self.until)
+            if (
+                bounded
+                and entry.time is not None
+                and (
+                    (self.since is not None and entry.time < self.since)
+                    or (self.until is not None and entry.time > self.until)
+                )
             ):
                 reader.counts.outside += 1
                 continue
@@ -1214,13 +1285,16 @@ class Tally:
         self.open.clear()
 
     def add(self, entry: Entry) -> None:
-        if entry.time is not None:
-            self.first = entry.time if self.first is None else min(self.first, entry.time)
-            self.last = entry.time if self.last is None else max(self.last, entry.time)
+        time = entry.time
+        if time is not None:
+            if self.first is None or time < self.first:
+                self.first = time
+            if self.last is None or time > self.last:
+                self.last = time
         if entry.severity == "LOG":
-            found = _WAIT.match(entry.message)
-            if found is not None:
-                self._wait_message(entry, found)
+            said = parse_wait(entry.message)
+            if said is not None:
+                self._wait_message(entry, said)
             return
         kind = INTERESTING_ERRORS.get(entry.message)
         if kind == "deadlock":
@@ -1228,22 +1302,16 @@ class Tally:
         elif kind is not None:
             self._cancelled(entry, kind)
 
-    def _wait_message(self, entry: Entry, found: re.Match[str]) -> None:
-        pid, verb, mode, tag_text, after = found.groups()
-        pid = int(pid)
+    def _wait_message(self, entry: Entry, said: tuple[str, str, str, str, str | None]) -> None:
+        pid_text, verb, mode, tag_text, after = said
+        pid = int(pid_text)
         tag = parse_tag(tag_text)
         waited = float(after) if after else 0.0
-        holders: tuple[int, ...] = ()
-        queue: tuple[int, ...] = ()
-        if entry.detail:
-            listed = _HOLDERS.search(entry.detail)
-            if listed is not None:
-                holders, queue = _pids(listed.group(1)), _pids(listed.group(2))
+        holders = holders_of(entry.detail) if entry.detail else ()
         if tag.database and entry.identity.database and tag.kind != "other":
             self.database_names.setdefault(tag.database, entry.identity.database)
-        start = entry.time - timedelta(milliseconds=waited) if entry.time else None
         wait = self.open.get(pid)
-        if wait is not None and _key_of(wait.tag) != _key_of(tag):
+        if wait is not None and wait.tag is not tag and _key_of(wait.tag) != _key_of(tag):
             self._close(wait, "no end logged", None)  # a wait whose end went unlogged
             wait = None
         if verb == "could not obtain":
@@ -1252,13 +1320,13 @@ class Tally:
             self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
             return
         if wait is None:
-            wait = Wait(pid, tag, mode, start, entry.time, waited, entry.identity,
-                        statement=entry.statement)  # fmt: skip
+            start = entry.time - timedelta(milliseconds=waited) if entry.time else None
+            wait = Wait(pid, tag, mode, start, entry.time, waited, entry.identity)
             self.open[pid] = wait
-        wait.seen, wait.waited_ms = entry.time, max(wait.waited_ms, waited)
-        if holders or queue:
+        wait.seen = entry.time
+        wait.waited_ms = max(wait.waited_ms, waited)
+        if holders and holders != wait.holders:
             wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
-            wait.queue = queue
         if verb == "still waiting for":
             self._note(tag, entry, f"waiting for {mode}", waited, holders)
         elif verb == "avoided deadlock for":
@@ -1360,14 +1428,15 @@ class Tally:
         episode.longest_ms = max(episode.longest_ms, wait.waited_ms)
         episode.total_ms += wait.waited_ms
         episode.outcomes[outcome] = episode.outcomes.get(outcome, 0) + 1
-        self._list(episode, episode.waiters, wait.pid, wait.identity)
+        if wait.pid not in episode.waiters:
+            self._list(episode, episode.waiters, wait.pid, wait.identity)
         for holder in wait.holders:
-            self._list(episode, episode.holders, holder, self.identities.get(holder))
+            if holder not in episode.holders:
+                self._list(episode, episode.holders, holder, self.identities.get(holder))
 
     @staticmethod
     def _list(episode: Episode, where: dict[int, Identity], pid: int, who: Identity | None) -> None:
-        if pid in where:
-            return
+        """A pid not listed yet, or counted as left out once the list is full."""
         if len(where) >= LISTED_PIDS:
             episode.pids_left_out += 1
             return

@@ -1,0 +1,129 @@
+"""The log reader's fast paths read what the slow ones read.
+
+A wait message's common shape is read by a cheaper pattern than the general one; a line that
+continues the entry read last (same prefix text) is joined without its prefix read again; a
+log line's time is cut without a regular expression. Each is checked here against the path it
+short-cuts, on the messages PostgreSQL writes and on crafted ones.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockdiag.core.pglog import _WAIT, Entry, LogReader, parse_time, parse_wait
+
+VERBS = ("still waiting for", "acquired", "avoided deadlock for",
+         "detected deadlock while waiting for", "could not obtain")  # fmt: skip
+ENDINGS = (" by rearranging queue order", " after 12.5 ms", " after 7 ms", " at character 9",
+           " after ms", " after 1.2.3 ms", " ms", "\n", " after 3 ms\n", "")  # fmt: skip
+TAGS = ("advisory lock [5,4102,4,2]", "relation 16384 of database 5", "transaction 801",
+        "tuple (0,1) of relation 16390 of database 5", "x after 5 ms", "a\nb", "", " ")  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    verb=st.sampled_from(VERBS),
+    mode=st.sampled_from(("ExclusiveLock", "ShareLock", "")),
+    tag=st.one_of(st.sampled_from(TAGS), st.text(max_size=30)),
+    endings=st.lists(st.sampled_from(ENDINGS), max_size=3),
+)
+def test_a_wait_message_is_read_as_the_general_pattern_reads_it(
+    verb: str, mode: str, tag: str, endings: list[str]
+) -> None:
+    message = f"process 4242 {verb} {mode} on {tag}{''.join(endings)}"
+    general = _WAIT.match(message)
+    assert parse_wait(message) == (None if general is None else general.groups())
+
+
+def test_the_wait_messages_postgres_writes() -> None:
+    tag = "advisory lock [5,4102,4,2]"
+    assert parse_wait(f"process 7 still waiting for ShareLock on {tag} after 1000.112 ms") == (
+        "7", "still waiting for", "ShareLock", tag, "1000.112"
+    )  # fmt: skip
+    rearranged = f"process 7 avoided deadlock for ShareLock on {tag} by rearranging queue order"
+    assert parse_wait(f"{rearranged} after 10.5 ms") == (
+        "7", "avoided deadlock for", "ShareLock", tag, "10.5"
+    )  # fmt: skip
+    assert parse_wait(f"process 7 could not obtain ShareLock on {tag}") == (
+        "7", "could not obtain", "ShareLock", tag, None
+    )  # fmt: skip
+    assert parse_wait("process 7 exited") is None
+
+
+def _log(line_prefix: str) -> list[str]:
+    """A log as a server writes it, with ``line_prefix`` ("{line}" its %l): waits, a deadlock,
+    and two sessions whose lines interleave (a server without the logging collector)."""
+    written: list[str] = []
+
+    def write(pid: int, ms: int, severity: str, text: str) -> None:
+        prefix = line_prefix.format(ms=ms, pid=pid, line=len(written) + 1)
+        written.append(f"{prefix}{severity}:  {text}\n")
+
+    tag = "advisory lock [5,4102,{},2]"
+    write(11, 100, "LOG", f"process 11 still waiting for ExclusiveLock on {tag.format(1)} after "
+          "1000.100 ms")  # fmt: skip
+    write(11, 100, "DETAIL", "Process holding the lock: 9. Wait queue: 11.")
+    write(11, 100, "STATEMENT", "SELECT pg_advisory_lock(4102, 1);")
+    written.append("\t-- a statement of two lines\n")
+    write(12, 101, "LOG", f"process 12 still waiting for ShareLock on {tag.format(2)} after "
+          "1000.200 ms")  # fmt: skip
+    write(13, 101, "LOG", f"process 13 still waiting for ShareLock on {tag.format(3)} after "
+          "1000.300 ms")  # fmt: skip
+    write(12, 101, "DETAIL", "Process holding the lock: 8. Wait queue: 12.")
+    write(13, 101, "DETAIL", "Process holding the lock: 7. Wait queue: 13.")
+    write(13, 101, "HINT", "a hint is not kept")
+    written.append("\tnor the line that continues it\n")
+    write(13, 101, "CONTEXT", 'SQL function "take" statement 1')
+    write(11, 900, "LOG", f"process 11 acquired ExclusiveLock on {tag.format(1)} after "
+          "1800.000 ms")  # fmt: skip
+    write(11, 900, "STATEMENT", "SELECT pg_advisory_lock(4102, 1);")
+    write(14, 950, "ERROR", "deadlock detected")
+    write(14, 950, "DETAIL", "Process 14 waits for ShareLock on transaction 5; blocked by "
+          "process 15.")  # fmt: skip
+    written.append("\tProcess 15 waits for ShareLock on transaction 6; blocked by process 14.\n")
+    write(14, 950, "CONTEXT", 'while locking tuple (0,1) in relation "jobs"')
+    write(14, 950, "STATEMENT", "UPDATE jobs SET state = 'done' WHERE id = 1;")
+    write(16, 970, "LOG", f"process 16 still waiting for ShareLock on {tag.format(4)} after "
+          "1000.400 ms")  # fmt: skip
+    write(16, 970, "LOG", "duration: 0.5 ms")  # ends the wait's entry: what follows is not its
+    write(16, 970, "DETAIL", "Process holding the lock: 6. Wait queue: 16.")
+    write(15, 960, "LOG", "checkpoint starting: time")
+    return written
+
+
+def _entries(lines: list[str], line_prefix: str) -> list[Entry]:
+    return list(LogReader(lines, "test.log", prefix=line_prefix))
+
+
+def test_continuations_read_without_the_prefix_give_the_same_entries() -> None:
+    same = _log("2026-05-01 03:10:00.{ms:03d} UTC [{pid}] app@shop ")
+    numbered = _log("2026-05-01 03:10:00.{ms:03d} UTC [{pid}-{line}] app@shop ")
+    fast = _entries(same, "%m [%p] %q%u@%d ")
+    read_whole = _entries(numbered, "%m [%p-%l] %q%u@%d ")  # each line's prefix differs
+    assert fast == read_whole
+    by_pid = {(e.pid, e.message.split()[2] if e.severity == "LOG" else e.severity): e for e in fast}
+    assert by_pid[11, "still"].detail == "Process holding the lock: 9. Wait queue: 11."
+    assert by_pid[11, "still"].statement is None  # a wait's statement is not kept
+    assert by_pid[12, "still"].detail == "Process holding the lock: 8. Wait queue: 12."
+    assert by_pid[13, "still"].detail == "Process holding the lock: 7. Wait queue: 13."
+    assert by_pid[16, "still"].detail is None
+    assert by_pid[13, "still"].context == 'SQL function "take" statement 1'
+    deadlock = by_pid[14, "ERROR"]
+    assert deadlock.detail is not None and deadlock.detail.endswith("blocked by process 14.")
+    assert deadlock.statement == "UPDATE jobs SET state = 'done' WHERE id = 1;"
+    assert deadlock.context == 'while locking tuple (0,1) in relation "jobs"'
+
+
+def test_times_as_the_server_writes_them() -> None:
+    assert parse_time("2026-05-01 03:10:00.123 UTC") == datetime(2026, 5, 1, 3, 10, 0, 123000)
+    assert parse_time("2026-05-01T03:10:00.1234567") == datetime(2026, 5, 1, 3, 10, 0, 123456)
+    assert parse_time("2026-05-01 03:10:00 CEST") == datetime(2026, 5, 1, 3, 10, 0)
+    assert parse_time("2026-05-01 03:10:00.x") == datetime(2026, 5, 1, 3, 10, 0)
+    assert parse_time("2026-05-01 03:10:00 05") == datetime(2026, 5, 1, 3, 10, 0)  # not a fraction
+    assert parse_time("1777605000.250") == datetime.fromtimestamp(1777605000.25)
+    assert parse_time("2026-13-01 03:10:00.123 UTC") is None
+    assert parse_time("2026-05-01 3:10:00.123") is None
+    assert parse_time("") is None
