@@ -496,6 +496,58 @@ def run_dumps(sizes: list[int], repeats: int) -> dict[str, Any]:
         return {"dumps": measure_dumps(cluster, env, sizes, repeats)}
 
 
+# -- the answers that need few rows: check, blockers, who-holds --key, a scrape --------------
+
+ANSWER_RATIO = 1.0  # issue 36: at most psql -At of the join
+ANSWERS = ("check", "blockers", "who_holds_key", "exporter_scrape")
+
+
+def measure_answers(
+    cluster: Cluster, env: dict[str, str], sizes: list[int], repeats: int
+) -> list[dict[str, Any]]:
+    """Issue 36: check, blockers, who-holds --key (a key of the bulk nobody waits for) and one
+    exporter scrape against `psql -X -Atq` printing the join, alternated in turns, at each
+    size; the load average before each size."""
+    psql = shutil.which("psql") or "psql"
+    found = []
+    for size in sizes:
+        with Population(cluster, size, 16), running_exporter(cluster) as scrape:
+            load = os.getloadavg()[0]
+            times = medians(repeats, {
+                "psql_at_s": lambda: wall([psql, *PSQL_AT], env),
+                "check_s": lambda: wall([*LOCKDIAG, "check", "--format", "json"], env),
+                "blockers_s": lambda: wall([*LOCKDIAG, "blockers", "--format", "json"], env),
+                "who_holds_key_s": lambda: wall([*LOCKDIAG, "who-holds", "--key", "7,500"], env),
+                "exporter_scrape_s": scrape,
+            })  # fmt: skip
+        found.append({"locks": size, "load_average_1m": load, **times})
+    return found
+
+
+def answers_report(answers: list[dict[str, Any]]) -> list[str]:
+    lines = ["answers that need few rows (medians; ratio to psql -X -Atq of the join)",
+             f"{'locks':>7} {'load':>5} {'psql -At s':>10} "
+             + " ".join(f"{name:>15} {'ratio':>6}" for name in ANSWERS)]  # fmt: skip
+    for a in answers:
+        cells = " ".join(
+            f"{a[f'{name}_s']:>15.3f} {a[f'{name}_s'] / a['psql_at_s']:>6.2f}" for name in ANSWERS
+        )
+        lines.append(
+            f"{a['locks']:>7} {a['load_average_1m']:>5.2f} {a['psql_at_s']:>10.3f} {cells}"
+        )
+    lines.append(f"  target: ratio <= {ANSWER_RATIO:g}")
+    return lines
+
+
+def run_answers(sizes: list[int], repeats: int) -> dict[str, Any]:
+    """Only the answers (``--answers``), on a cluster of their own."""
+    compile_bytecode()
+    with bench_cluster() as cluster:
+        env = {**os.environ, "LOCKDIAG_DSN": cluster.dsn(), "PGHOST": "127.0.0.1"}
+        env.update({"PGPORT": str(cluster.port), "PGUSER": "postgres", "PGDATABASE": "postgres"})
+        return {"answers": measure_answers(cluster, env, sizes, repeats)}
+
+
 # -- what watching costs the watched server ------------------------------------------------
 
 OBSERVER_WAITERS = 37  # Population's 3 other sessions make 40
@@ -911,7 +963,18 @@ def main() -> None:
     parser.add_argument(
         "--dumps", action="store_true", help="only the full dumps (list plain/json) vs psql -At"
     )
+    parser.add_argument(
+        "--answers",
+        action="store_true",
+        help="only check, blockers, who-holds --key and a scrape vs psql -At",
+    )
     options = parser.parse_args()
+    if options.answers:
+        answers = run_answers(options.sizes, options.repeats)
+        print("\n".join(answers_report(answers["answers"])))
+        options.json.parent.mkdir(parents=True, exist_ok=True)
+        options.json.write_text(json.dumps(answers, indent=2) + "\n")
+        return
     if options.dumps:
         dumps = run_dumps(options.sizes, options.repeats)
         print("\n".join(dumps_report(dumps["dumps"])))
