@@ -75,17 +75,34 @@ def generate(path: Path, megabytes: int, csv: bool = False) -> int:
                     waited = 1000 + chance.random() * 4000
                     chunk += _wait_lines(head, pid, holder, tag, waited, clock, app, csv)
                 elif number % 97 == 0:
-                    chunk.append(_line(head, "LOG", f"connection authorized: user=app "
-                                       f"database=shop application_name={app}", clock, pid, app,
-                                       csv))  # fmt: skip
+                    chunk.append(
+                        _line(
+                            head,
+                            "LOG",
+                            f"connection authorized: user=app database=shop application_name={app}",
+                            clock,
+                            pid,
+                            app,
+                            csv,
+                        )
+                    )
                 else:
                     ms = chance.random() * 20
                     statement = (
                         f"SELECT o.id, o.total, c.name FROM orders o JOIN customers c ON "
                         f"c.id = o.customer_id WHERE o.id = {chance.randrange(10**7)}"
                     )
-                    chunk.append(_line(head, "LOG", f"duration: {ms:.3f} ms  statement: "
-                                       f"{statement}", clock, pid, app, csv))  # fmt: skip
+                    chunk.append(
+                        _line(
+                            head,
+                            "LOG",
+                            f"duration: {ms:.3f} ms  statement: {statement}",
+                            clock,
+                            pid,
+                            app,
+                            csv,
+                        )
+                    )
             text = "".join(chunk)
             out.write(text)
             written += len(text)
@@ -117,10 +134,24 @@ def generate_real(megabytes: int, clients: int = 24) -> Path:
         script = server.base / "contention.sql"
         script.write_text(CONTENTION_SCRIPT)
         pgbench = [
-            shutil.which("pgbench") or "pgbench", "-n", "-h", "127.0.0.1", "-p",
-            str(server.port), "-U", "postgres", "-c", str(clients), "-j", "2", "-T", "20",
-            "-f", str(script), "postgres",
-        ]  # fmt: skip
+            shutil.which("pgbench") or "pgbench",
+            "-n",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(server.port),
+            "-U",
+            "postgres",
+            "-c",
+            str(clients),
+            "-j",
+            "2",
+            "-T",
+            "20",
+            "-f",
+            str(script),
+            "postgres",
+        ]
         environment = {**os.environ, "PGAPPNAME": "tenant-summary-worker"}
         while not log.exists() or log.stat().st_size < megabytes * 2**20:
             subprocess.run(pgbench, env=environment, capture_output=True, check=True)
@@ -136,8 +167,17 @@ def generate_real(megabytes: int, clients: int = 24) -> Path:
     return cached
 
 
-def _line(head: str, severity: str, message: str, clock: float, pid: int, app: str,
-          csv: bool, detail: str = "", statement: str = "") -> str:  # fmt: skip
+def _line(
+    head: str,
+    severity: str,
+    message: str,
+    clock: float,
+    pid: int,
+    app: str,
+    csv: bool,
+    detail: str = "",
+    statement: str = "",
+) -> str:
     if not csv:
         lines = f"{head}{severity}:  {message}\n"
         if detail:
@@ -154,16 +194,35 @@ def _line(head: str, severity: str, message: str, clock: float, pid: int, app: s
     )
 
 
-def _wait_lines(head: str, pid: int, holder: int, tag: str, waited: float, clock: float,
-                app: str, csv: bool) -> list[str]:  # fmt: skip
+def _wait_lines(
+    head: str, pid: int, holder: int, tag: str, waited: float, clock: float, app: str, csv: bool
+) -> list[str]:
     statement = "SELECT pg_advisory_xact_lock(4102, 73)"
     detail = f"Process holding the lock: {holder}. Wait queue: {pid}."
     return [
-        _line(head, "LOG", f"process {pid} still waiting for ExclusiveLock on {tag} after "
-              "1000.112 ms", clock, pid, app, csv, detail, statement),
-        _line(head, "LOG", f"process {pid} acquired ExclusiveLock on {tag} after {waited:.3f} ms",
-              clock, pid, app, csv, "", statement),
-    ]  # fmt: skip
+        _line(
+            head,
+            "LOG",
+            f"process {pid} still waiting for ExclusiveLock on {tag} after 1000.112 ms",
+            clock,
+            pid,
+            app,
+            csv,
+            detail,
+            statement,
+        ),
+        _line(
+            head,
+            "LOG",
+            f"process {pid} acquired ExclusiveLock on {tag} after {waited:.3f} ms",
+            clock,
+            pid,
+            app,
+            csv,
+            "",
+            statement,
+        ),
+    ]
 
 
 def measure(command: list[str]) -> tuple[float, int, int]:
@@ -205,8 +264,10 @@ def main() -> None:
             started = time.perf_counter()
             waits = generate(path, args.mb, csv=kind == "csvlog")
             size = path.stat().st_size / 2**20
-            print(f"{kind}: generated {size:.0f} MB, {waits} lock waits, in "
-                  f"{time.perf_counter() - started:.1f}s: {path}")  # fmt: skip
+            print(
+                f"{kind}: generated {size:.0f} MB, {waits} lock waits, in "
+                f"{time.perf_counter() - started:.1f}s: {path}"
+            )
             _report(kind, path, size, args.badger_mb)
     finally:
         if not args.keep:
@@ -228,15 +289,21 @@ def _real_report(path: Path) -> None:
     waits = sum(key["waits"] for key in found["keys"])
     acquired = sum(key["outcomes"].get("acquired", 0) for key in found["keys"])
     grep = {
-        word: int(subprocess.run(["grep", "-c", word, str(path)], capture_output=True,
-                                 text=True, check=False).stdout or 0)
+        word: int(
+            subprocess.run(
+                ["grep", "-c", word, str(path)], capture_output=True, text=True, check=False
+            ).stdout
+            or 0
+        )
         for word in ("still waiting for", " acquired ")
-    }  # fmt: skip
+    }
     load = os.getloadavg()[0]
     print(f"real server log: {size:.0f} MB, load average {load:.1f} on {os.cpu_count()} CPUs")
     print(f"  lockdiag log: {seconds:.1f}s wall, {cpu:.1f}s CPU, peak RSS {rss / 1024:.0f} MB")
-    print(f"  waits: lockdiag {waits}, grep -c 'still waiting for' {grep['still waiting for']}; "
-          f"acquired: lockdiag {acquired}, grep -c ' acquired ' {grep[' acquired ']}")  # fmt: skip
+    print(
+        f"  waits: lockdiag {waits}, grep -c 'still waiting for' {grep['still waiting for']}; "
+        f"acquired: lockdiag {acquired}, grep -c ' acquired ' {grep[' acquired ']}"
+    )
     badger = shutil.which("pgbadger")
     if badger is None:
         print("  pgbadger: not installed (apt-get install pgbadger)")
@@ -246,10 +313,14 @@ def _real_report(path: Path) -> None:
         [badger, "-j", "1", "-f", "stderr", "--prefix", PREFIX, "-o", str(html), "-q", str(path)]
     )
     state = "" if b_status == 0 else f" (exit status {b_status})"
-    print(f"  pgbadger -j 1: {b_seconds:.1f}s wall, {b_cpu:.1f}s CPU, peak RSS "
-          f"{b_rss / 1024:.0f} MB{state}")  # fmt: skip
-    print(f"  lockdiag is {b_seconds / seconds:.1f}x faster by the wall clock, "
-          f"{b_cpu / cpu:.1f}x by CPU time")  # fmt: skip
+    print(
+        f"  pgbadger -j 1: {b_seconds:.1f}s wall, {b_cpu:.1f}s CPU, peak RSS "
+        f"{b_rss / 1024:.0f} MB{state}"
+    )
+    print(
+        f"  lockdiag is {b_seconds / seconds:.1f}x faster by the wall clock, "
+        f"{b_cpu / cpu:.1f}x by CPU time"
+    )
 
 
 def _report(kind: str, path: Path, size: float, badger_mb: int) -> None:
@@ -262,8 +333,10 @@ def _report(kind: str, path: Path, size: float, badger_mb: int) -> None:
     print(
         f"  lockdiag log: {seconds:.2f}s, {size / seconds:.0f} MB/s, peak RSS {rss / 1024:.0f} MB"
     )
-    print(f"  grep -c 'still waiting': {grep_seconds:.2f}s, {size / grep_seconds:.0f} MB/s "
-          f"(lockdiag takes {seconds / grep_seconds:.1f}x grep's time)")  # fmt: skip
+    print(
+        f"  grep -c 'still waiting': {grep_seconds:.2f}s, {size / grep_seconds:.0f} MB/s "
+        f"(lockdiag takes {seconds / grep_seconds:.1f}x grep's time)"
+    )
     badger = shutil.which("pgbadger")
     if badger is None:
         print("  pgbadger: not installed (apt-get install pgbadger)")

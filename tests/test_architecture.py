@@ -89,7 +89,7 @@ def test_a_program_is_declared_once() -> None:
     assert SOFTWARE["Sqitch"] is sqitch
 
 
-@pytest.mark.parametrize("room", ["worker", "core/catalogue"])
+@pytest.mark.parametrize("room", ["worker", "core/catalogue", "logs"])
 def test_a_room_holds_no_module_over_600_lines_and_no_unexplained_fmt_skip(room: str) -> None:
     for path in (PACKAGE / room).rglob("*.py"):
         lines = path.read_text().splitlines()
@@ -97,6 +97,26 @@ def test_a_room_holds_no_module_over_600_lines_and_no_unexplained_fmt_skip(room:
         for number, line in enumerate(lines):
             if "# fmt: skip" in line:  # kept only where a comment just above says why
                 assert lines[number - 1].lstrip().startswith("#"), f"{path}:{number + 1}"
+
+
+LOG_ROOM = ("lines", "messages", "formats", "events", "tally", "report")  # the order data moves
+
+
+def test_the_log_reader_is_a_room_of_its_own() -> None:
+    """Each module of logs imports only those before it (no cycle, no arrow back), besides
+    errors and keys; only report reads core (the catalogue and analysis) and the registry; and
+    core, the pure layer, does not read logs."""
+    room = PACKAGE / "logs"
+    assert {p.stem for p in room.glob("*.py")} == {"__init__", *LOG_ROOM}, "the log room moved"
+    for position, stem in enumerate(LOG_ROOM):
+        ours = {n for n in imported(room / f"{stem}.py") if n.startswith("lockdiag.")}
+        before = {f"lockdiag.logs.{name}" for name in LOG_ROOM[:position]}
+        allowed = {"lockdiag.errors", "lockdiag.keys", *before}
+        if stem == "report":
+            allowed |= {"lockdiag.core.analysis", "lockdiag.core.catalogue", "lockdiag.registry"}
+        assert ours <= allowed, (stem, ours - allowed)
+    assert not {n for n in imported(room / "lines.py") if n.startswith("lockdiag")}
+    assert not files_importing("lockdiag.logs") & {"core", "pg", "worker", "registry"}
 
 
 def test_click_only_in_the_cli() -> None:

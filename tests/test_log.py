@@ -26,9 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockdiag.cli import cli
-from lockdiag.core.pglog import LogReader, NotALog, Tally, prefix_pattern, report
 from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple
+from lockdiag.logs import LogReader, NotALog, Tally, prefix_pattern, report
 from lockdiag.registry import Registry
 
 PREFIX = "%m [%p] %q%u@%d/%a "

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockdiag.core.pglog import (
+from lockdiag.logs import (
     CHUNK,
     COMMON_PREFIXES,
     DETECT_BYTES,

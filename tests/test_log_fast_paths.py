@@ -13,7 +13,8 @@ from datetime import datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockdiag.core.pglog import _WAIT, Entry, LogReader, parse_time, parse_wait
+from lockdiag.logs import Entry, LogReader, parse_time, parse_wait
+from lockdiag.logs.messages import _WAIT
 
 VERBS = ("still waiting for", "acquired", "avoided deadlock for",
          "detected deadlock while waiting for", "could not obtain")  # fmt: skip

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lockdiag.core.pglog import LogReader, LogReport, Tally, report
 from lockdiag.demo.cluster import create_cluster
+from lockdiag.logs import LogReader, LogReport, Tally, report
 from lockdiag.registry import Registry
 
 PREFIX = "%m [%p] %q%u@%d/%a "

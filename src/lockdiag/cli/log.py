@@ -18,7 +18,9 @@ from lockdiag.cli.common import (
     show,
     source,
 )
-from lockdiag.core.pglog import (
+from lockdiag.errors import InputError
+from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
+from lockdiag.logs import (
     CHUNK,
     LogLines,
     LogReader,
@@ -27,13 +29,16 @@ from lockdiag.core.pglog import (
     relation_oids,
     report,
 )
-from lockdiag.errors import InputError
-from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
 from lockdiag.registry import Registry
 from lockdiag.views.log import log_output
 
-TIMES = ["%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S",
-         "%Y-%m-%d"]  # fmt: skip
+TIMES = [
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d",
+]
 
 
 def _open(name: str) -> IO[bytes]:

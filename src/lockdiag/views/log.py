@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from lockdiag.core.pglog import (
+from lockdiag.logs import (
     GZIP_RATIO,
     MAX_LINE,
     Cancellation,
@@ -166,9 +166,17 @@ def _episode_row(
 
 
 EPISODE_HEADERS = [
-    "KEY", "DATABASE", "FIRST SEEN", "LAST SEEN", "WAITS", "LONGEST", "TOTAL", "HOLDERS",
-    "WAITERS", "OUTCOMES",
-]  # fmt: skip
+    "KEY",
+    "DATABASE",
+    "FIRST SEEN",
+    "LAST SEEN",
+    "WAITS",
+    "LONGEST",
+    "TOTAL",
+    "HOLDERS",
+    "WAITERS",
+    "OUTCOMES",
+]
 
 
 def _deadlock_row(
@@ -329,10 +337,14 @@ def _iso(moment: datetime | None) -> str | None:
 
 def _people_data(people: dict[int, Identity]) -> list[dict[str, Any]]:
     return [
-        {"pid": pid, "application_name": who.application, "user": who.user,
-         "database": who.database}
+        {
+            "pid": pid,
+            "application_name": who.application,
+            "user": who.user,
+            "database": who.database,
+        }
         for pid, who in people.items()
-    ]  # fmt: skip
+    ]
 
 
 def log_data(report: LogReport) -> dict[str, Any]:

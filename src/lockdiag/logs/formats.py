@@ -1,0 +1,207 @@
+"""The three formats a server writes its log in: ``stderr`` (each line opening with a
+``log_line_prefix``, detected from the first lines or given), ``csvlog`` and ``jsonlog``
+(PostgreSQL 15+): telling them apart, the prefix's regular expressions, and a csvlog or
+jsonlog record's fields. Imports ``messages`` and ``lockdiag.errors``.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable
+from typing import Literal
+
+import orjson
+
+from lockdiag.errors import InputError
+from lockdiag.logs.messages import TEXT_MAX, Identity
+
+LogFormat = Literal["stderr", "csvlog", "jsonlog"]
+
+
+class NotALog(InputError):
+    """The stream is not a PostgreSQL log in any format lockdiag reads."""
+
+
+# every value bounded: names are at most 63 bytes (NAMEDATALEN), host names NI_MAXHOST (1025)
+_VALUE = r"[^\t]{0,1100}?"
+_ZONE = r"(?: [^\s\]]{1,64}?)?"  # the shortest the text after it allows
+_ESCAPES = {
+    "m": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+{_ZONE})",
+    "t": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE})",
+    "n": r"(?P<time>\d+\.\d+)",
+    "s": rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE}",
+    "p": r"(?P<pid>\d+)",
+    "u": rf"(?P<user>{_VALUE})",
+    "d": rf"(?P<database>{_VALUE})",
+    "a": rf"(?P<application>{_VALUE})",
+    "l": r"\d+",
+    "c": r"[0-9a-f]+\.[0-9a-f]+",
+    "v": r"[\d/]*",
+    "x": r"\d+",
+    "e": r"[0-9A-Z]{5}",
+    "P": r"\d*",
+    "Q": r"-?\d+",
+}  # the others (%r %h %L %i %b and any new letter): _VALUE
+_SEVERITY = r"(?P<severity>[^\W\d_][\w ]{0,30}?):  (?P<text>.*)"
+
+# the layouts met most: PostgreSQL's default, Debian's, pgBadger's advice, RDS, Heroku-like
+COMMON_PREFIXES = (
+    "%m [%p] %q%u@%d/%a ",
+    "%m [%p] %q%u@%d ",
+    "%m [%p] ",
+    "%t [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%t [%p]: user=%u,db=%d,app=%a,client=%h ",
+    "%t [%p]: [%l-1] ",
+    "%m [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%t:%r:%u@%d:[%p]:",
+    "%m:%r:%u@%d:[%p]:",
+    "%m [%p] %q[user=%u,db=%d,app=%a] ",
+    "%t [%p] ",
+    "%m %u@%d [%p] ",
+    "%m [%p-%l] %q%u@%d ",
+    "%t [%p-%l] %q%u@%d ",
+)
+
+
+def prefix_pattern(prefix: str) -> re.Pattern[str]:
+    """A regular expression for lines written with ``log_line_prefix`` = ``prefix``.
+
+    ``%q`` ends the prefix of a process that is not a session (postmaster, checkpointer):
+    what follows it is optional. Each value is matched up to the text that follows it."""
+    return re.compile(_prefix_regex(prefix, whole=True))
+
+
+def pid_pattern(prefix: str) -> re.Pattern[str]:
+    """The prefix up to its process id only: the cheap test every line of a large log gets
+    (the values after it, such as %a, need a search that costs more)."""
+    return re.compile(_prefix_regex(prefix, whole=False))
+
+
+def _prefix_regex(prefix: str, whole: bool) -> str:
+    """Linear by construction, whatever the line: the prefix is cut into segments, a value
+    and the text after it; each segment but the last is an atomic group (its value ends where
+    the text after it first fits, and is never tried again), and every value's length is
+    bounded, so the last value's search for the severity is too."""
+    segments = [""]
+    seen: set[str] = set()
+    optional_from: int | None = None
+    position = 0
+    for found in re.finditer(r"%(-?\d+)?(.)", prefix):
+        segments[-1] += re.escape(prefix[position : found.start()])
+        position = found.end()
+        padding, letter = found.groups()
+        if letter == "%":
+            segments[-1] += "%"
+            continue
+        if letter == "q":
+            optional_from = len(segments)
+            segments.append("")
+            continue
+        piece = _ESCAPES.get(letter, _VALUE)
+        name = re.match(r"\(\?P<(\w+)>", piece)
+        if name is not None:  # a value named twice is captured once
+            if name.group(1) in seen:
+                piece = "(?:" + piece[len(name.group(0)) :]
+            seen.add(name.group(1))
+        if padding:  # spaces before it; after it too, but a free value takes those as its own
+            piece = rf" *+{piece}" + ("" if _VALUE in piece else " *")
+        if letter == "p" and not whole and optional_from is None:
+            return _atomic(segments) + piece
+        segments.append(piece)
+    segments[-1] += re.escape(prefix[position:])
+    if optional_from is None:
+        return _atomic(segments[:-1]) + segments[-1] + _SEVERITY
+    optional = segments[optional_from:]
+    return (
+        _atomic(segments[:optional_from])
+        + f"(?:{_atomic(optional[:-1])}{optional[-1]})?"
+        + _SEVERITY
+    )
+
+
+def _atomic(segments: list[str]) -> str:
+    return "".join(f"(?>{segment})" for segment in segments if segment)
+
+
+def first_character(prefix: str) -> Callable[[str], bool]:
+    """The cheap test of every line of a large stderr log: its first character is one the
+    prefix can start with (a digit for %m, %t, %n, %p, %l; else the prefix's own character).
+    Lines read whole (those about locks, the first ones, the samples) are checked whole."""
+    if not prefix:
+        return lambda first: bool(first.strip())
+    if prefix[0] == "%" and len(prefix) > 1 and prefix[1] in "mtnspl":
+        return str.isdigit
+    if prefix[0] != "%":
+        return lambda first: first == prefix[0]
+    return lambda first: bool(first.strip())
+
+
+CSV_HEAD = re.compile(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ [^,]*,(?:"[^"]*"|),')
+
+
+def detect(head: list[str], prefix: str | None = None) -> tuple[LogFormat, str | None]:
+    """The format of a log from its first lines, and for stderr the prefix that fits most."""
+    lines = [line for line in head if line.strip()]
+    if lines and lines[0].lstrip("\ufeff").startswith("{"):
+        return "jsonlog", None
+    if lines and CSV_HEAD.match(lines[0]):
+        return "csvlog", None
+    if not lines or prefix is not None:
+        return "stderr", prefix
+    starts = [line for line in lines if not line.startswith("\t")]
+    best, best_count = None, 0
+    for candidate in COMMON_PREFIXES:
+        pattern = prefix_pattern(candidate)
+        count = sum(1 for line in starts if _prefix_fits(pattern, line))
+        if count > best_count:  # the first (most specific) layout wins a tie
+            best, best_count = candidate, count
+    if best is None:
+        raise NotALog(
+            "not a PostgreSQL log: no line is stderr with a known log_line_prefix, csvlog or "
+            "jsonlog",
+            hint="give the server's prefix: --prefix \"$(psql -Atc 'SHOW log_line_prefix')\"",
+        )
+    return "stderr", best
+
+
+def _prefix_fits(pattern: re.Pattern[str], line: str) -> bool:
+    found = pattern.match(line)
+    return found is not None and found.group("pid") is not None
+
+
+def csv_row(record: str) -> list[str] | None:
+    try:
+        row = next(csv.reader([record]), None)
+    except csv.Error:
+        return None
+    if row is None or len(row) < 23 or not row[3].isdigit():
+        return None
+    return row
+
+
+def json_record(line: str) -> dict[str, object] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return None
+    return record
+
+
+def json_identity(record: dict[str, object]) -> Identity:
+    return Identity(
+        text_of(record.get("user")),
+        text_of(record.get("dbname")),
+        text_of(record.get("application_name")),
+    )
+
+
+def text_of(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def clip(value: object) -> str | None:
+    """A DETAIL, STATEMENT or CONTEXT as kept: bounded (events are kept by the thousand)."""
+    return value[:TEXT_MAX] if isinstance(value, str) and value else None

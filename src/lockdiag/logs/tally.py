@@ -1,0 +1,408 @@
+"""Entries to what the report says, aggregated as they are read: per key its totals and its
+episodes (waits close together in time), the deadlocks and the cancellations, and an optional
+timeline of one advisory key.
+
+Memory is flat in the log's size: per key its totals and episodes, bounded in number (a log
+where every wait is on its own key, such as ``transaction N``, folds the least waited keys into
+one total per lock type, and keeps the episodes with the most wait); only the waits open at
+once are held one by one. Imports ``messages`` and ``events``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal, NamedTuple
+
+from lockdiag.keys import LockTriple
+from lockdiag.logs.events import LogReader, ReadCounts
+from lockdiag.logs.messages import (
+    INTERESTING_ERRORS,
+    CycleStep,
+    Entry,
+    Identity,
+    LockTag,
+    holders_of,
+    parse_cycle,
+    parse_tag,
+    parse_wait,
+)
+
+Outcome = Literal[
+    "acquired",
+    "deadlock",
+    "lock timeout",
+    "statement timeout",
+    "cancelled",
+    "terminated",
+    "no end logged",
+]
+
+LISTED_PIDS = 200  # holders and waiters kept by pid per episode; the rest are counted
+KEPT_EVENTS = 1000  # deadlocks and timeouts kept in full; the rest are counted
+KEPT_KEYS = 1000  # keys tallied one by one; past twice this, the least waited half is folded
+KEPT_EPISODES = 1000  # episodes kept whole; past twice this, the closed ones least waited go
+KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the rest are counted
+
+
+@dataclass
+class Wait:
+    """One session's wait for one lock, as far as the log tells it."""
+
+    pid: int
+    tag: LockTag
+    mode: str
+    start: datetime | None
+    seen: datetime | None  # the last time the log spoke of it
+    waited_ms: float  # what the server said (or the time between its messages)
+    identity: Identity
+    holders: tuple[int, ...] = ()
+    outcome: Outcome = "no end logged"
+    avoided_deadlock: bool = False
+
+
+@dataclass
+class Episode:
+    """Waits on one key close together in time (no gap longer than the tally's ``gap``)."""
+
+    first: datetime | None
+    last: datetime | None
+    waits: int = 0
+    longest_ms: float = 0.0
+    total_ms: float = 0.0
+    holders: dict[int, Identity] = field(default_factory=dict)
+    waiters: dict[int, Identity] = field(default_factory=dict)
+    pids_left_out: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class KeyTally:
+    tag: LockTag
+    episodes: list[Episode] = field(default_factory=list)
+    waits: int = 0
+    longest_ms: float = 0.0
+    total_ms: float = 0.0
+    failures: int = 0  # PostgreSQL 18 log_lock_failures: a NOWAIT attempt that failed
+    deadlocks: int = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    episodes_left_out: int = 0  # counted in the totals above, not kept (KEPT_EPISODES)
+    folded: int = 0  # keys counted together here, one lock type's least waited (KEPT_KEYS)
+
+    def absorb(self, other: KeyTally) -> None:
+        """Count ``other``'s totals here, its episodes as left out."""
+        self.folded += max(other.folded, 1)
+        self.waits += other.waits
+        self.longest_ms = max(self.longest_ms, other.longest_ms)
+        self.total_ms += other.total_ms
+        self.failures += other.failures
+        self.deadlocks += other.deadlocks
+        self.episodes_left_out += other.episodes_left_out + len(other.episodes)
+        for moment in (other.first, other.last):
+            if moment is not None:
+                self.first = moment if self.first is None else min(self.first, moment)
+                self.last = moment if self.last is None else max(self.last, moment)
+        for outcome, count in other.outcomes.items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + count
+
+
+@dataclass(frozen=True)
+class Deadlock:
+    time: datetime | None
+    victim: int | None
+    victim_identity: Identity
+    statement: str | None
+    cycle: tuple[CycleStep, ...]
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """A statement ended by lock_timeout or statement_timeout (or a cancel) while it waited,
+    or a lock_timeout whose lock the log does not name (it fired before deadlock_timeout)."""
+
+    time: datetime | None
+    pid: int | None
+    identity: Identity
+    kind: str
+    tag: LockTag | None
+    waited_ms: float | None
+    statement: str | None
+
+
+class TimelineEvent(NamedTuple):
+    time: datetime | None
+    event: str
+    pid: int | None
+    identity: Identity
+    waited_ms: float | None
+    detail: str
+
+
+def key_of(tag: LockTag) -> tuple[object, ...]:
+    return (tag.kind, tag.database, tag.advisory) if tag.advisory else (tag.kind, tag.text)
+
+
+class Tally:
+    """Aggregates entries as they are read: per key, its episodes; the deadlocks and the
+    cancellations; an optional timeline of one advisory key."""
+
+    def __init__(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        gap: float = 60.0,
+        timeline_key: LockTriple | None = None,
+        kept_keys: int = KEPT_KEYS,
+        kept_episodes: int = KEPT_EPISODES,
+    ) -> None:
+        self.since, self.until, self.gap = since, until, timedelta(seconds=gap)
+        self.timeline_key = timeline_key
+        self.kept_keys, self.kept_episodes = kept_keys, kept_episodes
+        self.keys: dict[tuple[object, ...], KeyTally] = {}
+        self.folded: dict[str, KeyTally] = {}  # lock type -> its least waited keys' totals
+        self.episode_count = 0  # kept, across keys
+        self._episode_limit = 2 * kept_episodes
+        self.open: dict[int, Wait] = {}
+        self.deadlocks: list[Deadlock] = []
+        self.deadlock_count = 0
+        self.cancellations: list[Cancellation] = []
+        self.cancellation_count = 0
+        self.unnamed_lock_timeouts = 0
+        self.database_names: dict[int, str] = {}
+        self.identities: dict[int, Identity] = {}
+        self.reads: list[ReadCounts] = []
+        self.timeline: list[TimelineEvent] = []
+        self.timeline_left_out = 0
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+
+    # reading
+
+    def read(self, reader: LogReader) -> None:
+        reader.identities = self.identities
+        self.reads.append(reader.counts)
+        bounded = self.since is not None or self.until is not None
+        for entry in reader:
+            if (
+                bounded
+                and entry.time is not None
+                and (
+                    (self.since is not None and entry.time < self.since)
+                    or (self.until is not None and entry.time > self.until)
+                )
+            ):
+                reader.counts.outside += 1
+                continue
+            self.add(entry)
+
+    def finish(self) -> None:
+        """Close the waits whose end the log does not tell (their last figure is a lower
+        bound)."""
+        for wait in list(self.open.values()):
+            self._close(wait, "no end logged", None)
+        self.open.clear()
+
+    def add(self, entry: Entry) -> None:
+        time = entry.time
+        if time is not None:
+            if self.first is None or time < self.first:
+                self.first = time
+            if self.last is None or time > self.last:
+                self.last = time
+        if entry.severity == "LOG":
+            said = parse_wait(entry.message)
+            if said is not None:
+                self._wait_message(entry, said)
+            return
+        kind = INTERESTING_ERRORS.get(entry.message)
+        if kind == "deadlock":
+            self._deadlock(entry)
+        elif kind is not None:
+            self._cancelled(entry, kind)
+
+    def _wait_message(self, entry: Entry, said: tuple[str, str, str, str, str | None]) -> None:
+        pid_text, verb, mode, tag_text, after = said
+        pid = int(pid_text)
+        tag = parse_tag(tag_text)
+        waited = float(after) if after else 0.0
+        holders = holders_of(entry.detail) if entry.detail else ()
+        if tag.database and entry.identity.database and tag.kind != "other":
+            self.database_names.setdefault(tag.database, entry.identity.database)
+        wait = self.open.get(pid)
+        if wait is not None and wait.tag is not tag and key_of(wait.tag) != key_of(tag):
+            self._close(wait, "no end logged", None)  # a wait whose end went unlogged
+            wait = None
+        if verb == "could not obtain":
+            tally = self._tally(tag)
+            tally.failures += 1
+            self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
+            return
+        if wait is None:
+            start = entry.time - timedelta(milliseconds=waited) if entry.time else None
+            wait = Wait(pid, tag, mode, start, entry.time, waited, entry.identity)
+            self.open[pid] = wait
+        wait.seen = entry.time
+        wait.waited_ms = max(wait.waited_ms, waited)
+        if holders and holders != wait.holders:
+            wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
+        if verb == "still waiting for":
+            self._note(tag, entry, f"waiting for {mode}", waited, holders)
+        elif verb == "avoided deadlock for":
+            wait.avoided_deadlock = True
+            self._note(tag, entry, "avoided deadlock (queue rearranged)", waited, holders)
+        elif verb == "acquired":
+            self._note(tag, entry, f"acquired {mode}", waited, ())
+            self._close(wait, "acquired", waited)
+        # "detected deadlock while waiting": the ERROR that follows closes the wait
+
+    def _note(
+        self, tag: LockTag, entry: Entry, event: str, waited: float | None, holders: tuple[int, ...]
+    ) -> None:
+        if self.timeline_key is None or tag.advisory != self.timeline_key:
+            return
+        if len(self.timeline) >= KEPT_TIMELINE:
+            self.timeline_left_out += 1
+            return
+        detail = f"holders {', '.join(map(str, holders))}" if holders else ""
+        self.timeline.append(
+            TimelineEvent(entry.time, event, entry.pid, entry.identity, waited, detail)
+        )
+
+    def _tally(self, tag: LockTag) -> KeyTally:
+        key = key_of(tag)
+        tally = self.keys.get(key)
+        if tally is None:
+            if len(self.keys) >= 2 * self.kept_keys:
+                self._fold_keys()
+            tally = self.keys[key] = KeyTally(tag)
+        return tally
+
+    def _fold_keys(self) -> None:
+        """The least waited half of the keys counted together, one total per lock type (a key
+        met again later starts a tally of its own; the totals stay exact)."""
+        ranked = sorted(self.keys.items(), key=lambda item: (item[1].total_ms, item[1].waits))
+        for key, one in ranked[: len(ranked) - self.kept_keys]:
+            del self.keys[key]
+            self.episode_count -= len(one.episodes)
+            kind = one.tag.kind
+            into = self.folded.get(kind)
+            if into is None:
+                into = self.folded[kind] = KeyTally(LockTag(kind, f"{kind} (other keys)"))
+            into.absorb(one)
+
+    def _fold_episodes(self) -> None:
+        """Only the episodes with the most wait kept whole, among those that ended (a later
+        one of their key began: a key's last episode may still grow); the others stay in their
+        key's totals, counted as left out."""
+        closed: list[tuple[float, int, KeyTally, Episode]] = []
+        for one in self.keys.values():
+            closed += [(e.total_ms, id(e), one, e) for e in one.episodes[:-1]]
+        closed.sort(key=lambda item: item[:2])
+        dropped: dict[int, KeyTally] = {}
+        gone: set[int] = set()
+        for _, identity, one, _ in closed[: max(0, self.episode_count - self.kept_episodes)]:
+            gone.add(identity)
+            dropped[id(one)] = one
+        for one in dropped.values():
+            kept = [e for e in one.episodes if id(e) not in gone]
+            one.episodes_left_out += len(one.episodes) - len(kept)
+            one.episodes = kept
+        self.episode_count -= len(gone)
+        # when most are still open, look again only after as many more
+        self._episode_limit = max(2 * self.kept_episodes, self.episode_count + self.kept_episodes)
+
+    def _close(self, wait: Wait, outcome: Outcome, waited: float | None) -> None:
+        self.open.pop(wait.pid, None)
+        wait.outcome = outcome
+        if waited is not None:
+            wait.waited_ms = waited
+        tally = self._tally(wait.tag)
+        tally.waits += 1
+        tally.longest_ms = max(tally.longest_ms, wait.waited_ms)
+        tally.total_ms += wait.waited_ms
+        tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
+        start, end = wait.start, wait.seen
+        if start is not None:
+            tally.first = start if tally.first is None else min(tally.first, start)
+        if end is not None:
+            tally.last = end if tally.last is None else max(tally.last, end)
+        episode = tally.episodes[-1] if tally.episodes else None
+        if (
+            episode is None
+            or start is None
+            or episode.last is None
+            or start - episode.last > self.gap
+        ):
+            episode = Episode(start, end)
+            tally.episodes.append(episode)
+            self.episode_count += 1
+            if self.episode_count > self._episode_limit:
+                self._fold_episodes()
+        if start is not None and (episode.first is None or start < episode.first):
+            episode.first = start
+        if end is not None and (episode.last is None or end > episode.last):
+            episode.last = end
+        episode.waits += 1
+        episode.longest_ms = max(episode.longest_ms, wait.waited_ms)
+        episode.total_ms += wait.waited_ms
+        episode.outcomes[outcome] = episode.outcomes.get(outcome, 0) + 1
+        if wait.pid not in episode.waiters:
+            self._list(episode, episode.waiters, wait.pid, wait.identity)
+        for holder in wait.holders:
+            if holder not in episode.holders:
+                self._list(episode, episode.holders, holder, self.identities.get(holder))
+
+    @staticmethod
+    def _list(episode: Episode, where: dict[int, Identity], pid: int, who: Identity | None) -> None:
+        """A pid not listed yet, or counted as left out once the list is full."""
+        if len(where) >= LISTED_PIDS:
+            episode.pids_left_out += 1
+            return
+        where[pid] = who or Identity(None, None, None)
+
+    def _deadlock(self, entry: Entry) -> None:
+        self.deadlock_count += 1
+        cycle = parse_cycle(entry.detail or "")
+        for tag in {key_of(step.tag): step.tag for step in cycle}.values():
+            self._tally(tag).deadlocks += 1
+            self._note(tag, entry, "deadlock detected", None, ())
+        wait = self.open.get(entry.pid) if entry.pid is not None else None
+        if wait is not None:
+            self._close(wait, "deadlock", _elapsed(wait, entry.time))
+        if len(self.deadlocks) < KEPT_EVENTS:
+            self.deadlocks.append(
+                Deadlock(entry.time, entry.pid, entry.identity, entry.statement, cycle)
+            )
+
+    def _cancelled(self, entry: Entry, kind: str) -> None:
+        wait = self.open.get(entry.pid) if entry.pid is not None else None
+        if wait is None and kind != "lock timeout":
+            return  # a statement cancelled while it waited for no lock: not ours
+        self.cancellation_count += 1
+        waited = _elapsed(wait, entry.time) if wait is not None else None
+        if wait is not None:
+            self._note(wait.tag, entry, f"cancelled: {kind}", waited, ())
+            self._close(wait, kind, waited)  # type: ignore[arg-type]
+        else:
+            self.unnamed_lock_timeouts += 1
+        if len(self.cancellations) < KEPT_EVENTS:
+            self.cancellations.append(
+                Cancellation(
+                    entry.time,
+                    entry.pid,
+                    entry.identity,
+                    kind,
+                    wait.tag if wait else None,
+                    waited,
+                    entry.statement,
+                )
+            )
+
+
+def _elapsed(wait: Wait, now: datetime | None) -> float:
+    if wait.start is None or now is None:
+        return wait.waited_ms
+    wait.seen = now
+    return max(wait.waited_ms, (now - wait.start).total_seconds() * 1000)
