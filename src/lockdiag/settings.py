@@ -23,7 +23,7 @@ import tomllib
 
 from lockdiag.errors import InputError
 from lockdiag.registry import config_dir
-from lockdiag.registry.validation import read_text, toml_refusal
+from lockdiag.registry.reading import read_text, toml_refusal
 
 FILE_NAME = "settings.toml"
 ENV_VAR = "LOCKDIAG_SETTINGS"

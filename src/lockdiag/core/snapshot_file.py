@@ -30,7 +30,7 @@ from lockdiag.registry import (
     read_bounded,
     size_text,
 )
-from lockdiag.registry.validation import Unreadable
+from lockdiag.registry.reading import Unreadable
 
 FILE_FORMAT = "lockdiag-snapshot"
 FILE_VERSION = 1

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
 from lockdiag.registry import Poolers, Registry
-from lockdiag.registry.validation import read_text
+from lockdiag.registry.reading import read_text
 
 if TYPE_CHECKING:  # the driver is imported where a server is contacted: reading a file needs none
     from lockdiag.pg.session import DiagnosticSession

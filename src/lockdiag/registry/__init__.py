@@ -8,8 +8,12 @@ Workers import this package to take locks by name, so it stays light (no psycopg
     key = registry.key("tenant_summary", 73)
     cursor.execute(f"SELECT pg_try_advisory_xact_lock({key.placeholders})", key.args)
 
-Its rooms: :mod:`.model` (what a registry holds), :mod:`.discovery` (where the file is, and
-loading it), :mod:`.validation` (reading and checking the file).
+Its rooms, each importing only those before it: :mod:`.model` (what a registry holds),
+:mod:`.reading` (reading a file that may come from anywhere, with bounds: shared by every file
+reader of lockdiag), :mod:`.namespaces` (one namespace's table), :mod:`.validation` (the file
+as a whole: its TOML, its top-level tables, the checks between namespaces, each problem on its
+line), :mod:`.discovery` (where the file is, and loading it). It imports only ``keys``,
+``durations`` and ``errors``.
 """
 
 from lockdiag.registry.discovery import (
@@ -31,19 +35,21 @@ from lockdiag.registry.model import (
     UnknownNamespace,
     Unregistered,
 )
-from lockdiag.registry.validation import (
+from lockdiag.registry.reading import (
     MAX_DEPTH,
-    MAX_SIZE,
     BinaryData,
+    nesting_depth,
+    read_bounded,
+    size_text,
+)
+from lockdiag.registry.validation import (
+    MAX_SIZE,
     Collisions,
     Problem,
     check_file,
     contradictions,
-    nesting_depth,
     parse_registry,
-    read_bounded,
     resource_collisions,
-    size_text,
 )
 
 __all__ = [

@@ -3,65 +3,59 @@ nesting (the file may come from anywhere)."""
 
 from __future__ import annotations
 
-import array
-import itertools
 import math
-import os
 import re
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lockdiag.durations import format_duration, parse_duration
+from lockdiag.durations import format_duration
 from lockdiag.errors import InputError
 from lockdiag.keys import (
-    INT4_MAX,
-    INT4_MIN,
-    Form,
-    InvalidKey,
-    LockTriple,
-    PartType,
     derive_resource,
-    from_bigint,
-    from_pair,
-    split_namespace,
 )
 from lockdiag.registry.model import (
     FILE_NAME,
     UNREGISTERED_LEVELS,
     Candidates,
-    Expect,
     Namespace,
     Poolers,
     Registry,
     Unregistered,
 )
+from lockdiag.registry.namespaces import parse_namespace
+from lockdiag.registry.reading import (
+    MAX_DEPTH,
+    Unreadable,
+    document_depth,
+    read_text,
+    toml_refusal,
+)
 
-NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,62}$")
-NAMESPACE_KEYS = {"id", "key", "form", "description", "owner", "expect", "max_hold",
-                  "max_wait", "resource", "values", "expected_resources"}  # fmt: skip
-NOT_WITH_KEY = ("id", "resource", "values", "expected_resources")  # a key is one resource
-PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]{0,62}):(int|text)$")
 TOP_LEVEL_KEYS = {"namespaces", "known", "poolers", "unregistered"}
 # [known]: names the team uses with libraries that hash names into keys (known.py)
 KNOWN_LISTS = (
-    "with_advisory_lock", "django_pglocks", "pals", "hashtext", "pgmq_queues", "flyway_schemas",
-    "advisory_lock_npm", "medusa", "slonik_migrator_tables", "dbos_apps", "tooz",
-)  # fmt: skip
+    "with_advisory_lock",
+    "django_pglocks",
+    "pals",
+    "hashtext",
+    "pgmq_queues",
+    "flyway_schemas",
+    "advisory_lock_npm",
+    "medusa",
+    "slonik_migrator_tables",
+    "dbos_apps",
+    "tooz",
+)
 KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
 
 MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this large is a mistake
-# levels of tables, arrays and inline tables below the document; a registry uses four
-# (namespaces, a namespace, its values, a value's parts); tomllib recurses once per level
-MAX_DEPTH = 64
 # values, items and tables (see toml_refusal): a registry uses a few hundred; a crafted one
 # this large takes at most some 40 MB and a second to check (1 MiB of table headers: 100 MB)
 MAX_ELEMENTS = 50_000
-READ_CHUNK = 1024 * 1024
 UNREGISTERED_ERROR = (
     'unregistered must be "ignore", "report" or "warn", not {!r} (what check does with a key '
     "no namespace names)"
@@ -106,139 +100,6 @@ def check_file(
     return parse_registry(text, str(path), collisions)
 
 
-class Unreadable(InputError):
-    """:func:`read_bounded`'s refusal of a file it does not read at all: not a regular file,
-    or (BinaryData) not text."""
-
-
-class BinaryData(Unreadable):
-    """:func:`read_bounded`'s refusal of a file that is not text at all (a NUL byte)."""
-
-
-def read_bounded(path: Path, limit: int, what: str) -> bytes:
-    """The bytes of ``path``, read with a bound: never more than ``limit`` + 1 of them, so a
-    huge file or one that grows without end is refused without being read whole. Only a
-    regular file is read: a FIFO, a device or a socket may never end nor even answer (a FIFO
-    with no writer blocks forever), so it is refused without waiting (opened non-blocking,
-    then looked at). A regular file larger than ``limit`` is refused before anything is
-    read; a NUL byte (never in TOML nor JSON text) is refused at the chunk that holds it
-    (BinaryData). Raises InputError with the reason (Unreadable: a file not read at all),
-    without the file's name (the caller adds it); OSError is left to the caller.
-
-    Shared by the registry, the settings, the targets and the snapshot file readers (see
-    :mod:`lockdiag.core.snapshot_file`), this module being the lowest that all import."""
-    refused = f"not a {what}"
-    chunks: list[bytes] = []
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    status = os.fstat(descriptor)
-    if not stat.S_ISREG(status.st_mode):
-        os.close(descriptor)
-        kind = _KINDS.get(stat.S_IFMT(status.st_mode), "not a file")
-        raise Unreadable(f"{kind}, not a regular file")
-    os.set_blocking(descriptor, True)
-    with os.fdopen(descriptor, "rb") as file:
-        if status.st_size > limit:
-            raise InputError(f"larger than {size_text(limit)}: {refused}")
-        read = 0
-        while read <= limit:
-            chunk = file.read(min(READ_CHUNK, limit + 1 - read))
-            if not chunk:
-                break
-            if 0 in chunk:
-                where = read + chunk.index(0)
-                raise BinaryData(f"binary data (a NUL byte at byte {where})")
-            chunks.append(chunk)
-            read += len(chunk)
-    if read > limit:  # a file that grew while it was read
-        raise InputError(f"larger than {size_text(limit)}: {refused}")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-_KINDS = {
-    stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory",
-}  # fmt: skip
-
-
-def read_text(path: Path, limit: int, what: str) -> str:
-    """:func:`read_bounded`'s bytes as UTF-8 text, each invalid sequence (another encoding,
-    an encoded surrogate) shown as U+FFFD, the replacement character, as a terminal would."""
-    return read_bounded(path, limit, what).decode("utf-8", "replace")
-
-
-def size_text(size: int) -> str:
-    """A byte count as people write a limit: ``1 MiB``, ``1 GiB``, ``512 KiB``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} bytes"
-
-
-_OPEN_CLOSE = bytes.maketrans(b"[{]}", b"(())")
-_NOT_BRACKET = bytes(sorted(set(range(256)) - set(b"[]{}")))
-_STEPS = bytes.maketrans(b"()", b"\x01\xff")  # +1 and -1 as signed bytes
-
-
-def nesting_depth(structure: bytes, limit: int) -> int:
-    """How deeply the brackets (``[ ]`` and ``{ }``) of ``structure`` nest, its strings and
-    comments removed by the caller; a depth above ``limit`` is given as ``limit`` + 1: the
-    highest running sum of +1 an opening and -1 a closing bracket, exactly for balanced
-    brackets, at least for a broken file (whose parser then stops early or meets
-    RecursionError, which the caller catches).
-
-    Linear in the worst case and fast in the usual one: each round removes every innermost
-    pair at once (``bytes.replace``, in C), which takes a real file's few levels in a few
-    rounds; once a round would remove less than half of what is left (many deep trees, a
-    crafted file), the rest is counted in one pass of running sums (some 60 ns a bracket)."""
-    brackets = structure.translate(_OPEN_CLOSE, _NOT_BRACKET)
-    if b"(" * (limit + 1) in brackets:  # the usual attack, "[[[[...", found in C at once
-        return limit + 1
-    depth = 0
-    while brackets and depth <= limit:
-        inner = brackets.replace(b"()", b"")
-        if len(inner) > len(brackets) // 2:
-            steps = array.array("b", brackets.translate(_STEPS))
-            highest = max(itertools.accumulate(steps), default=0)
-            return min(limit + 1, depth + max(0, highest))
-        brackets, depth = inner, depth + 1
-    return min(limit + 1, depth)
-
-
-# what TOML reads as a string or a comment, where brackets are not structure
-_TOML_TEXT = re.compile(
-    r'"""(?:\\[\s\S]|[^\\])*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\'|#[^\n]*'
-)
-
-
-def toml_refusal(text: str, what: str, most: int) -> str | None:
-    """Why TOML text is refused before tomllib reads it, if it is: brackets nested more
-    than ``MAX_DEPTH`` deep (see :func:`nesting_depth`), or more than ``most`` elements,
-    counted, strings and comments left out, as the marks that make one (``=`` a key's value,
-    ``,`` an item, ``[`` ``{`` a table or an array, ``.`` a dotted key's table): tomllib
-    spends some 60 bytes of memory an element, the file itself one or two."""
-    structure = _TOML_TEXT.sub("", text).encode("utf-8", "surrogatepass")
-    if nesting_depth(structure, MAX_DEPTH) > MAX_DEPTH:
-        return f"nested more than {MAX_DEPTH} levels deep: not a {what}"
-    if sum(map(structure.count, (b"=", b",", b"[", b"{", b"."))) > most:
-        return f"more than {most:,} elements (values, items, tables): not a {what}"
-    return None
-
-
-def _document_depth(document: dict[str, Any]) -> int:
-    """Levels of tables and arrays below the document, up to ``MAX_DEPTH`` + 1 (dotted keys
-    and table headers nest without brackets: ``[a.b.c]``, ``a.b.c = 1``). Iterative."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(document, 0)]
-    while stack:
-        value, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > MAX_DEPTH:
-            break
-        children = value.values() if isinstance(value, dict) else value
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
-
-
 def _read_toml(text: str, path: str) -> dict[str, Any] | Problem:
     """The TOML document of a registry file, or why it cannot be read."""
     if sys.version_info >= (3, 11):
@@ -260,7 +121,7 @@ def _read_toml(text: str, path: str) -> dict[str, Any] | Problem:
         return Problem("error", f"not valid TOML: {message}", path, line)
     except RecursionError:  # a backstop: the scan above counts what tomllib recurses on
         return too_deep
-    return too_deep if _document_depth(document) > MAX_DEPTH else document
+    return too_deep if document_depth(document) > MAX_DEPTH else document
 
 
 def parse_registry(
@@ -301,7 +162,7 @@ def parse_registry(
         def report(message: str, key: str | None = None, table: str = table) -> None:
             problem("error", message, lines.key(table, key) if key else lines.table(table))
 
-        namespace = _parse_namespace(name, raw, report)
+        namespace = parse_namespace(name, raw, report)
         if namespace is None:
             continue
         if namespace.exact is not None:
@@ -424,149 +285,6 @@ def _parse_known(
     return Candidates(**values) if ok else None
 
 
-def _parse_namespace(
-    name: str, raw: Any, error: Callable[[str, str | None], None]
-) -> Namespace | None:
-    """One namespace table, or None after reporting why through ``error(message, key)``."""
-    ok = True
-    if not NAME_PATTERN.match(name):
-        error(
-            f"namespace name {name!r} must start with a letter or _ and use only letters, "
-            "digits, _ . - (at most 63 characters)",
-            None,
-        )
-        ok = False
-    if not isinstance(raw, dict):
-        error(f"namespace {name!r} must be a table with at least an id", None)
-        return None
-    unknown = [key for key in raw if key not in NAMESPACE_KEYS]
-    for key in unknown:
-        allowed = ", ".join(sorted(NAMESPACE_KEYS))
-        error(f"namespace {name!r}: unknown key {key!r} (allowed: {allowed})", key)
-    ok = ok and not unknown
-    if "key" in raw:
-        return _parse_exact(name, raw, error) if ok else None
-    form = raw.get("form", "pair")
-    if form not in ("pair", "bigint"):
-        error(f'namespace {name!r}: form must be "pair" or "bigint", not {form!r}', "form")
-        ok = False
-    namespace_id = raw.get("id")
-    if namespace_id is None:
-        error(f"namespace {name!r}: missing id (or key, for one key)", None)
-        ok = False
-    elif not isinstance(namespace_id, int) or isinstance(namespace_id, bool):
-        error(f"namespace {name!r}: id must be an integer, not {namespace_id!r}", "id")
-        ok = False
-    elif not INT4_MIN <= namespace_id <= INT4_MAX:
-        where = "the high 32 bits of the key" if form == "bigint" else "the first int4 argument"
-        error(
-            f"namespace {name!r}: id {namespace_id} is outside int4 {INT4_MIN}..{INT4_MAX} "
-            f"(it is {where})",
-            "id",
-        )
-        ok = False
-    declared = _declarations(name, raw, error)
-    if not ok or declared is None:
-        return None
-    expect, texts, limits = declared
-    resources = _parse_resources(name, raw, form, error)
-    if resources is None:
-        return None
-    parts, values, expected = resources
-    return Namespace(
-        name=name,
-        id=namespace_id,  # type: ignore[arg-type]
-        form=form,
-        description=texts["description"],
-        owner=texts["owner"],
-        expect=expect,
-        max_hold=limits["max_hold"],
-        max_wait=limits["max_wait"],
-        parts=parts,
-        values=values,
-        expected_resources=expected,
-    )
-
-
-def _parse_exact(
-    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
-) -> Namespace | None:
-    """``key = 8237461823746182`` (a bigint) or ``key = [4242, 17]`` (a pair): a namespace
-    of exactly that key; its form is the key's."""
-    given = raw["key"]
-    triple: LockTriple | None = None
-    if isinstance(given, int) and not isinstance(given, bool):
-        try:
-            triple = from_bigint(given)
-        except InvalidKey as problem:
-            error(f"namespace {name!r}: key {problem}", "key")
-            return None
-    elif (
-        isinstance(given, list)
-        and len(given) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in given)
-    ):
-        try:
-            triple = from_pair(*given)
-        except InvalidKey as problem:
-            error(f"namespace {name!r}: key {problem}", "key")
-            return None
-    else:
-        error(
-            f"namespace {name!r}: key must be one integer (a bigint key) or two (an int4 "
-            f"pair), e.g. key = 8237461823746182 or key = [4242, 17], not {given!r}",
-            "key",
-        )
-        return None
-    ok = True
-    for key in NOT_WITH_KEY:
-        if key in raw:
-            error(f"namespace {name!r}: {key} does not go with key (a namespace of one key)", key)
-            ok = False
-    if raw.get("form", triple.form) != triple.form:
-        error(f'namespace {name!r}: key {triple.describe()} is of form "{triple.form}"', "form")
-        ok = False
-    declared = _declarations(name, raw, error)
-    if not ok or declared is None:
-        return None
-    expect, texts, limits = declared
-    namespace_id, resource = split_namespace(triple)
-    return Namespace(
-        name=name,
-        id=namespace_id,
-        form=triple.form,
-        description=texts["description"],
-        owner=texts["owner"],
-        expect=expect,
-        max_hold=limits["max_hold"],
-        max_wait=limits["max_wait"],
-        exact=resource,
-    )
-
-
-def _declarations(
-    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
-) -> tuple[Expect, dict[str, str], dict[str, float | None]] | None:
-    """expect, description and owner, and the limits; None after reporting an error."""
-    ok = True
-    expect = raw.get("expect", "any")
-    if expect not in ("xact", "session", "any"):
-        error(
-            f'namespace {name!r}: expect must be "xact", "session" or "any", not {expect!r}',
-            "expect",
-        )
-        ok = False
-    texts: dict[str, str] = {}
-    for key in ("description", "owner"):
-        value = raw.get(key, "")
-        if not isinstance(value, str):
-            error(f"namespace {name!r}: {key} must be a string", key)
-            ok = False
-        texts[key] = value if isinstance(value, str) else ""
-    limits = _parse_limits(name, raw, error)
-    return (expect, texts, limits) if ok and limits is not None else None
-
-
 def contradictions(namespace: Namespace) -> list[str]:
     """Declarations of one namespace that contradict each other, each with what `check`
     would flag: ``expect = "session"`` (held for the life of a session, a leader's lock) with
@@ -592,82 +310,20 @@ def resource_collisions(namespace: Namespace) -> list[tuple[Literal["warning", "
     if alive:
         odds = -math.expm1(-alive * (alive - 1) / (2 * 2**32))
         level: Literal["warning", "note"] = "warning" if odds > 0.01 else "note"
-        found.append((level, f"namespace {namespace.name!r}: with {alive} resources alive at once, "
-                      f"two share a key with probability {odds:.2g} (a shared key only makes "
-                      "them wait for each other)"))  # fmt: skip
+        message = (
+            f"namespace {namespace.name!r}: with {alive} resources alive at once, two share a "
+            f"key with probability {odds:.2g} (a shared key only makes them wait for each other)"
+        )
+        found.append((level, message))
     seen: dict[int, tuple[object, ...]] = {}
     for values in namespace.values:
         number = derive_resource(namespace.form, namespace.parts, values)
         if number in seen:
-            found.append(("warning", f"namespace {namespace.name!r}: {list(seen[number])} and "
-                          f"{list(values)} share the key #{number & 0xFFFFFFFF:08x}"))  # fmt: skip
+            shared = f"{list(seen[number])} and {list(values)}"
+            key = f"#{number & 0xFFFFFFFF:08x}"
+            found.append(("warning", f"namespace {namespace.name!r}: {shared} share the key {key}"))
         seen.setdefault(number, values)
     return found
-
-
-def _parse_limits(
-    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
-) -> dict[str, float | None] | None:
-    """max_hold and max_wait, in seconds (None when not given)."""
-    limits: dict[str, float | None] = {}
-    ok = True
-    for key in ("max_hold", "max_wait"):
-        limits[key] = None
-        if key not in raw:
-            continue
-        value = raw[key]
-        try:
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                raise ValueError(f"{value!r} is not a duration (examples: 90s, 5m, 1h)")
-            limits[key] = parse_duration(str(value))
-        except ValueError as problem:
-            error(f"namespace {name!r}: {key}: {problem}", key)
-            ok = False
-    return limits if ok else None
-
-
-def _parse_resources(
-    name: str, raw: dict[str, Any], form: Form, error: Callable[[str, str | None], None]
-) -> tuple[tuple[tuple[str, PartType], ...], tuple[tuple[object, ...], ...], int | None] | None:
-    """A resource of several parts, the listed values and the expected number alive."""
-    parts = _parse_parts(name, raw, error)
-    if parts is None:
-        return None
-    values = raw.get("values", [])
-    if not isinstance(values, list) or not all(isinstance(v, list) for v in values):
-        error(f"namespace {name!r}: values must be a list of resources, each a list", "values")
-        return None
-    try:
-        for value in values:
-            derive_resource(form, parts, tuple(value))
-    except InvalidKey as problem:
-        error(f"namespace {name!r}: values: {problem}", "values")
-        return None
-    expected = raw.get("expected_resources")
-    if expected is not None and (isinstance(expected, bool) or not isinstance(expected, int)
-                                 or expected < 1):  # fmt: skip
-        error(f"namespace {name!r}: expected_resources must be a positive integer", None)
-        return None
-    return parts, tuple(tuple(v) for v in values), expected
-
-
-def _parse_parts(
-    name: str, raw: dict[str, Any], error: Callable[[str, str | None], None]
-) -> tuple[tuple[str, PartType], ...] | None:
-    """``resource = ["tenant:int", "period:text"]``: the parts of a resource, in order."""
-    given = raw.get("resource")
-    if given is None:
-        return ()
-    matches = [PART.match(p) if isinstance(p, str) else None for p in given] if isinstance(
-        given, list) else [None]  # fmt: skip
-    if not given or not all(matches):
-        error(
-            f'namespace {name!r}: resource must list its parts as "name:int" or "name:text", '
-            f'e.g. ["tenant:int", "period:text"]',
-            "resource",
-        )
-        return None
-    return tuple((m.group(1), m.group(2)) for m in matches if m)  # type: ignore[misc]
 
 
 def _line_from_message(message: str) -> int | None:
