@@ -1,8 +1,7 @@
 """The snapshot file: a Snapshot as JSON and back, every field's type checked on the way in.
 
-Every read command accepts ``--from FILE`` and gives the same answer offline. The server layer
-builds its records with the same checked constructors (:func:`build_record`, :func:`server_info`),
-so a session read from the server and one read from a file are made the same way.
+Every read command accepts ``--from FILE`` and gives the same answer offline. Its records are
+built by the checked constructors of :mod:`lockdiag.core.records`, as the server layer's are.
 """
 
 from __future__ import annotations
@@ -12,14 +11,20 @@ import os
 import re
 import stat
 import tempfile
-import types
-import typing
-from dataclasses import asdict, fields
-from datetime import datetime, timezone
+from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
-from lockdiag.core.model import DerivedKey, LockRow, PoolLink, ServerInfo, Session, Snapshot
+from lockdiag.core.model import DerivedKey, LockRow, PoolLink, Session, Snapshot
+from lockdiag.core.records import (
+    FieldError,
+    build_record,
+    convert,
+    expect_dict,
+    expect_list,
+    server_info,
+)
 from lockdiag.errors import InputError
 from lockdiag.registry import (
     MAX_SIZE,
@@ -48,16 +53,6 @@ MAX_DEPTH = 64
 # memory), so this bounds any file's cost near the largest real one's: about 1 GB and 20 s
 # at most (an object of 8 million members); 16 MB of empty arrays had taken 470 MB
 MAX_ELEMENTS = 8_000_000
-
-
-def server_info(raw: dict[str, Any], version_num: int) -> ServerInfo:
-    """ServerInfo from the snapshot query's JSON (or a file's), defaults for empty lists."""
-    raw = dict(raw, version_num=version_num)
-    raw["relations"] = raw.get("relations") or {}  # json_object_agg of no rows is NULL
-    raw["tables"] = raw.get("tables") or []
-    raw["extensions"] = raw.get("extensions") or []
-    raw["software_tables"] = raw.get("software_tables") or []
-    return build_record(ServerInfo, raw, "server")
 
 
 def dumps(snapshot: Snapshot, names: Registry | None = None) -> str:
@@ -148,10 +143,10 @@ def saved_registry(document: dict[str, Any], name: str) -> tuple[Registry, str |
     if saved is None:
         return None
     try:
-        saved = _expect_dict(saved, "registry")
-        text = _convert(saved.get("text"), str, "registry.text")
-        read_with = _convert(saved.get("read_with"), str | None, "registry.read_with")
-    except _FieldError as error:
+        saved = expect_dict(saved, "registry")
+        text = convert(saved.get("text"), str, "registry.text")
+        read_with = convert(saved.get("read_with"), str | None, "registry.read_with")
+    except FieldError as error:
         raise InputError(f"{name}: {error.where}: {error.reason}") from None
     if len(text.encode()) > MAX_SIZE:
         raise InputError(f"{name}: registry: larger than {size_text(MAX_SIZE)}: not a registry")
@@ -339,35 +334,35 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
     try:
         scope = document.get("scope")
         if scope not in ("advisory", "all"):
-            raise _FieldError("scope", 'expected "advisory" or "all"')
+            raise FieldError("scope", 'expected "advisory" or "all"')
         source = document.get("source")
         if not isinstance(source, str):
-            raise _FieldError("source", "expected a string")
-        raw_server = _expect_dict(document.get("server"), "server")
-        version_num = _convert(raw_server.get("version_num"), int, "server.version_num")
+            raise FieldError("source", "expected a string")
+        raw_server = expect_dict(document.get("server"), "server")
+        version_num = convert(raw_server.get("version_num"), int, "server.version_num")
         server = server_info(raw_server, version_num)
         sessions = {}
-        for index, raw in enumerate(_expect_list(document.get("sessions"), "sessions")):
+        for index, raw in enumerate(expect_list(document.get("sessions"), "sessions")):
             session = build_record(Session, raw, f"sessions[{index}]")
             sessions[session.pid] = session
         locks = [
             build_record(LockRow, raw, f"locks[{index}]")
-            for index, raw in enumerate(_expect_list(document.get("locks"), "locks"))
+            for index, raw in enumerate(expect_list(document.get("locks"), "locks"))
         ]
         derived = [
             build_record(DerivedKey, raw, f"derived[{index}]")
-            for index, raw in enumerate(_expect_list(document.get("derived", []), "derived"))
+            for index, raw in enumerate(expect_list(document.get("derived", []), "derived"))
         ]
         notes = [
-            _convert(note, str, f"notes[{index}]")
-            for index, note in enumerate(_expect_list(document.get("notes", []), "notes"))
+            convert(note, str, f"notes[{index}]")
+            for index, note in enumerate(expect_list(document.get("notes", []), "notes"))
         ]
         pool = {}
-        for index, item in enumerate(_expect_list(document.get("pool", []), "pool")):
-            fields_of_link = dict(_expect_dict(item, f"pool[{index}]"))
-            pid = _convert(fields_of_link.pop("pid", None), int, f"pool[{index}].pid")
+        for index, item in enumerate(expect_list(document.get("pool", []), "pool")):
+            fields_of_link = dict(expect_dict(item, f"pool[{index}]"))
+            pid = convert(fields_of_link.pop("pid", None), int, f"pool[{index}].pid")
             pool[pid] = build_record(PoolLink, fields_of_link, f"pool[{index}]")
-    except _FieldError as error:
+    except FieldError as error:
         raise InputError(f"{name}: {error.where}: {error.reason}") from None
     except InputError as error:
         raise InputError(f"{name}: {error}") from None
@@ -420,169 +415,6 @@ def _without_surrogates(value: Any) -> Any:
     return value
 
 
-class _FieldError(Exception):
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"{where}: {reason}")
-        self.where, self.reason = where, reason
-
-
-_TIMESTAMP_FRACTION = re.compile(r"(\.\d+)")
-
-
-def parse_timestamp(text: str) -> datetime:
-    """ISO 8601 as PostgreSQL's JSON writes it (1 to 6 fractional digits, any Python >= 3.10)."""
-    normalised = _TIMESTAMP_FRACTION.sub(lambda m: m.group(1)[:7].ljust(7, "0"), text, count=1)
-    value = datetime.fromisoformat(normalised.replace("Z", "+00:00"))
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-_T = typing.TypeVar("_T")
-Converter = typing.Callable[[Any], Any]  # a checked value, or _Mismatch
-
-
-class _Mismatch(Exception):
-    """A value of the wrong type; ``path`` is where inside it (an array index), if anywhere."""
-
-    def __init__(self, reason: str, path: str = "") -> None:
-        super().__init__(reason)
-        self.reason, self.path = reason, path
-
-
-_FIELDS: dict[type, tuple[frozenset[str], dict[str, Converter]]] = {}
-
-
-def build_record(cls: type[_T], raw: Any, where: str) -> _T:
-    """An instance of dataclass or named tuple ``cls`` from a JSON object, checking every
-    field's type. The checks are made once per class (a snapshot file holds a hundred
-    thousand locks), and a place is only spelled out for the error."""
-    raw = _expect_dict(raw, where)
-    known = _FIELDS.get(cls)
-    if known is None:
-        hints = typing.get_type_hints(cls)
-        tuple_fields = getattr(cls, "_fields", None)  # a named tuple's, else a dataclass's
-        names = frozenset(tuple_fields or (f.name for f in fields(cls)))  # type: ignore[arg-type]
-        known = _FIELDS[cls] = (names, {name: _converter(hints[name]) for name in names})
-    names, converters = known
-    if not names.issuperset(raw):
-        raise _FieldError(where, f"unknown field {sorted(set(raw) - names)[0]!r}")
-    values = {}
-    for name, value in raw.items():
-        try:
-            values[name] = converters[name](value)
-        except _Mismatch as error:
-            raise _FieldError(f"{where}.{name}{error.path}", error.reason) from None
-    try:
-        return cls(**values)
-    except TypeError as error:
-        missing = re.search(r"'(\w+)'", str(error))
-        raise _FieldError(where, f"missing field {missing.group(1) if missing else ''}") from None
-
-
-def _convert(value: Any, hint: Any, where: str) -> Any:
-    try:
-        return _converter(hint)(value)
-    except _Mismatch as error:
-        raise _FieldError(f"{where}{error.path}", error.reason) from None
-
-
-def _converter(hint: Any) -> Converter:
-    """A function that checks (and converts) a JSON value against a type hint."""
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        (inner,) = [o for o in typing.get_args(hint) if o is not type(None)]
-        convert = _converter(inner)
-        return lambda value: None if value is None else convert(value)
-    if hint is datetime:
-        return _timestamp
-    if hint in _SCALARS:
-        return _SCALARS[hint]
-    if origin is tuple:
-        return lambda value: tuple(_items(value, _SCALARS[int]))
-    if origin is list:
-        return lambda value: _items(value, _SCALARS[str])
-    if origin is dict:
-        return _oid_names
-    if origin is Literal:
-        choices = typing.get_args(hint)
-
-        def literal(value: Any) -> Any:
-            if value in choices:
-                return value
-            wanted = ", ".join(repr(a) for a in choices)
-            raise _Mismatch(f"expected one of {wanted}, got {value!r:.60}")
-
-        return literal
-    raise TypeError(f"no converter for {hint!r}")  # pragma: no cover - a programming error
-
-
-def _scalar(kind: type, name: str, accept: typing.Callable[[Any], bool]) -> Converter:
-    def convert(value: Any) -> Any:
-        if accept(value):
-            return float(value) if kind is float else value
-        raise _Mismatch(f"expected {name}, got {value!r:.60}")
-
-    return convert
-
-
-_SCALARS: dict[Any, Converter] = {
-    bool: _scalar(bool, "true or false", lambda v: isinstance(v, bool)),
-    int: _scalar(int, "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    float: _scalar(
-        float, "a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    ),
-    str: _scalar(str, "a string", lambda v: isinstance(v, str)),
-}
-
-
-def _timestamp(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return parse_timestamp(value)
-        except ValueError:
-            pass
-    raise _Mismatch(f"expected an ISO 8601 timestamp, got {value!r:.60}")
-
-
-def _items(value: Any, convert: Converter) -> list[Any]:
-    if not isinstance(value, list):
-        raise _Mismatch("expected an array")
-    items = []
-    for index, item in enumerate(value):
-        try:
-            items.append(convert(item))
-        except _Mismatch as error:
-            raise _Mismatch(error.reason, f"[{index}]") from None
-    return items
-
-
-def _oid_names(value: Any) -> dict[int, str]:
-    if not isinstance(value, dict):
-        raise _Mismatch("expected an object")
-    names = {}
-    for key, name in value.items():
-        try:
-            oid = int(key)
-        except ValueError:
-            raise _Mismatch("expected oids as keys") from None
-        try:
-            names[oid] = _SCALARS[str](name)
-        except _Mismatch as error:
-            raise _Mismatch(error.reason, f".{key}") from None
-    return names
-
-
-def _expect_dict(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _FieldError(where, "expected an object")
-    return value
-
-
-def _expect_list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _FieldError(where, "expected an array")
-    return value
-
-
 def _lock(lock: LockRow) -> dict[str, Any]:
     """A lock of the file: a span's (of an aggregated read) with its
     ``keys`` and ``objid_last``; a single lock's without them, as files were before spans
@@ -596,8 +428,10 @@ def _lock(lock: LockRow) -> dict[str, Any]:
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
     """JSON-ready values: timestamps as ISO 8601, tuples as lists."""
     return {
-        key: value.isoformat() if isinstance(value, datetime)
-        else list(value) if isinstance(value, tuple)
-        else value
+        key: (
+            value.isoformat()
+            if isinstance(value, datetime)
+            else (list(value) if isinstance(value, tuple) else value)
+        )
         for key, value in values.items()
-    }  # fmt: skip
+    }

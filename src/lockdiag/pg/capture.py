@@ -17,7 +17,7 @@ import psycopg
 from lockdiag.core import catalogue
 from lockdiag.core.analysis import singles, spans_decodable
 from lockdiag.core.model import Aggregated, Extent, LockRow, Scope, Session, Snapshot
-from lockdiag.core.snapshot_file import build_record, server_info
+from lockdiag.core.records import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
