@@ -108,9 +108,10 @@ class Key:
         if sizes.get(self.form) != len(self.numbers):
             raise ValueError(f"not a key: {self.form!r} {self.numbers!r} (use Key.bigint, ...)")
         low, high, what = (
-            (INT8_MIN, INT8_MAX, "bigint key") if self.form == "bigint" else
-            (INT4_MIN, INT4_MAX, "int4 key")
-        )  # fmt: skip
+            (INT8_MIN, INT8_MAX, "bigint key")
+            if self.form == "bigint"
+            else (INT4_MIN, INT4_MAX, "int4 key")
+        )
         for number in self.numbers:
             _integer(what, number, low, high)
 
@@ -163,9 +164,11 @@ class Entry:
 def keys_of(found: object) -> tuple[Key, ...]:
     """A plugin's keys, refused whole when one is not a Key."""
     return _all_of(
-        Key, found, "keys must be an iterable of Key, not {}",
+        Key,
+        found,
+        "keys must be an iterable of Key, not {}",
         "a key must be a lockdiag.plugins.Key, not {}",
-    )  # fmt: skip
+    )
 
 
 def _all_of(kind: type[T], found: object, not_many: str, not_one: str) -> tuple[T, ...]:
@@ -258,9 +261,11 @@ def _load(name: str, value: str) -> Callable[[], object]:
 
 def _entries(found: object) -> tuple[Entry, ...]:
     return _all_of(
-        Entry, found, "it returned {}, not an iterable of Entry",
+        Entry,
+        found,
+        "it returned {}, not an iterable of Entry",
         "it returned a {}, not a lockdiag.plugins.Entry",
-    )  # fmt: skip
+    )
 
 
 def cause(error: BaseException) -> str:

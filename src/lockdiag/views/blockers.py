@@ -63,9 +63,13 @@ class TreeRow:
             return [self.line]
         width = max(columns, len(self.indent) + 20)
         return textwrap.wrap(
-            self.text, width, initial_indent=self.prefix, subsequent_indent=self.indent,
-            break_on_hyphens=False, break_long_words=True,
-        ) or [self.line]  # fmt: skip
+            self.text,
+            width,
+            initial_indent=self.prefix,
+            subsequent_indent=self.indent,
+            break_on_hyphens=False,
+            break_long_words=True,
+        ) or [self.line]
 
 
 def tree_rows(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[TreeRow]:
@@ -152,8 +156,8 @@ def blockers_output(incident: Incident) -> Output:
 
     def nothing() -> list[Block]:
         waiting = sum(1 for n in report.nodes.values() if n.waits)
-        return [Text([f"no session waits for a lock ({waiting} waiting)" if waiting else
-                      "no session waits for a lock"], "verdict")]  # fmt: skip
+        said = "no session waits for a lock" + (f" ({waiting} waiting)" if waiting else "")
+        return [Text([said], "verdict")]
 
     def headings() -> list[str]:
         return [root_heading(n, cause) for n, cause in enumerate(causes, start=1)]
@@ -290,8 +294,7 @@ def more_sessions(count: int) -> str:
     return f"… {count} more session(s) in this chain"
 
 
-MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "blocked by",
-                    "wait"]  # fmt: skip
+MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "blocked by", "wait"]
 
 
 def _markdown_blocks(report: Blockers, roots: list[Root], headings: list[str]) -> list[Block]:

@@ -89,9 +89,11 @@ def status(entry: LockEntry) -> str:
 
 
 # the flag that matters most first: a cell of flags is cut between words from the right
-FLAG_ORDER: dict[str, int] = {flag.value: rank for rank, flag in enumerate(
-    [Flag.OUTLIVED_CLIENT, Flag.STUCK_OWNER, Flag.MAX_HOLD, Flag.EXPECT_XACT,
-     Flag.LONG_SESSION_LOCK, Flag.POOLED_SESSION_LOCK, Flag.UNREGISTERED])}  # fmt: skip
+FLAGS_FIRST = (
+    *(Flag.OUTLIVED_CLIENT, Flag.STUCK_OWNER, Flag.MAX_HOLD, Flag.EXPECT_XACT),
+    *(Flag.LONG_SESSION_LOCK, Flag.POOLED_SESSION_LOCK, Flag.UNREGISTERED),
+)
+FLAG_ORDER: dict[str, int] = {flag.value: rank for rank, flag in enumerate(FLAGS_FIRST)}
 
 
 def flags(entry: LockEntry) -> str:
@@ -169,9 +171,14 @@ HOLDER_COLUMNS: list[Column[HolderRow]] = [
 
 def holder_line(r: HolderRow) -> str:
     """A holder on one line, for a narrow screen."""
-    parts = [pid_text(r.entry.lock), f"held {age(r.entry)} · {r.entry.lifetime or '?'}",
-             f"[{flags(r.entry)}]" if r.entry.flags else "", application(r.entry),
-             _state_since(r), query(r.entry)]  # fmt: skip
+    parts = [
+        pid_text(r.entry.lock),
+        f"held {age(r.entry)} · {r.entry.lifetime or '?'}",
+        f"[{flags(r.entry)}]" if r.entry.flags else "",
+        application(r.entry),
+        _state_since(r),
+        query(r.entry),
+    ]
     return "  ".join(part for part in parts if part)
 
 
@@ -201,8 +208,14 @@ WAITER_COLUMNS: list[Column[WaiterRow]] = [
 
 def waiter_line(r: WaiterRow) -> str:
     """A waiter on one line, for a narrow screen."""
-    parts = [f"#{r.position}", pid_text(r.entry.lock), application(r.entry), age(r.entry),
-             relation(r.entry), query(r.entry)]  # fmt: skip
+    parts = [
+        f"#{r.position}",
+        pid_text(r.entry.lock),
+        application(r.entry),
+        age(r.entry),
+        relation(r.entry),
+        query(r.entry),
+    ]
     return "  ".join(part for part in parts if part)
 
 
@@ -225,9 +238,15 @@ def watch_line(r: WatchRow) -> str:
     """A lock of the live view on one line, for a narrow screen: the essentials first."""
     entry = r.entry
     seen = f"seen {format_duration(r.seen)}" if r.seen else ""
-    parts = [f"{r.mark}{entry.lock.pid}", f"{status(entry)} {age(entry)}",
-             watch_label(r), f"[{flags(entry)}]" if entry.flags else "",
-             relation(entry), seen, application(entry)]  # fmt: skip
+    parts = [
+        f"{r.mark}{entry.lock.pid}",
+        f"{status(entry)} {age(entry)}",
+        watch_label(r),
+        f"[{flags(entry)}]" if entry.flags else "",
+        relation(entry),
+        seen,
+        application(entry),
+    ]
     return "  ".join(part for part in parts if part.strip())
 
 
