@@ -89,14 +89,55 @@ def test_a_program_is_declared_once() -> None:
     assert SOFTWARE["Sqitch"] is sqitch
 
 
-@pytest.mark.parametrize("room", ["worker", "core/catalogue", "logs"])
-def test_a_room_holds_no_module_over_600_lines_and_no_unexplained_fmt_skip(room: str) -> None:
-    for path in (PACKAGE / room).rglob("*.py"):
+# modules others are still splitting into rooms (issue 38): the lead empties this list
+OVER_600_FOR_NOW = {"core/analysis.py", "core/observe.py", "render.py"}
+# files whose '# fmt: skip' lines are still to be formatted or explained (issue 38)
+FMT_SKIP_FOR_NOW = {
+    *("cli/alerts.py", "cli/demo.py", "cli/exporter.py", "cli/screen.py", "demo/cluster.py"),
+    *("core/analysis.py", "core/diagnosis.py", "core/incident.py", "core/leaders.py"),
+    *("core/model.py", "core/termination.py", "exporter/sampling.py", "pg/actions.py"),
+    *("pg/pooltest.py", "pg/queries/__init__.py", "render.py", "settings.py"),
+    *("views/check.py", "views/common.py", "views/keys.py", "views/listing.py"),
+    *("views/metrics.py", "views/pooltest.py", "views/sample.py", "views/watch.py"),
+}
+
+
+def test_no_module_over_600_lines_and_no_unexplained_fmt_skip() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        name = path.relative_to(PACKAGE).as_posix()
         lines = path.read_text().splitlines()
-        assert len(lines) <= 600, path
+        assert len(lines) <= 600 or name in OVER_600_FOR_NOW, name
+        if name in FMT_SKIP_FOR_NOW:
+            continue
         for number, line in enumerate(lines):
             if "# fmt: skip" in line:  # kept only where a comment just above says why
-                assert lines[number - 1].lstrip().startswith("#"), f"{path}:{number + 1}"
+                assert lines[number - 1].lstrip().startswith("#"), f"{name}:{number + 1}"
+    for name in OVER_600_FOR_NOW:  # an allowance no longer needed goes
+        assert len((PACKAGE / name).read_text().splitlines()) > 600, f"{name}: drop its allowance"
+
+
+# findings' modules in the order they may import each other: no cycle, no arrow back
+FINDINGS_ROOM = ("model", "words", "waits", "holders", "names", "stalled", "report")
+
+
+def test_the_findings_are_a_room_that_imports_one_way() -> None:
+    room = PACKAGE / "core" / "findings"
+    assert {p.stem for p in room.glob("*.py")} == {"__init__", *FINDINGS_ROOM}, "findings moved"
+    for position, stem in enumerate(FINDINGS_ROOM):
+        ours = {n for n in imported(room / f"{stem}.py") if n.startswith("lockdiag.core.findings")}
+        before = {f"lockdiag.core.findings.{name}" for name in FINDINGS_ROOM[:position]}
+        assert ours <= before, (stem, ours - before)
+
+
+def test_the_registry_reads_one_way() -> None:
+    """model, reading, namespaces, validation, discovery: each imports only those before it,
+    and the registry only keys, durations and errors besides (workers import it)."""
+    order = ("model", "reading", "namespaces", "validation", "discovery")
+    for position, stem in enumerate(order):
+        ours = {n for n in imported(PACKAGE / "registry" / f"{stem}.py") if "lockdiag" in n}
+        before = {f"lockdiag.registry.{name}" for name in order[:position]}
+        allowed = {"lockdiag.keys", "lockdiag.durations", "lockdiag.errors", *before}
+        assert ours <= allowed, (stem, ours - allowed)
 
 
 LOG_ROOM = ("lines", "messages", "formats", "events", "tally", "report")  # the order data moves
