@@ -43,9 +43,14 @@ KEPT_EVENTS = 1000  # deadlocks and timeouts kept in full; the rest are counted
 KEPT_KEYS = 1000  # keys tallied one by one; past twice this, the least waited half is folded
 KEPT_EPISODES = 1000  # episodes kept whole; past twice this, the closed ones least waited go
 KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the rest are counted
+TIMELINE_EVENTS = {  # a wait message's verb, as the --key timeline says it (with the mode)
+    "still waiting for": "waiting for {}",
+    "avoided deadlock for": "avoided deadlock (queue rearranged)",
+    "acquired": "acquired {}",
+}
 
 
-@dataclass
+@dataclass(slots=True)
 class Wait:
     """One session's wait for one lock, as far as the log tells it."""
 
@@ -61,7 +66,7 @@ class Wait:
     avoided_deadlock: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Episode:
     """Waits on one key close together in time (no gap longer than the tally's ``gap``)."""
 
@@ -76,7 +81,7 @@ class Episode:
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class KeyTally:
     tag: LockTag
     episodes: list[Episode] = field(default_factory=list)
@@ -247,13 +252,12 @@ class Tally:
         wait.waited_ms = max(wait.waited_ms, waited)
         if holders and holders != wait.holders:
             wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
-        if verb == "still waiting for":
-            self._note(tag, entry, f"waiting for {mode}", waited, holders)
-        elif verb == "avoided deadlock for":
+        if verb == "avoided deadlock for":
             wait.avoided_deadlock = True
-            self._note(tag, entry, "avoided deadlock (queue rearranged)", waited, holders)
-        elif verb == "acquired":
-            self._note(tag, entry, f"acquired {mode}", waited, ())
+        if self.timeline_key is not None and verb in TIMELINE_EVENTS:
+            listed = () if verb == "acquired" else holders
+            self._note(tag, entry, TIMELINE_EVENTS[verb].format(mode), waited, listed)
+        if verb == "acquired":
             self._close(wait, "acquired", waited)
         # "detected deadlock while waiting": the ERROR that follows closes the wait
 
