@@ -15,6 +15,8 @@ from lockdiag.durations import format_duration
 from lockdiag.render import DETAIL, STEP, VERDICT, Block, Output, Table, Text, clean, text_height
 from lockdiag.views.common import (
     JSON_VERSION,
+    busy_bounds,
+    busy_note,
     entry_data,
     notes_block,
     server_data,
@@ -31,6 +33,11 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
     """The causes worst first as text (fitted to a screen), JSON, a table of causes for a
     ticket, a Nagios line and Prometheus metrics: one incident, every form."""
     report = incident.report
+    # a bound from a session that keeps running statements: the rule could not judge it
+    limit = policy.session_age.warning
+    busy = [b for b in busy_bounds(report.snapshot, report.entries) if b.unjudged(limit)]
+    why = f"--session-age {format_duration(limit)} cannot judge it from one read (watch can)"
+    notes = report.notes + busy_note(busy, "held", why=why)
 
     def blocks(columns: int = 0, lines: int = 0) -> list[Block]:
         """Every cause in full, worst first, its findings and the waits it causes under it; on
@@ -39,8 +46,8 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
         summary = Text([f"{incident.status}: {incident.summary()}"], "verdict", VERDICT)
         shown = [(cause_heading(c), cause_detail(c)) for c in incident.alerting]
         shown += [(finding_heading(f), _finding_detail(f)) for f in incident.unattached]
-        notes = notes_block(report.notes)
-        noted = [line for block in notes if isinstance(block, Text) for line in block.lines]
+        noting = notes_block(notes)
+        noted = [line for block in noting if isinstance(block, Text) for line in block.lines]
         room = lines - 4 - text_height(noted, columns)  # two summaries, a note, a prompt
         out: list[Block] = [summary]
         headings_only = 0
@@ -69,7 +76,7 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
                     "--format plain | less shows them all)")  # fmt: skip
             out.append(Text([said], "note", VERDICT))
         out.append(Text(leader_lines(incident)))
-        out += notes
+        out += noting
         if lines and shown:
             out.append(summary)  # the verdict again where the eye ends
         return out
@@ -84,7 +91,7 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             "causes": [_cause_data(c) for c in incident.alerting],
             "findings": [_finding_data(f) for f in _ranked_findings(incident)],
             "leaders": leaders_data(incident),
-            "notes": report.notes,
+            "notes": notes,
         }
 
     return Output(

@@ -7,7 +7,9 @@ rename or remove them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +17,7 @@ import orjson
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
-from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Snapshot, describe_lock
+from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Text, clean
 
@@ -49,6 +51,94 @@ def unknown_ages(entries: Iterable[LockEntry], column: str = "AGE") -> list[str]
         "the session has been at work since it may have taken it (an idle one gives ≥ a lower "
         "bound)"
     ]
+
+
+# a call that takes an advisory lock (not an unlock): a last statement that may have taken it
+TAKES_ADVISORY = re.compile(r"\bpg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?\s*\(", re.I)
+
+
+@dataclass(frozen=True)
+class BusyBound:
+    """A certain session lock whose lower bound comes from a session that keeps running
+    statements (a leader's keep-alive ``SELECT 1``, a pool's health check): an idle session's
+    bound counts from its last statement, and one that was not an advisory-lock call ran after
+    the lock was taken. The lock is at most as old as the session."""
+
+    entry: LockEntry  # the first of the backend's certain session locks
+    label: str  # its lock's label
+    bound: float  # seconds: the state bound (since the last statement ended)
+    connected: float  # seconds since backend_start: how old the lock may be
+
+    def unjudged(self, session_age: float) -> bool:
+        """Whether --session-age could not judge it from this read: below it, while the lock
+        may be older, in a namespace not declared long-lived."""
+        decoded = self.entry.decoded
+        namespace = decoded.namespace if decoded is not None else None
+        expected = namespace is not None and namespace.expect == "session"
+        return self.bound < session_age <= self.connected and not expected
+
+    def words(self, column: str) -> str:
+        """``pid 29844 (app), holding leader 1: AGE ≥ 317ms: its session ran a statement
+        317ms ago; ...``."""
+        session, bound = self.entry.session, format_duration(self.bound)
+        app = session.application_name if session is not None else None
+        who = f"pid {self.entry.lock.pid}" + (f" ({clean(app)})" if app else "")
+        return (
+            f"{who}, holding {self.label}: {column} ≥ {bound}: its session ran a statement "
+            f"{bound} ago (not an "
+            f"advisory-lock call); the lock may be far older (the session connected "
+            f"{format_duration(self.connected)} ago)"
+        )
+
+
+def _busy(session: Session, now: datetime) -> bool:
+    """Idle outside a transaction, its last statement not an advisory-lock call, and connected
+    long before that statement ended (as :func:`figures` weighs a bound: twice it and a
+    second more), so that the lock may be far older than its bound."""
+    if not session.certainly_outside_transaction(now) or not session.query:
+        return False
+    if session.backend_start is None or session.state_change is None:
+        return False
+    bound = (now - session.state_change).total_seconds()
+    connected = (now - session.backend_start).total_seconds()
+    return connected >= 2 * bound + 1.0 and not TAKES_ADVISORY.search(session.query)
+
+
+def busy_bounds(snapshot: Snapshot, entries: Iterable[LockEntry]) -> list[BusyBound]:
+    """The backends among ``entries``' holders whose certain session locks have a bound from a
+    session that keeps running statements, in the entries' order: one read cannot date them
+    (watch, sample and the exporter can). Sessions are read first: most reads have none, and
+    then no lock is looked at."""
+    now = snapshot.server.now
+    busy = {pid for pid, session in snapshot.sessions.items() if _busy(session, now)}
+    found: dict[int, BusyBound] = {}
+    if not busy:
+        return []
+    for entry in entries:
+        lock, session = entry.lock, entry.session
+        pid = lock.pid
+        if pid is None or pid not in busy or pid in found or entry.lifetime != "session":
+            continue
+        if lock.granted and lock.locktype == "advisory" and entry.held_at_least is not None:
+            assert session is not None and session.backend_start is not None  # _busy
+            connected = (now - session.backend_start).total_seconds()
+            label = lock_label(entry, snapshot.server)
+            found[pid] = BusyBound(entry, label, entry.held_at_least, connected)
+    return list(found.values())
+
+
+ONE_READ = "one read cannot date it (lockdiag watch can)"
+
+
+def busy_note(
+    found: list[BusyBound], column: str = "AGE", target: str | None = None, why: str = ONE_READ
+) -> list[str]:
+    """The first such holder in words (of ``target``, in a fleet), and how many more."""
+    if not found:
+        return []
+    where = f"{clean(target)}: " if target else ""
+    more = f" ({len(found) - 1} more holder(s) alike)" if len(found) > 1 else ""
+    return [f"{where}{found[0].words(column)}: {why}{more}"]
 
 
 def relation(entry: LockEntry) -> str:

@@ -32,6 +32,8 @@ from lockdiag.views.common import (
     JSON_VERSION,
     EntryEncoder,
     age,
+    busy_bounds,
+    busy_note,
     lock_label,
     notes_block,
     pid_text,
@@ -174,6 +176,7 @@ def _blocks(
             Text(other_waits(parts), "warning", VERDICT),
             Text(_figures(lines), "note"),  # every row's, whatever the screen shows
             Text(unknown_ages(entries), "note"),
+            Text(_busy(parts), "note"),
             Text([f"{t}: FAILED: {clean(error)}" for t, error in failures], "error", VERDICT),
             Text([] if terminal else [f"{f}: {f.meaning}" for f in shown_flags], "note"),
             *notes_block([n for _, report in parts for n in report.notes]),
@@ -213,6 +216,12 @@ def _figures(rows: list[ListRow]) -> list[str]:
         return []
     first, *more = said.values()
     return [f"figures: {first}" + (f" ({len(more)} more holder(s) alike)" if more else "")]
+
+
+def _busy(parts: Sequence[tuple[str | None, ListReport]]) -> list[str]:
+    """Where an AGE comes from a session that keeps running statements (see busy_bounds)."""
+    found = [(t, b) for t, report in parts for b in busy_bounds(report.snapshot, report.entries)]
+    return busy_note([b for _, b in found], "AGE", found[0][0] if found else None)
 
 
 def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:

@@ -24,6 +24,8 @@ from lockdiag.views.columns import (
 )
 from lockdiag.views.common import (
     JSON_VERSION,
+    busy_bounds,
+    busy_note,
     entry_data,
     known_data,
     lock_label,
@@ -235,6 +237,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 compact=lambda i: holder_line(holding[i]),
             ),
             Text(unknown_ages(report.holders, "HELD"), "note"),
+            Text(busy_note(busy_bounds(snapshot, report.holders), "HELD"), "note"),
             table(
                 WAITER_COLUMNS,
                 waiters,
