@@ -6,9 +6,11 @@ only as their last query in pg_stat_activity, which drivers binding on the serve
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -113,10 +115,55 @@ def test_the_session_age_finding_speaks_of_a_leader(cluster: Cluster, elector: A
     assert finding["pid"] == leader
     assert "a leader lock: 2 standbys poll a try-lock" in finding["evidence"]
     assert "failover, by design" in finding["next_step"]
-    assert 'declare expect = "session" in [namespaces.NAME] id = 4242' in finding["next_step"]
+    # one constant key: the namespace of exactly that key (id = 4242 would take in its space)
+    assert (
+        'declare expect = "session" in [namespaces.NAME] key = [4242, 17],'
+        in (finding["next_step"])
+    )
     assert "silences the session-age alert" in finding["next_step"]
     assert HAZARD not in result.output
     assert data["leaders"][0]["pid"] == leader  # JSON lists every leader
+
+
+def test_the_declaration_pasted_quiets_the_leader(
+    cluster: Cluster, elector: Any, tmp_path: Path
+) -> None:
+    """The declaration the finding gives, pasted into a registry, is accepted by registry
+    check and quiets the session-age alert; the leader is still named."""
+    leader, _, _ = elector
+    time.sleep(1.1)
+    data = json.loads(lockdiag(cluster, "check", "--session-age", "1s", "--format", "json").output)
+    (finding,) = [f for f in data["findings"] if f["kind"] == "session-lock"]
+    entry = re.search(r"\[namespaces.NAME\] (key = (?:\[[^\]]*\]|-?\d+)),", finding["next_step"])
+    assert entry is not None, finding["next_step"]
+    registry = tmp_path / "lockdiag.toml"
+    registry.write_text(f'[namespaces.leader]\n{entry[1]}\nexpect = "session"\n')
+    checked = CliRunner().invoke(cli, ["registry", "check", "--registry", str(registry)])
+    assert checked.exit_code == 0, checked.output
+    args = ("check", "--registry", str(registry), "--session-age", "1s", "--format", "json")
+    quiet = json.loads(lockdiag(cluster, *args).output)
+    assert quiet["status"] == "OK" and not quiet["findings"], quiet
+    assert [x["pid"] for x in quiet["leaders"]] == [leader]
+
+
+def test_a_constant_bigint_leader_is_declared_by_its_key(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A hand-picked bigint constant: the exact key, never its high word as a namespace id;
+    a leader with two keys in one space is declared by that space."""
+    constant = 8237461823746182
+    leader = sessions.open("elector-64")
+    leader.run(f"SELECT pg_advisory_lock({constant})")
+    standby = psycopg.ClientCursor(sessions.open("elector-64").connection)
+    standby.execute("SELECT pg_try_advisory_lock(%s)", (constant,))  # literals: its key
+    two = sessions.open("elector-2")
+    two.run("SELECT pg_advisory_lock(4242, 21), pg_advisory_lock(4242, 22)")
+    psycopg.ClientCursor(sessions.open("elector-2").connection).execute(POLL, (4242, 21))
+    data = json.loads(lockdiag(cluster, "check", "--format", "json").output)
+    declared = {x["pid"]: x["declaration"] for x in data["leaders"]}
+    assert f"[namespaces.NAME] key = {constant}," in declared[leader.pid]
+    assert "id = 1917933" not in declared[leader.pid]
+    assert '[namespaces.NAME] id = 4242, form = "pair",' in declared[two.pid]
 
 
 def test_who_holds_says_who_polls_instead_of_nothing_to_do(cluster: Cluster, elector: Any) -> None:

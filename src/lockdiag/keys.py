@@ -105,6 +105,12 @@ class LockTriple(_Numbers):
         args = self.args
         return str(args[0]) if len(args) == 1 else f"({args[0]}, {args[1]})"
 
+    def toml(self) -> str:
+        """The key as a registry file's ``key =`` writes it: ``8237461823746182`` or
+        ``[4102, 73]``."""
+        args = self.args
+        return str(args[0]) if len(args) == 1 else f"[{args[0]}, {args[1]}]"
+
     def __str__(self) -> str:
         return f"({self.classid}, {self.objid}, {self.objsubid})"
 

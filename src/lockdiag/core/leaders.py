@@ -54,6 +54,7 @@ class Leader:
 
     entry: LockEntry  # the lock it leads with
     standbys: tuple[Poll, ...]
+    keys: int = 1  # the certain session locks it holds in that lock's key space
 
     @property
     def pid(self) -> int | None:
@@ -96,6 +97,8 @@ class Leader:
         namespace = decoded.namespace if decoded is not None else None
         if namespace is not None:
             where = f"on namespace {namespace.name}"
+        elif decoded is not None and self.keys == 1:  # one constant: the entry of that key
+            where = f"in [namespaces.NAME] key = {decoded.triple.toml()},"
         elif decoded is not None:
             key = decoded.triple
             where = f'in [namespaces.NAME] id = {key.pair[0]}, form = "{key.form}",'
@@ -223,8 +226,20 @@ def contention(snapshot: Snapshot, entries: Iterable[LockEntry]) -> Contention:
         )
         if standbys:
             named = next((keys[p.key] for p in standbys if p.key is not None), locks[0])
-            found.append(Leader(named, standbys))
+            found.append(Leader(named, standbys, _in_space(named, locks)))
     return Contention(found, polling)
+
+
+def _in_space(entry: LockEntry, locks: list[LockEntry]) -> int:
+    """How many of ``locks`` share ``entry``'s key space (form and first number), a span
+    counting its every lock."""
+    assert entry.decoded is not None
+    space = (entry.decoded.triple.form, entry.decoded.triple.pair[0])
+    return sum(
+        e.lock.keys
+        for e in locks
+        if e.decoded is not None and (e.decoded.triple.form, e.decoded.triple.pair[0]) == space
+    )
 
 
 @dataclass

@@ -109,9 +109,7 @@ BYTES_PAIR = (
 
 def exact_entry(triple: LockTriple) -> str:
     """The registry entry that names exactly one key, ready to paste."""
-    args = triple.args
-    key = str(args[0]) if len(args) == 1 else f"[{args[0]}, {args[1]}]"
-    return f"to name this one key (a constant in code): [namespaces.NAME] key = {key}"
+    return f"to name this one key (a constant in code): [namespaces.NAME] key = {triple.toml()}"
 
 
 def key_shape(triple: LockTriple) -> KeyShape:
