@@ -55,7 +55,10 @@ def unregistered_keys(unregistered: list[LockEntry], level: Unregistered) -> Ite
             "warning" if level == "warn" else "info",
             first.lock.pid,
             labels(found),
-            f"{keys} unregistered key(s) held by {who(first)}{where}{listed(found)}",
+            # one key is named: a cause's "also" line shows the evidence, not the lock
+            f"{label(first)} held by {who(first)}{where}"
+            if keys == 1
+            else f"{keys} unregistered keys held by {who(first)}{where}{listed(found)}",
             step,
             first,
             float(keys),
