@@ -741,3 +741,50 @@ def test_a_lock_s_holders_by_pid_then_its_waiters_by_wait_start() -> None:
     ]
     entries = diagnose([active(pid) for pid in range(11, 17)], locks).advisory
     assert [e.lock.pid for e in entries] == [15, 16, 12, 14, 13, 11]
+
+
+# -- pg_repack waiting for older transactions ----------------------------------------------------
+
+REPACK_PREFIX, REPACK_TABLE = 16185446, 2147500068  # pg_repack's lock on the table of OID 16420
+
+
+def repacking(query: str = "SELECT repack.repack_apply($1)") -> list[Session]:
+    """pg_repack (pid 50, its second connection 51 in a transaction opened 100s ago) and the
+    transactions around it: 60 (opened 200s ago), 64 (120s), 61 a vacuum, 62 opened after it,
+    63 in another database."""
+
+    def opened(pid: int, seconds: float, app: str = "shop", **more: str) -> Session:
+        start = STARTED - timedelta(seconds=seconds)
+        return replace(active(pid), application_name=app, xact_start=start, **more)  # type: ignore[arg-type]
+
+    return [
+        replace(opened(50, 60, "pg_repack"), query=query),
+        opened(51, 100, "pg_repack"),
+        opened(60, 200),
+        opened(61, 150, query="VACUUM orders"),
+        opened(62, 50),
+        opened(63, 300, database="other"),
+        opened(64, 120),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sessions", "wait_age", "expected"),
+    [
+        pytest.param(repacking(), 100.0, [(50, "warning", 100.0, 60)], id="at it 100s"),
+        pytest.param(repacking(), 100.001, [], id="below --wait-age"),
+        pytest.param(repacking("SELECT 1"), 30.0, [], id="not polling"),
+        pytest.param([s for s in repacking() if s.pid not in (60, 64)], 30.0, [],
+                     id="no older transaction"),
+    ],
+)  # fmt: skip
+def test_pg_repack_waiting_for_older_transactions(
+    sessions: list[Session], wait_age: float, expected: list[tuple[int, str, float, int]]
+) -> None:
+    locks = [advisory(50, REPACK_TABLE, namespace=REPACK_PREFIX)]
+    policy = CheckPolicy(wait_age=Threshold(wait_age, 3000))
+    stalled = [f for f in findings(diagnose(sessions, locks), policy) if f.kind is Kind.STALLED]
+    assert [(f.pid, f.severity, f.value) for f in stalled] == [e[:3] for e in expected]
+    for finding, (*_, oldest) in zip(stalled, expected, strict=True):
+        assert f"pid {oldest}'s transaction" in finding.next_step  # the oldest is named
+        assert "at least 2 opened" in finding.evidence  # 60 and 64; not the vacuum, 62 or 63
