@@ -35,11 +35,14 @@ EVERY_COMMAND = ("target", "timeout", "registry", "format")  # what [defaults] m
 # The options a settings file may set, where a command has them: the ones people repeat.
 # Not --dsn (a server has a name under [targets]), nor what is chosen per look (filters,
 # --from, --once) or per action (terminate --yes must be typed each time).
+# a line a group (thresholds, then sample and log): kept as grouped
+# fmt: off
 SETTABLE = (
     *EVERY_COMMAND,
     "session-age", "wait-age", "idle-age", "max-blocked", "unregistered", "no-unregistered",
     "interval", "duration", "prefix", "gap",
-)  # fmt: skip
+)
+# fmt: on
 TARGET_KEYS = ("dsn", "description")
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$")
 
@@ -181,8 +184,9 @@ def _parse(empty: Settings, document: dict[str, Any], commands: Collection[str])
             more = (
                 f"; [{DEFAULTS}] sets {', '.join(EVERY_COMMAND)} (others go in a command's table)"
             )
-            raise empty.error(f"unknown setting {key!r}{suggestion(key, EVERY_COMMAND) or more}",
-                              (DEFAULTS,), key)  # fmt: skip
+            raise empty.error(
+                f"unknown setting {key!r}{suggestion(key, EVERY_COMMAND) or more}", (DEFAULTS,), key
+            )
     targets = {
         name: _target(empty, name, value) for name, value in document.get(TARGETS, {}).items()
     }

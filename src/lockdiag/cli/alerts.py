@@ -95,9 +95,13 @@ class _UnknownUsage(click.UsageError):
 
 def threshold_option(name: str, default: str, text: str) -> Callable[[F], F]:
     return click.option(
-        name, callback=_threshold, default=default, show_default=True, metavar="WARN[,CRIT]",
+        name,
+        callback=_threshold,
+        default=default,
+        show_default=True,
+        metavar="WARN[,CRIT]",
         help=text,
-    )  # fmt: skip
+    )
 
 
 @click.command("check", cls=CheckCommand)

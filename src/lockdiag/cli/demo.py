@@ -99,9 +99,9 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
     show(who_holds_output(as_typed.who_holds(key), snapshot), "auto")
     heading(["blockers"], "where the wait chains start, worst first.")
     show(blockers_output(as_typed.incident(CheckPolicy())), "auto")
+    zero_ages = ["--session-age", "0s", "--wait-age", "0s", "--idle-age", "0s"]
     heading(
-        ["check", "--session-age", "0s", "--wait-age", "0s", "--idle-age", "0s",
-         "--max-blocked", "1"],
+        ["check", *zero_ages, "--max-blocked", "1"],
         "what deserves an alert, with thresholds this low for the demo.",
-    )  # fmt: skip
+    )
     show(check_output(zeroed.incident(thresholds), thresholds), "auto")

@@ -33,10 +33,13 @@ from lockdiag.registry import Poolers
     "address (every series and the page show session details).",
 )
 @click.option(
-    "--interval", **DURATION, default="1s", show_default=True,
+    "--interval",
+    **DURATION,
+    default="1s",
+    show_default=True,
     help="Time between two probes of each target's backends (pg_stat_activity only); the lock "
     "table is read when they changed, within --duty-cycle.",
-)  # fmt: skip
+)
 @click.option(
     "--duty-cycle",
     "duty",

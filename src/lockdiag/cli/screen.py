@@ -107,8 +107,14 @@ def progress_reporter(duration: float, interval: float) -> Iterator[Callable[[in
 
         yield lines
         return
-    columns = (TextColumn("sampling"), BarColumn(), TextColumn("{task.completed:.0f} samples"),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("sampling"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f} samples"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("sample", total=max(1, int(duration / interval)))
 

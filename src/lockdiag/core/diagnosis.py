@@ -174,8 +174,11 @@ class Diagnosis:
             space = (lock.pid, lock.database, lock.mode, lock.objsubid, lock.classid)
             span = spans.get(space)
             if span is not None:
-                spans[space] = span._replace(locks=span.locks + 1, first=min(span.first, resource),
-                                             last=max(span.last, resource))  # fmt: skip
+                spans[space] = span._replace(
+                    locks=span.locks + 1,
+                    first=min(span.first, resource),
+                    last=max(span.last, resource),
+                )
         return spans
 
     def _roots(self) -> list[Root]:

@@ -176,8 +176,11 @@ def incident(report: CheckReport) -> Incident:
             about.setdefault(finding.pid, []).append(finding)
     held: dict[int, list[LockEntry]] = {}
     for entry in report.entries:  # a transaction's own ids count only when someone waits
-        if (entry.lock.granted and entry.lock.pid is not None
-                and (entry.blocks or entry.lock.locktype not in OWN_IDS)):  # fmt: skip
+        if (
+            entry.lock.granted
+            and entry.lock.pid is not None
+            and (entry.blocks or entry.lock.locktype not in OWN_IDS)
+        ):
             held.setdefault(entry.lock.pid, []).append(entry)
     waited = {e.lock.pid: e.waited for e in report.census.waiters}
     roots: dict[int | None, Root] = {root.tree.pid: root for root in report.graph.roots}

@@ -183,8 +183,9 @@ class Contention:
         """The polling sessions by the namespace of the leader they stand by for ("unknown"
         for the others, 0 when none, so that the series always exists): bounded labels."""
         counts = {"unknown": 0}
-        standing = {p.session.pid: leader.namespace for leader in self.leaders
-                    for p in leader.standbys}  # fmt: skip
+        standing = {
+            p.session.pid: leader.namespace for leader in self.leaders for p in leader.standbys
+        }
         for poll in self.polling:
             name = standing.get(poll.session.pid, "unknown")
             counts[name] = counts.get(name, 0) + 1

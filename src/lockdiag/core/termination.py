@@ -170,7 +170,10 @@ def after_cancel(plan: Preview, now: Snapshot) -> AfterCancel:
 
 def _identity(lock: LockRow) -> tuple[object, ...]:
     """A lock as pg_locks names it, for this pid: its object, mode and whether granted."""
+    # pg_locks' columns in its order, packed as pg/actions' _LOCK_FIELDS names them
+    # fmt: off
     return (
         lock.locktype, lock.database, lock.relation, lock.page, lock.tuple, lock.virtualxid,
         lock.transactionid, lock.classid, lock.objid, lock.objsubid, lock.mode, lock.granted,
-    )  # fmt: skip
+    )
+    # fmt: on

@@ -231,12 +231,15 @@ def create_standby(primary: Cluster) -> Cluster:
     user = primary.user
     standby = Cluster(primary.bindir, _new_base(user), free_port(), user, dict(primary.settings))
     base = standby.base
+    # a command line reads as typed: each option beside its value
+    # fmt: off
     result = subprocess.run(
         [str(primary.bindir / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream",
          "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "--no-sync",
          "--checkpoint=fast"],
         capture_output=True, text=True, user=user, cwd=base, check=False,
-    )  # fmt: skip
+    )
+    # fmt: on
     if result.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         raise ClusterError(f"pg_basebackup failed:\n{result.stderr.strip()}")

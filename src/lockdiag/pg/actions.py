@@ -21,10 +21,13 @@ from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.pgbouncer import link_now
 from lockdiag.pg.session import DiagnosticSession
 
+# pg_locks' columns in its order, packed as core/termination's _identity reads them
+# fmt: off
 _LOCK_FIELDS = (
     "locktype", "database", "relation", "page", "tuple", "virtualxid", "transactionid",
     "classid", "objid", "objsubid", "mode", "granted",
-)  # fmt: skip
+)
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,11 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
         if now_idle is not None:  # the query ended after the preview: nothing was sent
             return Outcome(False, now_idle)
         if signalled:
-            return Outcome(True, f"cancel request sent to pid {pid}: its current query stops, "
-                           "its session and session-level locks stay")  # fmt: skip
+            return Outcome(
+                True,
+                f"cancel request sent to pid {pid}: its current query stops, "
+                "its session and session-level locks stay",
+            )
         return Outcome(False, f"pid {pid} is gone: nothing to cancel")
     if not signalled:  # it exited between the check and the signal
         return Outcome(False, f"pid {pid} is gone: nothing to end")

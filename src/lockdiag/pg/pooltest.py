@@ -143,13 +143,17 @@ class PoolTest:
         servers: set[int] = set()
         for console_dsn in consoles:
             console = read_console(console_dsn, self.timeout)
-            servers |= {int(s["remote_pid"]) for s in console.servers
-                        if s.get("database") == database and s.get("user") == role}  # fmt: skip
+            servers |= {
+                int(s["remote_pid"])
+                for s in console.servers
+                if s.get("database") == database and s.get("user") == role
+            }
         if not consoles:
             servers = {
-                pid for pid, s in snapshot.sessions.items()
+                pid
+                for pid, s in snapshot.sessions.items()
                 if s.database == database and address and s.client_addr == address.split("/")[0]
-            }  # fmt: skip
+            }
         found = []
         for entry in Diagnosis(snapshot, registry).advisory:
             triple = entry.decoded.triple if entry.decoded else None
@@ -316,8 +320,9 @@ def run(
     A pool that cannot be used at all is a ServerError, with the same messages as any other
     server."""
     try:
-        return _run(pooled, direct, key, timeout, registry or Registry(), consoles,
-                    accept_losing_locks)  # fmt: skip
+        return _run(
+            pooled, direct, key, timeout, registry or Registry(), consoles, accept_losing_locks
+        )
     except psycopg.Error as error:
         raise server_error(error, pooled, timeout) from None
 

@@ -59,8 +59,9 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             if lines and (headings_only or height + rest > room):
                 # worst first: once one is cut, no lesser cause is shown in more detail; the
                 # first cut one keeps what fits of its impact and its next step
-                brief = _fitting(_brief(detail) if not headings_only else [], room - top - rest,
-                                 columns)  # fmt: skip
+                brief = _fitting(
+                    _brief(detail) if not headings_only else [], room - top - rest, columns
+                )
                 kept = [Text(brief, rank=STEP if not index else DETAIL)] if brief else []
                 out += [Text([heading], style, VERDICT), *kept]
                 room -= top + text_height(brief, columns)
@@ -72,8 +73,10 @@ def check_output(incident: Incident, policy: CheckPolicy) -> Output:
             ]
             room -= height
         if headings_only:
-            said = (f"({headings_only} shown in part or by heading only: lockdiag check "
-                    "--format plain | less shows them all)")  # fmt: skip
+            said = (
+                f"({headings_only} shown in part or by heading only: lockdiag check "
+                "--format plain | less shows them all)"
+            )
             out.append(Text([said], "note", VERDICT))
         out.append(Text(leader_lines(incident)))
         out += noting
@@ -129,8 +132,16 @@ def unknown_output(error: str, hint: str | None = None) -> Output:
 
 Style = Literal["critical", "warning", "note"]
 STYLE: dict[str, Style] = {"critical": "critical", "warning": "warning", "info": "note"}
-CAUSE_HEADERS = ["SEVERITY", "KIND", "LOCK", "PID", "APPLICATION", "BLOCKED", "LONGEST WAIT",
-                 "NEXT STEP"]  # fmt: skip
+CAUSE_HEADERS = [
+    "SEVERITY",
+    "KIND",
+    "LOCK",
+    "PID",
+    "APPLICATION",
+    "BLOCKED",
+    "LONGEST WAIT",
+    "NEXT STEP",
+]
 
 
 def _brief(detail: list[str]) -> list[str]:
@@ -159,10 +170,18 @@ def markdown_blocks(incident: Incident) -> list[Block]:
     order (then the waits no cause accounts for), the notes."""
     rows = [_cause_row(c) for c in incident.alerting]
     rows += [
-        [f.severity.upper(), f.kind.value, clean(f.lock), _pid(f.pid), "", "", "",
-         clean(f.next_step)]
+        [
+            f.severity.upper(),
+            f.kind.value,
+            clean(f.lock),
+            _pid(f.pid),
+            "",
+            "",
+            "",
+            clean(f.next_step),
+        ]
         for f in incident.unattached
-    ]  # fmt: skip
+    ]
     return [
         Text([f"{incident.status}: {incident.summary()}"], "verdict"),
         Table(CAUSE_HEADERS, rows, title="Causes (worst first)", empty="no causes"),
@@ -390,8 +409,11 @@ def check_metrics(incident: Incident) -> list[Metric]:
     (every unregistered key counts under namespace="unregistered")."""
     report = incident.report
     values = _metrics(incident)
-    causes = Metric("lockdiag_causes", "Causes of the last check (root blockers and findings "
-                    "nobody waits for), by severity: the count every view prints.")  # fmt: skip
+    causes = Metric(
+        "lockdiag_causes",
+        "Causes of the last check (root blockers and findings nobody waits for), by severity: "
+        "the count every view prints.",
+    )
     critical, warning = incident.counts()
     causes.add(critical, severity="critical")
     causes.add(warning, severity="warning")
@@ -431,16 +453,22 @@ def check_metrics(incident: Incident) -> list[Metric]:
         alerting,
         findings,
         gauge("lockdiag_waiting_sessions", "Sessions waiting for a lock.", values["waiting"]),
-        gauge("lockdiag_longest_wait_seconds", "Longest current lock wait.",
-              values["longest_wait"]),
-        gauge("lockdiag_oldest_session_lock_seconds",
-              "Oldest certain session-level advisory lock (a lower bound).",
-              values["oldest_session_lock"]),
-        gauge("lockdiag_most_blocked_sessions", "Sessions behind the worst root blocker.",
-              values["most_blocked"]),
+        gauge(
+            "lockdiag_longest_wait_seconds", "Longest current lock wait.", values["longest_wait"]
+        ),
+        gauge(
+            "lockdiag_oldest_session_lock_seconds",
+            "Oldest certain session-level advisory lock (a lower bound).",
+            values["oldest_session_lock"],
+        ),
+        gauge(
+            "lockdiag_most_blocked_sessions",
+            "Sessions behind the worst root blocker.",
+            values["most_blocked"],
+        ),
         locks,
         polling,
-    ]  # fmt: skip
+    ]
 
 
 def cause_labels(cause: Cause) -> tuple[str, str]:

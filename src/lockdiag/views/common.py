@@ -254,9 +254,20 @@ class EntryEncoder:
         if decoded is None or lock[2:7] != _NO_OBJECT:  # not advisory: lock fields its own
             head, tail = self._parts(entry)
             return head + orjson.dumps(lock_data(entry))[1:-1] + tail
-        shape = (id(entry.session), lock.pid, lock.mode, entry.database, entry.lifetime,
-                 entry.held_at_least, entry.flags, id(entry.pool), id(decoded.namespace),
-                 id(decoded.known), lock.objsubid, lock.virtualtransaction)  # fmt: skip
+        shape = (
+            id(entry.session),
+            lock.pid,
+            lock.mode,
+            entry.database,
+            entry.lifetime,
+            entry.held_at_least,
+            entry.flags,
+            id(entry.pool),
+            id(decoded.namespace),
+            id(decoded.known),
+            lock.objsubid,
+            lock.virtualtransaction,
+        )
         template = self.templates.get(shape)
         if template is None:
             template = self.templates[shape] = self._template(entry)
@@ -273,8 +284,17 @@ class EntryEncoder:
     def _parts(self, entry: LockEntry) -> tuple[bytes, bytes]:
         """The encoded fields before and after lock_data()'s, as one item's beginning and end."""
         lock = entry.lock
-        context = (id(entry.session), lock.pid, lock.mode, lock.locktype, entry.database,
-                   entry.lifetime, entry.held_at_least, entry.flags, id(entry.pool))  # fmt: skip
+        context = (
+            id(entry.session),
+            lock.pid,
+            lock.mode,
+            lock.locktype,
+            entry.database,
+            entry.lifetime,
+            entry.held_at_least,
+            entry.flags,
+            id(entry.pool),
+        )
         parts = self.shared.get(context)
         if parts is None:
             full = {**entry_data(entry, self._session(entry)), **self.extra}
@@ -302,9 +322,22 @@ class EntryEncoder:
         return (head + middle + tail).replace(b"%", b"%%").replace(b'"\\u0000"', b"%d")
 
 
-LOCK_FIELDS = ("namespace", "resource", "form", "known", "key", "classid", "objid", "objsubid",
-               "relation", "page", "tuple", "transactionid", "virtualxid",
-               "virtualtransaction")  # fmt: skip
+LOCK_FIELDS = (
+    "namespace",
+    "resource",
+    "form",
+    "known",
+    "key",
+    "classid",
+    "objid",
+    "objsubid",
+    "relation",
+    "page",
+    "tuple",
+    "transactionid",
+    "virtualxid",
+    "virtualtransaction",
+)
 
 
 def pool_attached(pool: PoolLink) -> str:
@@ -394,11 +427,15 @@ def fleet_sections(parts: list[tuple[str, Output | None, str | None]]) -> Output
         return {
             "version": JSON_VERSION,
             "targets": [
-                {"target": target, "ok": output is not None, "error": error,
-                 "result": _complete(output) if output else None}
+                {
+                    "target": target,
+                    "ok": output is not None,
+                    "error": error,
+                    "result": _complete(output) if output else None,
+                }
                 for target, output, error in parts
             ],
-        }  # fmt: skip
+        }
 
     return Output(lambda: sections(False), data, document=lambda: sections(True))
 

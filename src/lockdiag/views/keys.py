@@ -101,14 +101,22 @@ def key_output(key: AdvisoryKey, given: tuple[str, ...], function: str) -> Outpu
             f"  SQL:       {sql}",
         ]
         if namespace.parts:
-            lines.insert(1, f"  resource:  {key.resource} (#{key.resource & 0xFFFFFFFF:08x}, "
-                         f"{DERIVATION} of the parts)")  # fmt: skip
+            lines.insert(
+                1,
+                f"  resource:  {key.resource} (#{key.resource & 0xFFFFFFFF:08x}, "
+                f"{DERIVATION} of the parts)",
+            )
         return [Text(lines)]
 
     def data() -> dict[str, Any]:
         parts = dict(zip((name for name, _ in namespace.parts), given, strict=False))
-        return {"namespace": namespace.name, "resource": key.resource,
-                "parts": parts or None, **key_data(triple), "sql": sql}  # fmt: skip
+        return {
+            "namespace": namespace.name,
+            "resource": key.resource,
+            "parts": parts or None,
+            **key_data(triple),
+            "sql": sql,
+        }
 
     return Output(blocks, data)
 

@@ -73,8 +73,9 @@ def families(metrics: Iterable[Metric]) -> Iterator[PrometheusMetric]:
         names = [name for name, _ in metric.samples[0][0]] if metric.samples else []
         family: GaugeMetricFamily | CounterMetricFamily
         if metric.type == "counter":
-            family = CounterMetricFamily(metric.name.removesuffix("_total"), metric.help,
-                                         labels=names)  # fmt: skip
+            family = CounterMetricFamily(
+                metric.name.removesuffix("_total"), metric.help, labels=names
+            )
         else:
             family = GaugeMetricFamily(metric.name, metric.help, labels=names)
         for labels, value in metric.samples:

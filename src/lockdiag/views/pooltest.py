@@ -15,8 +15,9 @@ def pooltest_output(results: list[Result], left: int) -> Output:
     inconclusive = [r for r in results if r.verdict == "inconclusive"]
 
     def blocks() -> list[Block]:
-        rows = [[r.scenario, r.safe, r.observed, "ok" if r.ok else r.verdict.upper()]
-                for r in results]  # fmt: skip
+        rows = [
+            [r.scenario, r.safe, r.observed, "ok" if r.ok else r.verdict.upper()] for r in results
+        ]
         out: list[Block] = [
             Table(
                 ["SCENARIO", "A SAFE SETUP GIVES", "OBSERVED", "VERDICT"],
