@@ -1,0 +1,97 @@
+"""A result as data: the blocks a view hands over (tables and text), the :class:`Output` that
+names the forms it has, and the ranks that say what a small screen keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+Format = Literal["table", "plain", "json", "markdown", "csv", "nagios", "prometheus"]
+
+# what a screen keeps (see fit_screen): a VERDICT line always; then the worst cause's impact and
+# next step (STEP); then table rows (ROWS); DETAIL lines give way first
+VERDICT, STEP, ROWS, DETAIL = 0, 1, 2, 3
+MORE_ROWS = "--format plain or json gives every row"
+
+
+class SharedRows(Sequence[list[str]]):
+    """A table's rows where most differ from a row they share in one column only (the many
+    locks of one backend: every cell but the lock's name is the backend's). Each is kept as
+    that cell and the shared row, made whole only when a row is asked for; plain text aligns
+    them without making any (see :mod:`lockdiag.render.text`)."""
+
+    def __init__(self, column: int) -> None:
+        self.column = column  # the column that differs
+        self.items: list[tuple[str, list[str]]] = []  # (its cell, the row it goes into)
+
+    def add(self, cell: str, shared: list[str]) -> None:
+        self.items.append((cell, shared))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, index: int) -> list[str]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[list[str]]: ...
+    def __getitem__(self, index: int | slice) -> list[str] | list[list[str]]:
+        if isinstance(index, slice):
+            return [self._whole(item) for item in self.items[index]]
+        return self._whole(self.items[index])
+
+    def _whole(self, item: tuple[str, list[str]]) -> list[str]:
+        row = list(item[1])
+        row[self.column] = item[0]
+        return row
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: Sequence[list[str]]
+    title: str | None = None
+    # rows kept first when a terminal view is capped: the higher, the longer kept (True, False)
+    important: list[int] | None = None
+    wide: set[int] = field(default_factory=set)  # columns that may be cut on a terminal
+    styles: dict[int, str] = field(default_factory=dict)  # rich style of a column's cells
+    optional: list[int] = field(default_factory=list)  # dropped in this order when too wide
+    empty: str = "(none)"
+    left_out: int = 0  # rows the caller left out before building the table (see pick)
+    essential: set[int] = field(default_factory=set)  # never dropped, never cut
+    words: set[int] = field(default_factory=set)  # comma-separated: cut between words, "+N"
+    compact: Callable[[int], str] | None = None  # row i as one line, for a narrow screen
+    legend: dict[str, str] = field(default_factory=dict)  # on a terminal, words shown: meaning
+    more: str = MORE_ROWS  # after "N more row(s) not shown" on a capped screen: where the rest is
+
+
+@dataclass
+class Text:
+    lines: list[str]
+    style: Literal["plain", "verdict", "note", "error", "critical", "warning"] = "plain"
+    rank: int = DETAIL  # how long it stays on a screen too small for everything (fit_screen)
+
+
+Block = Table | Text
+
+
+@dataclass
+class Output:
+    """A result, as data: ``blocks`` for people, ``data`` for JSON, and the other forms a
+    view has. Each is built only when its format is asked for, and only :func:`render` knows
+    which format takes which (a view never sees the format's name).
+
+    ``items`` names a list that JSON output streams after the keys of ``data``, one item at a
+    time, so a hundred thousand locks never sit in memory as JSON-ready dicts all at once.
+    """
+
+    blocks: Callable[[], list[Block]]
+    data: Callable[[], Any]  # None: nothing to say in JSON (an error said on stderr)
+    items: tuple[str, Callable[[], Iterable[Any]]] | None = None
+    # for a terminal, when it differs: given the screen's (columns, lines), 0 when not a tty
+    screen: Callable[[int, int], list[Block]] | None = None
+    # for a ticket or a spreadsheet (markdown, csv), when it differs: tables in place of
+    # trees and folded rows, every row kept
+    document: Callable[[], list[Block]] | None = None
+    status: Callable[[], str] | None = None  # a monitoring plugin's one line (nagios)
+    metrics: Callable[[], list[str]] | None = None  # the Prometheus text exposition
