@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import tomllib
-
 from lockdiag.errors import InputError
 from lockdiag.registry import config_dir
 from lockdiag.registry.reading import read_text, toml_refusal
@@ -133,6 +131,8 @@ def load_settings(commands: Collection[str]) -> Settings:
     refusal = toml_refusal(text, "settings file", MAX_ELEMENTS)
     if refusal is not None:
         raise SettingsError(f"{located(path)}: {refusal}")
+    import tomllib  # only when there is a file to read (startup: issue 36)
+
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

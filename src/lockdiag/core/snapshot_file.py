@@ -10,7 +10,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -164,6 +163,8 @@ def write_whole(path: Path, text: str, what: str) -> None:
     when the process is killed. On an error the temporary file is removed and the message says
     that ``path`` is unchanged. A new file is readable by its owner only (it holds query texts
     and client addresses); a replaced one keeps its mode."""
+    import tempfile  # only a write needs it (a file read's startup: issue 36)
+
     existed = path.exists()
     temporary: Path | None = None
     try:

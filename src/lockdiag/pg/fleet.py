@@ -10,7 +10,6 @@ long as the slowest one, not the sum.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -146,5 +145,7 @@ def capture_all(servers: list[Target], scope: Scope) -> list[Capture]:
     """One capture per target, concurrently (no thread for a single one)."""
     if len(servers) == 1:
         return [capture(servers[0], scope)]
+    from concurrent.futures import ThreadPoolExecutor  # with logging: only a fleet needs them
+
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(servers))) as pool:
         return list(pool.map(lambda server: capture(server, scope), servers))
