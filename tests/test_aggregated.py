@@ -11,18 +11,23 @@ their answers must be equal, line for line and in JSON.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from snapshots import STARTED, advisory, session, snapshot
 
+from lockdiag.core.analysis import SeenHeld, analyse
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Aggregated, Scope, Snapshot
+from lockdiag.core.observe import Episodes, Looks, Sampler
 from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple
 from lockdiag.pg.capture import capture
@@ -276,3 +281,187 @@ def test_churn_keeps_the_certainties(server: Cluster) -> None:
         stop.set()
         for thread in threads:
             thread.join(10)
+
+
+# -- reads over time: the exporter's samplers and scrapes, watch and sample -------------------
+
+
+# what one read of the exporter's sampler counts: ended holds, ended waits, acquisitions by
+# namespace, namespaces contended
+Counted = tuple[list[tuple[str, float]], list[tuple[str, float]], dict[str, int], set[str]]
+
+
+class Follower:
+    """What the exporter's sampler, sample and watch keep across reads of one server."""
+
+    def __init__(self) -> None:
+        self.looks, self.sampler, self.episodes = Looks(), Sampler(), Episodes()
+
+    def read(self, snapshot: Snapshot) -> tuple[Diagnosis, Counted]:
+        seen = self.looks.look(snapshot)
+        diagnosis = Diagnosis(snapshot, REGISTRY, seen=seen)
+        now = snapshot.server.now
+        self.sampler.add(diagnosis.advisory, now, snapshot.query_seconds)
+        tick = self.episodes.add(diagnosis.advisory, now)
+        counted = (sorted(tick.holds), sorted(tick.waits), tick.acquired, tick.contended)
+        return diagnosis, counted
+
+
+def seen_by_key(diagnosis: Diagnosis) -> dict[tuple[object, ...], SeenHeld | None]:
+    """Each granted lock's seen bound, by backend and key (a span's by its lowest key)."""
+    return {
+        (e.lock.pid, e.decoded.triple): e.seen
+        for e in diagnosis.advisory
+        if e.lock.granted and e.decoded is not None
+    }
+
+
+def test_reads_over_time_follow_the_same_holds(server: Cluster) -> None:
+    """Three reads of each kind, each pair in one transaction: a newcomer takes a key, then
+    releases it. The exporter's episodes, sample's statistics and the seen bounds are the
+    full read's; a span stands for its keys (seen held since the same look, counted)."""
+    full_reads, aggregated = Follower(), Follower()
+    ticks = []
+    newcomer = psycopg.connect(server.dsn(application_name="newcomer"), autocommit=True)
+    try:
+        for step in range(3):
+            if step == 1:
+                newcomer.execute("SELECT pg_advisory_lock(100777)")
+            if step == 2:
+                newcomer.execute("SELECT pg_advisory_unlock(100777)")
+            full, part = both(server, Aggregated(), REGISTRY)
+            (whole, ticked), (spanned, counted) = full_reads.read(full), aggregated.read(part)
+            assert counted == ticked, step
+            ticks.append(counted)
+            expected, seen = seen_by_key(whole), seen_by_key(spanned)
+            assert seen.items() <= expected.items()
+            spans = [e for e in spanned.advisory if e.lock.keys > 1]
+            assert len(spans) == 2 and all(e.seen is not None for e in spans)
+    finally:
+        newcomer.close()
+    assert [t[2] for t in ticks] == [{}, {"unregistered": 1}, {}]  # the newcomer's hold
+    assert [n for n, _ in ticks[2][0]] == ["unregistered"]  # ... and its end
+    full_stats, stats = full_reads.sampler.keys, aggregated.sampler.keys
+    (newcomers,) = [s for s in stats.values() if s.label.endswith(" 100777")]
+    assert (newcomers.acquisitions, newcomers.releases) == (1, 1)
+    singles = {key: s for key, s in stats.items() if s.keys == 1}
+    assert {key: dataclasses.asdict(s) for key, s in singles.items()} == {
+        key: dataclasses.asdict(full_stats[key]) for key in singles
+    }
+    # the bulk worker's dense span as its keys, the known bulk's (4004 apart) as one span
+    in_spans = sum(s.keys for s in stats.values() if s.keys > 1)
+    assert in_spans == KNOWN_BULK - 3 and len(singles) > BULK
+    assert len(full_stats) == len(singles) + in_spans
+
+
+def test_keys_moving_in_and_out_of_a_span(server: Cluster) -> None:
+    """Two backends take 80 keys of a space (a span), release 30 (50 left: rows, fewer than
+    GROUP_MIN), take 50 more (a span of 100): one takes keys 1..100, every key between the
+    ends (a dense span: its keys are known), the other even keys 2..200 (a sparse span). The
+    full read sees 30 releases each, then 50 acquisitions each. The aggregated read counts
+    the dense span's keys as the full read does, and for the sparse one counts no
+    acquisition, release or ended hold (which of its keys came or went is not known): never
+    more than the full read. A changed span is seen held from the read that saw it so."""
+    full_reads, aggregated = Follower(), Follower()
+    dense = psycopg.connect(server.dsn(application_name="dense"), autocommit=True)
+    sparse = psycopg.connect(server.dsn(application_name="sparse"), autocommit=True)
+    steps = [
+        ("pg_advisory_lock(11, g)", "1, 80", "pg_advisory_lock(12, 2 * g)"),
+        ("pg_advisory_unlock(11, g)", "51, 80", "pg_advisory_unlock(12, 2 * g)"),
+        ("pg_advisory_lock(11, g)", "51, 100", "pg_advisory_lock(12, 2 * g)"),
+    ]
+    counts = []
+    try:
+        for on_dense, series, on_sparse in steps:
+            for connection, call in ((dense, on_dense), (sparse, on_sparse)):
+                sql = f"SELECT count({call}) FROM generate_series({series}) g"
+                connection.execute(sql.encode())
+            full, part = both(server, Aggregated(), REGISTRY)
+            (whole, ticked), (spanned, counted) = full_reads.read(full), aggregated.read(part)
+            counts.append((ticked, counted))
+            expected = seen_by_key(whole)
+            for key, seen in seen_by_key(spanned).items():  # never seen longer than full
+                held = expected[key]
+                assert seen is None or (held is not None and seen.since >= held.since)
+            last = spanned
+    finally:
+        dense.close()
+        sparse.close()
+    acquired = [(t[2].get("unregistered", 0), c[2].get("unregistered", 0)) for t, c in counts]
+    ended = [(len(t[0]), len(c[0])) for t, c in counts]
+    assert acquired == [(0, 0), (0, 0), (100, 50)]
+    assert ended == [(0, 0), (60, 30), (0, 0)]
+    full_stats, stats = full_reads.sampler.keys, aggregated.sampler.keys
+    dense_keys = {
+        k: (s.acquisitions, s.releases) for k, s in stats.items() if "pair (11, " in s.label
+    }
+    assert dense_keys == {
+        k: (full_stats[k].acquisitions, full_stats[k].releases) for k in dense_keys
+    }
+    assert len(dense_keys) == 100 and sum(a + r for a, r in dense_keys.values()) == 80
+    moved = [s for s in stats.values() if "pair (12, " in s.label]
+    assert sum(s.acquisitions + s.releases for s in moved) == 0
+    (span,) = [e for e in last.advisory if e.lock.keys > 1 and e.lock.classid == 12]
+    assert span.lock.keys == 100 and span.lock.sparse
+    assert span.seen is not None and span.seen.since == last.snapshot.server.now
+
+
+def test_a_sparse_span_starts_again_where_its_backend_ran_statements() -> None:
+    """Odd keys 1..199 of a space (a span with gaps), then the same count and ends after
+    its backend ran statements (5 released and 6 taken would look so): seen held starts
+    again; idle since the look before, or dense (its keys are its ends and count), it
+    keeps its first sight."""
+    busy = session(7, "idle", timedelta(seconds=-0.2))
+    sparse = advisory(7, 1, namespace=11)._replace(keys=100, objid_last=199)
+    dense = advisory(7, 1, namespace=12)._replace(keys=199, objid_last=199)
+
+    def seen_at(looks: Looks, minutes: int, changed: timedelta) -> dict[int | None, datetime]:
+        now = STARTED + timedelta(minutes=minutes)
+        first = snapshot([busy], [sparse, dense])
+        taken = dataclasses.replace(
+            first,
+            server=dataclasses.replace(first.server, now=now),
+            sessions={7: dataclasses.replace(busy, state_change=now + changed)},
+        )
+        return {
+            e.lock.classid: e.seen.since
+            for e in analyse(taken, Registry(), seen=looks.look(taken))
+            if e.seen is not None
+        }
+
+    looks = Looks()
+    assert seen_at(looks, 0, timedelta(seconds=-0.2)) == {11: STARTED, 12: STARTED}
+    ran = seen_at(looks, 10, timedelta(seconds=-0.2))  # a statement since the look before
+    assert ran == {11: STARTED + timedelta(minutes=10), 12: STARTED}
+    idle = seen_at(looks, 20, timedelta(minutes=-10, seconds=-1))  # idle since before it
+    assert idle == {11: STARTED + timedelta(minutes=10), 12: STARTED}
+
+
+def test_blockers_read_a_bulk_blockers_other_locks_as_spans(server: Cluster) -> None:
+    """Someone waits for one of the bulk worker's keys: blockers' aggregated read brings its
+    100k other locks as a span, and the answer is the full read's in every format."""
+    waiter = psycopg.connect(server.dsn(application_name="bulk-waiter"), autocommit=True)
+
+    def run() -> None:
+        with contextlib.suppress(psycopg.Error):  # ended below
+            waiter.execute("SELECT pg_advisory_lock(8, 3)")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        Scenario(server).until_waiting(10)
+        full, part = both(server, Aggregated(), REGISTRY)
+    finally:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (waiter.info.backend_pid,))
+        thread.join(10)
+        waiter.close()
+    assert len(full.locks) > BULK and len(part.locks) < 200
+    assert [r.keys for r in part.locks if r.keys > 1 and r.classid == 7] == [BULK]
+    for fmt in ("plain", "json", "markdown"):
+        answers = [
+            text(blockers_output(Diagnosis(s, REGISTRY).incident(CheckPolicy())), fmt)
+            for s in (full, part)
+        ]
+        assert answers[0] == answers[1], fmt
+        assert "bulk-waiter" in answers[0] and "bulk-worker" in answers[0]

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from lockdiag.core.model import Aggregated
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import ServerError
 from lockdiag.exporter import Target
@@ -160,13 +161,13 @@ def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cl
                 assert status == 200 and up(body, "one") == "1.0" and up(body, "hung") == "0.0"
                 duration = 'lockdiag_scrape_duration_seconds{target="hung"} '
                 assert float(body.split(duration, 1)[1].split()[0]) >= deadline - 0.1
-            assert taken == ["all"], "one snapshot under way at a time, never a second"
+            assert taken == [Aggregated()], "one snapshot under way at a time, never a second"
             assert exporter.targets["hung"].error == f"timed out after {deadline:g}s"
             page = get(f"{url}/", timeout=deadline + MARGIN)[1]
             assert f"timed out after {deadline:g}s" in page
             release.set()  # it fails at last: no retry, the deadline has passed
             until(lambda: scrape_threads("hung") == 0, 10, "the hung scrape to end")
-            assert taken == ["all"]
+            assert taken == [Aggregated()]
             assert exporter.targets["hung"].error == "connection lost: released by the test"
     finally:
         release.set()

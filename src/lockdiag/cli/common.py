@@ -19,7 +19,7 @@ from click.shell_completion import CompletionItem
 from lockdiag import plugins
 from lockdiag.cli import COMMANDS
 from lockdiag.core import snapshot_file
-from lockdiag.core.model import Scope, Snapshot
+from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
 from lockdiag.pg.fleet import Capture, Target, capture_all, label, read_targets, target
@@ -320,7 +320,7 @@ def _read(path: str) -> tuple[Snapshot, tuple[Registry, str | None] | None]:
 
 def _load(path: str, scope: Scope) -> Snapshot:
     loaded, _ = _read(path)
-    if scope != "advisory" and loaded.scope != "all":
+    if scope not in ("advisory", Aggregated(all_types=False)) and loaded.scope != "all":
         click.echo(
             f"lockdiag: note: {path} holds advisory locks only (saved with --advisory-only)",
             err=True,

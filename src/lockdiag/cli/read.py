@@ -92,13 +92,14 @@ def list_command(
         waiting=waiting,
         min_age=min_age,
     )
-    scope: Scope = "all" if all_types else "advisory"
     policy = Policy(session_age=session_age)
-    captures = get_captures(scope, names)
-    # a terminal shows a screenful: analyse only the locks worth it (and count the rest, so
-    # that folded rows say how many locks they stand for)
+    # a terminal shows a screenful: read what it needs (uncontested locks as spans, shown as
+    # one row each), analyse only the locks worth it (and count the rest, so that folded rows
+    # say how many locks they stand for); a dump reads every lock
     screenful = filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty()
     rows = max(10, shutil.get_terminal_size().lines - 8) if screenful else 0
+    scope: Scope = "all" if all_types else "advisory"
+    captures = get_captures(Aggregated(all_types=all_types) if screenful else scope, names)
     fleet = fleet_of(captures)
     parts = [
         (c.target if fleet else None, _diagnosis(c.snapshot, names, policy, rows, all_types))
@@ -115,6 +116,10 @@ def _diagnosis(
     snapshot: Snapshot, names: Registry, policy: Policy, rows: int, all_types: bool
 ) -> Diagnosis:
     """The diagnosis of ``snapshot``; of its ``rows`` most worth showing when not 0."""
+    if rows and any(lock.keys > 1 for lock in snapshot.locks):
+        # an aggregated read: a span is one row, its fold, and the count is of every lock
+        counted = [r for r in snapshot.locks if all_types or r.locktype == "advisory"]
+        return Diagnosis(snapshot, names, policy, total=sum(r.keys for r in counted))
     narrowed = narrow(snapshot, rows, policy, all_types) if rows else None
     if narrowed is None:
         return Diagnosis(snapshot, names, policy)
@@ -194,7 +199,8 @@ def blockers_command(registry: str | None, fmt: str) -> None:
       lockdiag blockers --format json | jq '.roots[0]'
     """
     names = get_registry(registry)
-    captures = get_captures("waits", names)  # only the backends in a wait
+    # the backends in a wait, their other locks as spans (the bulk a blocker holds)
+    captures = get_captures(Aggregated(), names)
     parts = [
         (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
         for c in captures

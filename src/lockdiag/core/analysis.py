@@ -102,6 +102,13 @@ class Decoded(NamedTuple):
         ]
 
     @property
+    def last_resource(self) -> int | None:
+        """The resource of a span's highest key; of its key, for one key."""
+        if self.resource is None or self.last is None:
+            return self.resource
+        return _resource(self.last)
+
+    @property
     def label(self) -> str:
         if self.last is not None:
             first, namespace = self._replace(last=None).label, self.namespace
@@ -399,7 +406,7 @@ def _seen_held(row: LockRow, backend: _Backend, now: datetime) -> SeenHeld | Non
     looks = backend.looks
     if not looks or backend.seen is not None or row.locktype != "advisory":
         return backend.seen if row.locktype == "advisory" else None
-    since = looks.get(row.lock_object)
+    since = looks.get(row.held_object)
     return None if since is None else _seen_since(backend.session, since, now)
 
 

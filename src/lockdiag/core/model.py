@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from lockdiag.keys import LockTriple
+from lockdiag.keys import PAIR_SUBID, LockTriple, to_int4
 
 Extent = Literal["advisory", "all"]  # the lock types a snapshot holds
 
@@ -147,6 +147,25 @@ class LockRow(NamedTuple):
         if self.objsubid not in (1, 2):  # never from the server; a hand-edited snapshot file
             return LockTriple(self.classid, self.objid, self.objsubid or 0)
         return LockTriple.of_row(self.classid, self.objid, self.objsubid)
+
+    @property
+    def held_object(self) -> builtins.tuple[object, ...]:
+        """What commands that read over time follow of a granted lock (core.observe): its
+        object, and a span's extent too (a span whose count or ends change is another hold:
+        its keys cannot be told apart)."""
+        if self.keys == 1:
+            return self.lock_object
+        return (*self.lock_object, self.keys, self.objid_last)
+
+    @property
+    def sparse(self) -> bool:
+        """A span with gaps between its ends: the same ends and count may hold other keys."""
+        if self.keys == 1 or self.objid is None or self.objid_last is None:
+            return False
+        low, high = self.objid, self.objid_last
+        if self.objsubid == PAIR_SUBID:  # an int4 pair's objid is its signed second int
+            low, high = to_int4(low), to_int4(high)
+        return high - low + 1 != self.keys
 
     @property
     def lock_object(self) -> builtins.tuple[object, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
 from lockdiag.core.leaders import Standing
 from lockdiag.core.model import Snapshot
+from lockdiag.keys import PAIR_SUBID, LockTriple, to_int4
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
 # and idle-holder patterns count only longer ones
@@ -30,7 +31,7 @@ Identity = tuple[object, ...]
 
 def identity(entry: LockEntry) -> Identity:
     lock = entry.lock
-    return (*lock.lock_object, lock.pid, lock.mode, lock.granted)
+    return (*lock.held_object, lock.pid, lock.mode, lock.granted)
 
 
 @dataclass
@@ -74,29 +75,43 @@ class Looks:
     pool's) as one that never speaks, whose state bound alone grows. A lock missing from one
     look starts again at the next. Per backend: a look at a backend whose locks are those of
     the look before costs one comparison of two sets; each look's new locks share one datetime
-    object (the analysis then judges all of a backend's locks at once)."""
+    object (the analysis then judges all of a backend's locks at once).
+
+    A span of an aggregated read (:attr:`LockRow.keys`) is followed by its extent
+    (:attr:`LockRow.held_object`): it continues while its count and ends stay the same, and
+    starts again when they change, though most of its keys may still be held (which ones is
+    not known). A sparse span (gaps between its ends) continues only where its backend was
+    idle since the look before: another key could have taken a released one's place in it."""
 
     first_seen: dict[BackendId, dict[tuple[object, ...], datetime]] = field(default_factory=dict)
+    last: datetime | None = None  # the server's time at the look before
 
     def look(self, snapshot: Snapshot) -> Seen:
         """Take one snapshot's granted advisory locks; what it returns describes them."""
         now, sessions = snapshot.server.now, snapshot.sessions
         held: dict[int, list[tuple[object, ...]]] = defaultdict(list)
+        sparse: dict[int, set[tuple[object, ...]]] = defaultdict(set)
         for row in snapshot.locks:
             if row.granted and row.locktype == "advisory" and row.pid is not None:
-                held[row.pid].append(row.lock_object)
-        before, seen = self.first_seen, {}
+                held[row.pid].append(row.held_object)
+                if row.sparse:
+                    sparse[row.pid].add(row.held_object)
+        before, seen, last = self.first_seen, {}, self.last
         for pid, objects in held.items():
             session = sessions.get(pid)
             backend = (pid, session.backend_start if session is not None else None)
             earlier = before.get(backend)
+            quiet = last is not None and session is not None and session.idle_throughout(last)
+            again = () if quiet else sparse.get(pid, ())
             if earlier is None:
                 seen[backend] = dict.fromkeys(objects, now)
-            elif len(earlier) == len(objects) and earlier.keys() >= set(objects):
+            elif not again and len(earlier) == len(objects) and earlier.keys() >= set(objects):
                 seen[backend] = earlier  # the same locks as at the last look
             else:
-                seen[backend] = {lock: earlier.get(lock, now) for lock in objects}
-        self.first_seen = seen
+                seen[backend] = {
+                    lock: now if lock in again else earlier.get(lock, now) for lock in objects
+                }
+        self.first_seen, self.last = seen, now
         return seen
 
 
@@ -158,7 +173,62 @@ def hold_lower_bound(entry: LockEntry, waited: dict[int, float]) -> float:
 # -- sampling ----------------------------------------------------------------------------------
 
 KeyId = tuple[str | None, str]  # (database, decoded label)
-HoldId = tuple[KeyId, int, str]  # (key, pid, mode): one hold, as the exporter's episodes count
+# a backend's locks of one key space and mode, what an aggregated read gathers into a span:
+# (pid, backend_start, database, classid, objsubid, mode); a pid reused is another holder
+Space = tuple[object, ...]
+HoldId = tuple[KeyId, Space]  # one hold, as the exporter's episodes count them
+
+
+def space_of(entry: LockEntry) -> Space:
+    lock, session = entry.lock, entry.session
+    started = session.backend_start if session is not None else None
+    return (lock.pid, started, lock.database, lock.classid, lock.objsubid, lock.mode)
+
+
+# a read's spans: per space, the ordinals (signed for an int4 pair) of each span's ends
+Spans = dict[Space, list[tuple[int, int]]]
+
+
+def spans_of(entries: Iterable[LockEntry]) -> Spans:
+    found: Spans = defaultdict(list)
+    for entry in entries:
+        lock = entry.lock
+        if lock.keys > 1 and lock.objid is not None and lock.objid_last is not None:
+            ends = (_ordinal(lock.objsubid, lock.objid), _ordinal(lock.objsubid, lock.objid_last))
+            found[space_of(entry)].append(ends)
+    return found
+
+
+def followed(entry: LockEntry, other: Spans) -> bool:
+    """Whether a hold's beginning or end (seen by comparing two reads) is one: not for a
+    sparse span (which of its keys came or went is not known; :func:`keys_of` gives a dense
+    one's keys), nor for a key inside one of its space at the other read (it may only have
+    joined or left that span)."""
+    lock = entry.lock
+    if lock.keys > 1:
+        return False
+    ranges = other.get(space_of(entry)) if other else None
+    if not ranges or lock.objid is None:
+        return True
+    ordinal = _ordinal(lock.objsubid, lock.objid)
+    return not any(low <= ordinal <= high for low, high in ranges)
+
+
+def keys_of(entries: Iterable[LockEntry]) -> Iterator[LockEntry]:
+    """Each lock as the full read gives it: a dense span (every key between its ends, so
+    each one known) as one entry per key; a sparse span as itself (:func:`followed`)."""
+    for entry in entries:
+        lock, decoded = entry.lock, entry.decoded
+        if lock.keys == 1 or decoded is None or lock.sparse:
+            yield entry
+            continue
+        one = lock._replace(keys=1, objid_last=None)
+        for key in decoded.first_keys(lock.keys):
+            yield entry._replace(lock=one._replace(objid=key.triple.objid), decoded=key)
+
+
+def _ordinal(objsubid: int | None, objid: int) -> int:
+    return to_int4(objid) if objsubid == PAIR_SUBID else objid
 
 
 @dataclass
@@ -185,6 +255,9 @@ class KeyStats:
     longest_wait: float = 0.0  # seconds, from waitstart
     idle_holders: set[int] = field(default_factory=set)  # pids of those idle holds
     idle_holds: int = 0  # samples where a holder idle PATTERN_WAIT or more had waiters
+    # a sparse span's keys (an aggregated read's: one backend's keys nobody waited for, with
+    # gaps between its ends): its acquisitions and releases are not counted (not known)
+    keys: int = 1
     resource: int | None = None  # the namespace's resource number, when the key has one
 
     def who(self, pids: set[int], most: int = 5) -> str:
@@ -226,6 +299,8 @@ class Sampler:
     query_seconds: list[float] = field(default_factory=list)  # one per read of the lock table
     keys: dict[KeyId, KeyStats] = field(default_factory=dict)
     _holds: Holds[HoldId] = field(default_factory=Holds)
+    _held: dict[HoldId, LockEntry] = field(default_factory=dict)  # at the last read
+    _spans: Spans = field(default_factory=dict)  # at the last read
     looks: Looks = field(default_factory=Looks)  # what the reads saw held: Diagnosis's seen
     started: datetime | None = None
     ended: datetime | None = None
@@ -256,7 +331,7 @@ class Sampler:
         held: dict[KeyId, KeyStats] = {}
         blocking: list[tuple[KeyStats, int, float | None]] = []
         waiting: list[tuple[KeyStats, int, float | None]] = []
-        for entry in entries:
+        for entry in keys_of(entries):
             if entry.decoded is None or entry.lock.pid is None:
                 continue
             key: KeyId = (entry.database, entry.decoded.label)
@@ -275,7 +350,8 @@ class Sampler:
                 held[key] = stats
                 stats.holders.add(who)
                 stats.holder_pids.add(entry.lock.pid)
-                held_now[(key, entry.lock.pid, entry.lock.mode)] = entry
+                held_now[(key, space_of(entry))] = entry
+                stats.keys = entry.lock.keys
                 if entry.blocks:
                     blocking.append((stats, entry.lock.pid, entry.held_at_least))
             else:
@@ -283,11 +359,7 @@ class Sampler:
                 stats.waiters.add(who)
                 stats.waiter_pids.add(entry.lock.pid)
                 waiting.append((stats, entry.lock.pid, entry.waited))
-        began, ended = self._holds.follow(held_now, now)
-        for hold in began:
-            self.keys[hold[0]].acquisitions += 1
-        for hold in ended:
-            self.keys[hold[0]].releases += 1
+        self._follow(held_now, now)
         waits = waits_by_pid(entries) if waited else {}
         first_seen = self._holds.first_seen
         holds: dict[KeyId, tuple[datetime, float]] = {}
@@ -306,6 +378,19 @@ class Sampler:
         )
         self._count(now)
         self.settle()
+
+    def _follow(self, held_now: dict[HoldId, LockEntry], now: datetime) -> None:
+        """Count the holds that began and ended since the last read (``Holds``' rule), where
+        a span does not hide which (:func:`followed`)."""
+        began, ended = self._holds.follow(held_now, now)
+        spans = spans_of(held_now.values())
+        for hold in began:
+            if followed(held_now[hold], self._spans):
+                self.keys[hold[0]].acquisitions += 1
+        for hold in ended:
+            if followed(self._held[hold], spans):
+                self.keys[hold[0]].releases += 1
+        self._held, self._spans = held_now, spans
 
     def again(self, now: datetime) -> None:
         """A sample without a read: the backends are as they were at the last read, so are
@@ -437,7 +522,7 @@ def collect_now_and_then(iteration: int) -> None:
 
 # -- episodes, for the exporter's histograms -------------------------------------------------
 
-EpisodeKey = tuple[object, ...]
+EpisodeKey = tuple[Space, LockTriple]
 
 
 @dataclass
@@ -456,11 +541,19 @@ class Episodes:
     observed (first to last sight), or its lower bound when that is longer (hold_lower_bound:
     the idle bound, the longest wait it caused); a wait's is its time since waitstart at the
     last sight. Acquisitions follow ``Holds``' rule, as `sample`'s do: what the first sample
-    sees is none. Episodes shorter than the interval can be missed; none is invented."""
+    sees is none. Episodes shorter than the interval can be missed; none is invented.
+
+    A dense span of an aggregated read (one backend's keys nobody waits for, every key
+    between its ends) is followed key by key, as the full read's rows (:func:`keys_of`). A
+    sparse one is no episode: which of its keys were taken or released is not known; nor is
+    a key's coming or going where a sparse span of its space covered it at the other read
+    (it may only have joined or left the span): followed, never counted as begun or ended."""
 
     holds: dict[EpisodeKey, tuple[str, float]] = field(default_factory=dict)  # name, longest
     waits: dict[EpisodeKey, tuple[str, float]] = field(default_factory=dict)
     followed: Holds[EpisodeKey] = field(default_factory=Holds)
+    granted: dict[EpisodeKey, tuple[str, LockEntry]] = field(default_factory=dict)  # last read
+    spans: Spans = field(default_factory=dict)  # at the last read
 
     @property
     def started(self) -> bool:
@@ -470,31 +563,36 @@ class Episodes:
         tick = Tick()
         granted: dict[EpisodeKey, tuple[str, LockEntry]] = {}
         waits: dict[EpisodeKey, tuple[str, float]] = {}
-        for entry in entries:
+        for entry in keys_of(entries):
             if entry.decoded is None or entry.lock.pid is None:
                 continue
-            key: EpisodeKey = (
-                entry.lock.pid, entry.database, entry.decoded.triple, entry.lock.mode
-            )  # fmt: skip
+            key: EpisodeKey = (space_of(entry), entry.decoded.triple)
             name = namespace_of(entry)
             if entry.lock.granted:
                 granted[key] = (name, entry)
             else:
                 waits[key] = (name, entry.waited or 0.0)
                 tick.contended.add(name)
+        spans = spans_of(entry for _, entry in granted.values())
         began, _ = self.followed.follow(granted, now)
         for key in began:
-            name = granted[key][0]
-            tick.acquired[name] = tick.acquired.get(name, 0) + 1
+            name, entry = granted[key]
+            if followed(entry, self.spans):
+                tick.acquired[name] = tick.acquired.get(name, 0) + 1
         waiting = waits_by_pid(entries) if waits else {}
         holds: dict[EpisodeKey, tuple[str, float]] = {}
         for key, (name, entry) in granted.items():
             observed = (now - self.followed.first_seen[key]).total_seconds()
             before = self.holds[key][1] if key in self.holds else 0.0
             holds[key] = (name, max(before, observed, hold_lower_bound(entry, waiting)))
-        tick.holds = [(n, length) for k, (n, length) in self.holds.items() if k not in holds]
+        tick.holds = [
+            (n, length)
+            for k, (n, length) in self.holds.items()
+            if k not in holds and followed(self.granted[k][1], spans)
+        ]
         tick.waits = [(n, waited) for k, (n, waited) in self.waits.items() if k not in waits]
         self.holds, self.waits = holds, waits
+        self.granted, self.spans = granted, spans
         return tick
 
 

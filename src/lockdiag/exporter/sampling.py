@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.analysis import Seen
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.model import Snapshot
+from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.core.observe import Episodes, Looks, Pacer, Tick, collect_now_and_then
 from lockdiag.errors import LockdiagError
 from lockdiag.pg.fleet import Target as Server
@@ -86,7 +86,7 @@ class Samplers:
                         rounds += 1
                         collect_now_and_then(rounds)
                         began = time.monotonic()
-                        snapshot = session.snapshot("advisory")
+                        snapshot = session.snapshot(Aggregated(all_types=False))
                         pacer.read(began, snapshot.query_seconds, activity)
                         self.look(name, snapshot)
                         advisory = Diagnosis(snapshot, server.registry).advisory

@@ -23,7 +23,7 @@ from lockdiag.core.analysis import Seen
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
-from lockdiag.core.model import Snapshot
+from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.pg.deadline import budget, client_deadline
 from lockdiag.pg.fleet import Target as Server
@@ -141,12 +141,12 @@ class Scraper:
         """One snapshot; once more at once on a fresh connection if the kept one was lost
         (the server restarted, the connection was terminated) and the deadline allows."""
         try:
-            return session.snapshot("all")
+            return session.snapshot(Aggregated())
         except ServerError as error:
             if "connection lost" not in str(error) or time.monotonic() >= deadline:
                 raise
         session.close()
-        return session.snapshot("all")
+        return session.snapshot(Aggregated())
 
     def metrics(self, names: list[str], within: float | None = None) -> list[Metric]:
         """Every series of these targets, each labelled ``target``. Waits for each target until

@@ -14,7 +14,7 @@ from pathlib import Path
 from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.leaders import contention
-from lockdiag.core.model import Snapshot
+from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.core.observe import Pacer, Sampler, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.pg.fleet import Target, open_session
@@ -57,7 +57,9 @@ def sample(
                     activity = session.activity(within=left)
                     if pacer.due(tick, activity):
                         collect_now_and_then(pacer.reads)
-                        snapshot = session.snapshot("advisory", within=ends - time.monotonic())
+                        snapshot = session.snapshot(
+                            Aggregated(all_types=False), within=ends - time.monotonic()
+                        )
                         seen = sampler.looks.look(snapshot)
                         diagnosis = Diagnosis(snapshot, server.registry, seen=seen)
                         read_at, server_time = tick, snapshot.server.now
@@ -112,7 +114,7 @@ class Feed:
             activity = self.session.activity()
             if not self.pacer.due(tick, activity):
                 return None
-            taken = self.session.snapshot("all")
+            taken = self.session.snapshot(Aggregated())
         except LockdiagError:
             self.close()
             self.pacer.forget()

@@ -387,10 +387,17 @@ def _extent(members: list[LockEntry], spans: Mapping[Space, Span] | None) -> tup
     span = (spans or {}).get((lock.pid, lock.database, lock.mode, lock.objsubid, lock.classid))
     if span is not None and decoded is not None and span.namespace == decoded.namespace:
         return span.locks, f"{span.first}..{span.last}"
-    if len(members) < FOLD_AT:
-        return len(members), ""  # not folded: no span needed
-    resources = sorted(r for e in members if e.decoded and (r := e.decoded.resource) is not None)
-    return len(members), f"{resources[0]}..{resources[-1]}" if resources else ""
+    count = sum(e.lock.keys for e in members)  # an aggregated read's span: its every key
+    if count < FOLD_AT:
+        return count, ""  # not folded: no span needed
+    resources = sorted(
+        r
+        for e in members
+        if e.decoded
+        for r in (e.decoded.resource, e.decoded.last_resource)
+        if r is not None
+    )
+    return count, f"{resources[0]}..{resources[-1]}" if resources else ""
 
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:

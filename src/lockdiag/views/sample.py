@@ -24,7 +24,7 @@ def _namespace_rows(sampler: Sampler) -> dict[str, dict[str, float]]:
             {"keys": 0, "held_samples": 0, "waited_samples": 0, "longest_hold": 0.0,
              "longest_wait": 0.0, "acquisitions": 0, "releases": 0},
         )  # fmt: skip
-        row["keys"] += 1
+        row["keys"] += stats.keys
         row["held_samples"] += stats.samples_held
         row["waited_samples"] += stats.samples_waited
         row["longest_hold"] = max(row["longest_hold"], stats.longest_hold)
@@ -56,7 +56,8 @@ def fold(ordered: list[KeyStats]) -> list[tuple[str, list[KeyStats]]]:
         elif group[0] is stats:
             resources = sorted(r for m in group if (r := m.resource) is not None)
             span = f"{resources[0]}..{resources[-1]}" if resources else ""
-            rows.append((f"{len(group)} x {stats.namespace} {span}".rstrip(), group))
+            keys = sum(m.keys for m in group)
+            rows.append((f"{keys} x {stats.namespace} {span}".rstrip(), group))
     return rows
 
 
@@ -101,7 +102,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     _at_least(s.longest_seen),
                     _at_least(s.held_at_least),
                     f"≥ {format_duration(s.longest_wait)}" if s.samples_waited else "",
-                    f"~{s.acquisitions}/{s.releases}",
+                    _turns(group),
                     f"{100 * s.contention:.0f}%",
                 ]
             return [  # one session's keys that nobody waited for: no wait, no contention
@@ -114,7 +115,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                 _at_least(max(m.longest_seen for m in group)),
                 _at_least(max(m.held_at_least for m in group)),
                 "",
-                f"~{sum(m.acquisitions for m in group)}/{sum(m.releases for m in group)}",
+                _turns(group),
                 "0%",
             ]
 
@@ -129,6 +130,12 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
             f"cost: {median_ms:.1f} ms per read of pg_locks (median round trip, max "
             f"{costs[-1] * 1000:.1f} ms), {sampler.reads} read(s) in total" + _reads(sampler),
         ]
+        in_spans = sum(s.keys for s in sampler.keys.values() if s.keys > 1)
+        if in_spans:
+            lines.append(
+                f"{in_spans:,} lock(s) read as spans (a session's keys in a range, nobody "
+                "waiting): their acquisitions and releases are not known (ACQ/REL ?)"
+            )
         out: list[Block] = [Text(lines, "verdict")]
         if found:
             out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
@@ -201,8 +208,9 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     "seen_held_seconds": s.longest_seen,
                     "held_at_least_seconds": s.held_at_least,
                     "longest_wait_seconds": s.longest_wait,
-                    "acquisitions": s.acquisitions,
-                    "releases": s.releases,
+                    "acquisitions": s.acquisitions if s.keys == 1 else None,
+                    "releases": s.releases if s.keys == 1 else None,
+                    "keys": s.keys,
                     "contention": s.contention,
                 }
                 for s in ordered
@@ -265,6 +273,13 @@ def _reads(sampler: Sampler) -> str:
         f"{rate}: the other samples found pg_stat_activity unchanged since the last read, "
         "whose locks they count again"
     )
+
+
+def _turns(group: list[KeyStats]) -> str:
+    """ACQ/REL: estimated acquisitions and releases; '?' for a span's keys (not known)."""
+    if any(m.keys > 1 for m in group):
+        return "?"
+    return f"~{sum(m.acquisitions for m in group)}/{sum(m.releases for m in group)}"
 
 
 def _at_least(seconds: float) -> str:
