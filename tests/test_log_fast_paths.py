@@ -8,13 +8,14 @@ short-cuts, on the messages PostgreSQL writes and on crafted ones.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockdiag.logs import Entry, LogReader, parse_time, parse_wait
-from lockdiag.logs.messages import _WAIT
+from lockdiag.logs.messages import _WAIT, INTERESTING_ERRORS, interesting
 
 VERBS = ("still waiting for", "acquired", "avoided deadlock for",
          "detected deadlock while waiting for", "could not obtain")  # fmt: skip
@@ -37,6 +38,35 @@ def test_a_wait_message_is_read_as_the_general_pattern_reads_it(
     message = f"process 4242 {verb} {mode} on {tag}{''.join(endings)}"
     general = _WAIT.match(message)
     assert parse_wait(message) == (None if general is None else general.groups())
+
+
+# the test interesting() once made with a regular expression: a search tried at every character
+_WAIT_VERB = re.compile(
+    " still waiting for | acquired | avoided deadlock | detected deadlock | could not obtain "
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    severity=st.sampled_from(("LOG", "ERROR", "FATAL", "DETAIL", "LOG ")),
+    parts=st.lists(
+        st.one_of(st.sampled_from(("process ", "process 7", *VERBS, " ", "acquired")), st.text()),
+        max_size=6,
+    ),
+)
+def test_a_lock_message_is_told_as_the_regular_expression_told_it(
+    severity: str, parts: list[str]
+) -> None:
+    message = "".join(parts)
+    expected = (
+        message.startswith("process ") and _WAIT_VERB.search(message) is not None
+        if severity == "LOG"
+        else severity in ("ERROR", "FATAL") and message in INTERESTING_ERRORS
+    )
+    assert interesting(severity, message) == expected
+    for verb in VERBS:
+        said = f"process 7 {verb} ExclusiveLock on advisory lock [5,4102,4,2] after 10.077 ms"
+        assert interesting("LOG", said)
 
 
 def test_the_wait_messages_postgres_writes() -> None:

@@ -88,9 +88,6 @@ INTERESTING_ERRORS = {
     "canceling statement due to user request": "cancelled",
     "terminating connection due to administrator command": "terminated",
 }
-_WAIT_VERB = re.compile(
-    " still waiting for | acquired | avoided deadlock | detected deadlock | could not obtain "
-)
 
 
 def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
@@ -106,7 +103,13 @@ def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
 
 def interesting(severity: str, message: str) -> bool:
     if severity == "LOG":
-        return message.startswith("process ") and _WAIT_VERB.search(message) is not None
+        return message.startswith("process ") and (
+            " still waiting for " in message
+            or " acquired " in message
+            or " avoided deadlock " in message
+            or " detected deadlock " in message
+            or " could not obtain " in message
+        )
     return severity in ("ERROR", "FATAL") and message in INTERESTING_ERRORS
 
 

@@ -233,8 +233,13 @@ class Tally:
         tag = parse_tag(tag_text)
         waited = float(after) if after else 0.0
         holders = holders_of(entry.detail) if entry.detail else ()
-        if tag.database and entry.identity.database and tag.kind != "other":
-            self.database_names.setdefault(tag.database, entry.identity.database)
+        if (
+            tag.database
+            and tag.database not in self.database_names  # the first name met is kept
+            and entry.identity.database
+            and tag.kind != "other"
+        ):
+            self.database_names[tag.database] = entry.identity.database
         wait = self.open.get(pid)
         if wait is not None and wait.tag is not tag and key_of(wait.tag) != key_of(tag):
             self._close(wait, "no end logged", None)  # a wait whose end went unlogged
