@@ -10,7 +10,8 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.observe import Pacer, Sampler
+from lockdiag.core.observe import Sampler
+from lockdiag.core.pacing import Pacer
 from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Exporter, Target
 from lockdiag.registry import parse_registry

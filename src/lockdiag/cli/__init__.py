@@ -239,6 +239,6 @@ def main() -> None:
     # A one-shot command builds many small acyclic objects (a hundred thousand locks make
     # several hundred thousand); the cycle collector would rescan them all, again and again,
     # for nothing: it halved `list` at 100k locks. The long-running commands (watch, sample)
-    # run it themselves now and then (observe.collect_now_and_then).
+    # run it themselves now and then (pacing.collect_now_and_then).
     gc.disable()
     cli(prog_name="lockdiag")

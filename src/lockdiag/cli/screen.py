@@ -33,7 +33,7 @@ from rich.styled import Styled
 
 from lockdiag import plugins
 from lockdiag.core.model import Snapshot
-from lockdiag.core.observe import collect_now_and_then
+from lockdiag.core.pacing import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
 from lockdiag.pg.sampling import Feed
 from lockdiag.render import plain, rich_renderables

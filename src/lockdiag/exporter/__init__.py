@@ -24,7 +24,7 @@ from email.message import Message
 from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.observe import Pacer
+from lockdiag.core.pacing import Pacer
 from lockdiag.exporter import routes
 from lockdiag.exporter.routes import DEFAULT_PORT
 from lockdiag.exporter.sampling import Samplers

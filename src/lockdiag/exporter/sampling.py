@@ -2,7 +2,7 @@
 
 Each sampler has its own session (reopened after a failure). It probes the backends every
 interval (pg_stat_activity only: no lock-manager lock) and reads the lock table when they
-changed, within a duty cycle (:class:`lockdiag.core.observe.Pacer`: the reads keep the server
+changed, within a duty cycle (:class:`lockdiag.core.pacing.Pacer`: the reads keep the server
 busy at most ``--duty-cycle`` of the time, whatever the lock count). What it sees becomes
 episodes: histograms of hold and wait lengths, counters of acquisitions and contended samples,
 per namespace (bounded labels: a registry namespace, a known software, or "unregistered", never
@@ -21,7 +21,8 @@ from prometheus_client.metrics_core import Metric as PrometheusMetric
 from lockdiag.core.analysis import Seen
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Aggregated, Snapshot
-from lockdiag.core.observe import Episodes, Looks, Pacer, Tick, collect_now_and_then
+from lockdiag.core.observe import Episodes, Looks, Tick
+from lockdiag.core.pacing import Pacer, collect_now_and_then
 from lockdiag.errors import LockdiagError
 from lockdiag.pg.fleet import Target as Server
 from lockdiag.pg.fleet import open_session

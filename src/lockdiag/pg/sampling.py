@@ -15,11 +15,12 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.leaders import contention
 from lockdiag.core.model import Aggregated, Snapshot
-from lockdiag.core.observe import Pacer, Sampler, collect_now_and_then
+from lockdiag.core.observe import Sampler
+from lockdiag.core.pacing import Pacer, collect_now_and_then
 from lockdiag.errors import LockdiagError, ServerError
 from lockdiag.pg.fleet import Target, open_session
 
-# Incremental reading, as the exporter's sampler does (core.observe.Pacer): each interval a
+# Incremental reading, as the exporter's sampler does (core.pacing.Pacer): each interval a
 # probe of pg_stat_activity (no lock-manager lock); the lock table is read only when the
 # backends changed since the last read, or that read is STALE_INTERVALS intervals old, and
 # within a duty cycle: reads (the query, its rows, their analysis) take at most this share of

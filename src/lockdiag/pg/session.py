@@ -31,7 +31,7 @@ import psycopg
 from psycopg import sql
 
 from lockdiag.core.catalogue import derived_keys, hashed_names
-from lockdiag.core.observe import Activity
+from lockdiag.core.pacing import Activity
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
@@ -239,7 +239,7 @@ class DiagnosticSession:
         return here, databases, {int(oid): str(name) for oid, name in relations}
 
     def activity(self, within: float | None = None) -> Activity:
-        """The cheap probe of the backends (no lock-manager lock): see core.observe.Pacer;
+        """The cheap probe of the backends (no lock-manager lock): see core.pacing.Pacer;
         ``within``: seconds it may take at most, as for :meth:`snapshot`."""
         with self.conversation(within) as connection:
             sql = queries.query("probe_activity", connection.info.server_version)
