@@ -66,9 +66,11 @@ def lockdiag(
 
 @pytest.fixture
 def many_locks(sessions: Sessions) -> None:
-    """Enough locks that the snapshot file is larger than the room left for it."""
+    """Enough locks that the snapshot file, and a recording (an aggregated read, where one
+    backend's many keys of one key space come back as one span), are larger than the room
+    left for them: 3,000 key spaces of one key each."""
     sessions.open("many").run(
-        "SELECT count(pg_advisory_lock(7, g)) FROM generate_series(1, 3000) g"
+        "SELECT count(pg_advisory_lock(g, 7)) FROM generate_series(1, 3000) g"
     )
 
 
