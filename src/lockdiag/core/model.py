@@ -171,9 +171,17 @@ class LockRow(NamedTuple):
     def lock_object(self) -> builtins.tuple[object, ...]:
         """What is locked, without who or how: rows with equal objects can conflict."""
         return (
-            self.locktype, self.database, self.relation, self.page, self.tuple,
-            self.virtualxid, self.transactionid, self.classid, self.objid, self.objsubid,
-        )  # fmt: skip
+            self.locktype,
+            self.database,
+            self.relation,
+            self.page,
+            self.tuple,
+            self.virtualxid,
+            self.transactionid,
+            self.classid,
+            self.objid,
+            self.objsubid,
+        )
 
 
 @dataclass(frozen=True)

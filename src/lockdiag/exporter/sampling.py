@@ -44,21 +44,36 @@ class Samplers:
         self.looking = threading.Lock()
         self.stop = threading.Event()
         labels = ["target", "namespace"]
-        self.holds = Histogram("lockdiag_hold_seconds", "Observed hold episodes, by namespace.",
-                               labels, buckets=HOLD_BUCKETS, registry=None)  # fmt: skip
-        self.waits = Histogram("lockdiag_wait_seconds", "Observed wait episodes, by namespace.",
-                               labels, buckets=WAIT_BUCKETS, registry=None)  # fmt: skip
+        self.holds = Histogram(
+            "lockdiag_hold_seconds",
+            "Observed hold episodes, by namespace.",
+            labels,
+            buckets=HOLD_BUCKETS,
+            registry=None,
+        )
+        self.waits = Histogram(
+            "lockdiag_wait_seconds",
+            "Observed wait episodes, by namespace.",
+            labels,
+            buckets=WAIT_BUCKETS,
+            registry=None,
+        )
         self.acquisitions = Counter(
             "lockdiag_acquisitions", "Holds seen to begin, by namespace.", labels, registry=None
         )
         self.contended = Counter(
-            "lockdiag_contended_samples", "Samples in which a key of the namespace was waited on.",
-            labels, registry=None,
-        )  # fmt: skip
+            "lockdiag_contended_samples",
+            "Samples in which a key of the namespace was waited on.",
+            labels,
+            registry=None,
+        )
         self.sampler_seconds = Histogram(
-            "lockdiag_sampler_seconds", "The sampler's own cost: one snapshot and its analysis.",
-            ["target"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=None,
-        )  # fmt: skip
+            "lockdiag_sampler_seconds",
+            "The sampler's own cost: one snapshot and its analysis.",
+            ["target"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=None,
+        )
 
     def start(self, names: list[str]) -> list[threading.Thread]:
         """A sampler thread for each of these targets, started."""
@@ -125,8 +140,8 @@ class Samplers:
     def sampled(self, names: list[str]) -> Iterator[PrometheusMetric]:
         """The samplers' families, only the samples of these targets."""
         wanted = set(names)
-        for metric in (self.holds, self.waits, self.acquisitions, self.contended,
-                       self.sampler_seconds):  # fmt: skip
+        metrics = self.holds, self.waits, self.acquisitions, self.contended, self.sampler_seconds
+        for metric in metrics:
             for family in metric.collect():
                 family.samples = [s for s in family.samples if s.labels["target"] in wanted]
                 yield family

@@ -21,9 +21,16 @@ def _namespace_rows(sampler: Sampler) -> dict[str, dict[str, float]]:
         name = stats.namespace or "unregistered"
         row = totals.setdefault(
             name,
-            {"keys": 0, "held_samples": 0, "waited_samples": 0, "longest_hold": 0.0,
-             "longest_wait": 0.0, "acquisitions": 0, "releases": 0},
-        )  # fmt: skip
+            {
+                "keys": 0,
+                "held_samples": 0,
+                "waited_samples": 0,
+                "longest_hold": 0.0,
+                "longest_wait": 0.0,
+                "acquisitions": 0,
+                "releases": 0,
+            },
+        )
         row["keys"] += stats.keys
         row["held_samples"] += stats.samples_held
         row["waited_samples"] += stats.samples_waited
@@ -140,8 +147,8 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
         if found:
             out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
         if standing.leaders:
-            out.append(Text([f"leader: {clean(s.sentence(standing.reads))}"
-                             for s in standing.leaders.values()], "note"))  # fmt: skip
+            said = [s.sentence(standing.reads) for s in standing.leaders.values()]
+            out.append(Text([f"leader: {clean(sentence)}" for sentence in said], "note"))
         out.append(
             Table(
                 [
@@ -290,11 +297,17 @@ def _sample_metrics(sampler: Sampler, found: list[Pattern], median_ms: float) ->
     """Per namespace only: keys are unbounded, namespaces come from the registry."""
     metrics = [
         gauge("lockdiag_sample_samples", "Samples taken.", sampler.samples),
-        gauge("lockdiag_sample_seconds_per_sample", "Median round trip of one snapshot.",
-              median_ms / 1000),
-        gauge("lockdiag_sample_interval_seconds", "Mean time between samples, achieved.",
-              achieved_interval(sampler) or 0.0),
-    ]  # fmt: skip
+        gauge(
+            "lockdiag_sample_seconds_per_sample",
+            "Median round trip of one snapshot.",
+            median_ms / 1000,
+        ),
+        gauge(
+            "lockdiag_sample_interval_seconds",
+            "Mean time between samples, achieved.",
+            achieved_interval(sampler) or 0.0,
+        ),
+    ]
     per_namespace = [
         ("held_samples", "Samples in which a key of the namespace was held."),
         ("waited_samples", "Samples in which a key of the namespace was waited for."),

@@ -225,8 +225,8 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
     if state.lost is not None:
         since = format_duration(time.monotonic() - (state.lost_at or time.monotonic()))
         shown_at = f"{snapshot.server.now:%H:%M:%S}" if snapshot else "none yet"
-        blocks.append(Text([f"connection lost {since} ago — showing the frame of {shown_at}; "
-                            f"retrying: {clean(state.lost)}"], "critical", VERDICT))  # fmt: skip
+        lost = f"connection lost {since} ago — showing the frame of {shown_at}; retrying: "
+        blocks.append(Text([lost + clean(state.lost)], "critical", VERDICT))
     if state.late_since is not None:
         waited = format_duration(time.monotonic() - state.late_since)
         blocks.append(
@@ -286,9 +286,10 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     graph = incident.report.graph
     kept = {c.pid for c in causes}
     roots = [
-        c for c in ordered_roots(incident)
+        c
+        for c in ordered_roots(incident)
         if c.pid in kept or (c.root is not None and state.shows_chain(c.root, graph))
-    ]  # fmt: skip
+    ]
     cycles = [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
     if state.pid is not None or state.namespace is not None:
         cycles = []
