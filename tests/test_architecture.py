@@ -295,3 +295,16 @@ def test_every_data_file_is_packaged() -> None:
     for path in PACKAGE.rglob("*.sql"):
         relative = str(path.relative_to(PACKAGE))
         assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
+
+
+def test_every_package_says_what_it_holds_and_may_import() -> None:
+    """A newcomer opens a package's __init__ first: its docstring says what the package holds
+    and what it may import."""
+    for init in [PACKAGE / "__init__.py", *PACKAGE.glob("**/__init__.py")]:
+        if "__pycache__" in init.parts:
+            continue
+        words = " ".join((ast.get_docstring(ast.parse(init.read_text())) or "").split())
+        assert "may import" in words.lower() or "imports only" in words, init
+    for directory in PACKAGE.rglob("*"):
+        if directory.is_dir() and any(directory.glob("*.py")):
+            assert (directory / "__init__.py").exists(), f"{directory}: a package without __init__"

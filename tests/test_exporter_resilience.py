@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from lockdiag.core.model import Aggregated
+from lockdiag.core.model import Aggregated, Scope
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import ServerError
 from lockdiag.exporter import Target
@@ -144,9 +144,9 @@ def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cl
     exporter = make_exporter([Target("one", cluster.dsn()), Target("hung", cluster.dsn())], 1.0)
     deadline = exporter.scraper.deadline
     release = threading.Event()
-    taken = []
+    taken: list[Scope] = []
 
-    def hanging(scope: str) -> object:
+    def hanging(scope: Scope) -> object:
         taken.append(scope)
         release.wait(60)
         raise ServerError("connection lost: released by the test")

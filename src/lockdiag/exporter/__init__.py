@@ -13,6 +13,9 @@ them into series and a page (views); the CLI only parses its options. One room p
   against bursts and slow clients.
 
 :class:`Exporter` ties them together for the configured targets.
+
+It may import ``lockdiag.pg`` (its sessions), ``core``, ``views`` (series and the page),
+the registry and prometheus_client; never ``cli`` or click.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ The modules, in the order the data moves through them; each imports only those b
 - ``report``: naming and the report, the only module that reads ``lockdiag.core`` (analysis,
   catalogue) and the registry.
 
-Besides each other they import ``lockdiag.errors`` and ``lockdiag.keys``; never a server, the
+Besides each other they may import ``lockdiag.errors`` and ``lockdiag.keys``; never a server, the
 command line or a screen (``tests/test_architecture.py``). The names below are the room's
 public ones.
 """

@@ -10,6 +10,9 @@ The rooms, each importing only those before it: ``model`` (the blocks and the Ou
 ``inert`` (server strings made inert), ``text`` (plain, Markdown, CSV, Nagios, Prometheus),
 ``json``, ``screen`` (what fits a terminal, pure), ``terminal`` (drawn by rich, the only
 importer of rich here). This module maps ``--format`` to them.
+
+It may import tabulate, and rich in ``terminal`` only; nothing else of lockdiag: the views
+hand it finished blocks.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Where things are:
   (the catalogue of a registry or a snapshot, collisions with a namespace), ``plugin_keys``
   (what installed plugins declare), ``server_keys`` (keys only the server can compute).
 
-It is part of ``core``, pure: it imports ``lockdiag.keys``, ``lockdiag.registry``,
+It is part of ``core``, pure: it may import ``lockdiag.keys``, ``lockdiag.registry``,
 ``lockdiag.plugins`` and ``lockdiag.core.model``, nothing that talks to a server or a screen.
 """
 

@@ -4,6 +4,9 @@
 whose minimum the server meets is used. Comparisons use ``>=`` only. Each file opens with a
 comment saying which versions it serves and why. A test checks that every file is listed and
 every listed file exists.
+
+It may import ``lockdiag.core.model`` (version numbers) and ``lockdiag.errors``; the SQL
+files are package data.
 """
 
 from __future__ import annotations

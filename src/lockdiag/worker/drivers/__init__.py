@@ -4,6 +4,9 @@ An adapter says where the connection is (:class:`~lockdiag.worker.rules.State`),
 statement, makes a savepoint, and commits or rolls back a transaction the helper itself began;
 the rules decide what to do with that. Each family's module imports its driver only when an
 adapter is made: none is imported with this package.
+
+It may import ``lockdiag.worker.rules`` and ``lockdiag.worker.errors``; each driver
+module only its own driver family.
 """
 
 from __future__ import annotations
