@@ -116,10 +116,7 @@ def test_the_session_age_finding_speaks_of_a_leader(cluster: Cluster, elector: A
     assert "a leader lock: 2 standbys poll a try-lock" in finding["evidence"]
     assert "failover, by design" in finding["next_step"]
     # one constant key: the namespace of exactly that key (id = 4242 would take in its space)
-    assert (
-        'declare expect = "session" in [namespaces.NAME] key = [4242, 17],'
-        in (finding["next_step"])
-    )
+    assert '[namespaces.NAME] key = [4242, 17], expect = "session";' in finding["next_step"]
     assert "silences the session-age alert" in finding["next_step"]
     assert HAZARD not in result.output
     assert data["leaders"][0]["pid"] == leader  # JSON lists every leader
@@ -134,10 +131,11 @@ def test_the_declaration_pasted_quiets_the_leader(
     time.sleep(1.1)
     data = json.loads(lockdiag(cluster, "check", "--session-age", "1s", "--format", "json").output)
     (finding,) = [f for f in data["findings"] if f["kind"] == "session-lock"]
-    entry = re.search(r"\[namespaces.NAME\] (key = (?:\[[^\]]*\]|-?\d+)),", finding["next_step"])
-    assert entry is not None, finding["next_step"]
+    entry = re.search(r"\[namespaces.NAME\] (.*?);", finding["next_step"])
+    assert entry is not None and 'expect = "session"' in entry[1], finding["next_step"]
+    lines = re.split(r", (?![^\[]*\])", entry[1])  # key = [4242, 17], expect = "session"
     registry = tmp_path / "lockdiag.toml"
-    registry.write_text(f'[namespaces.leader]\n{entry[1]}\nexpect = "session"\n')
+    registry.write_text("[namespaces.leader]\n" + "\n".join(lines) + "\n")
     checked = CliRunner().invoke(cli, ["registry", "check", "--registry", str(registry)])
     assert checked.exit_code == 0, checked.output
     args = ("check", "--registry", str(registry), "--session-age", "1s", "--format", "json")
@@ -175,7 +173,7 @@ def test_who_holds_says_who_polls_instead_of_nothing_to_do(cluster: Cluster, ele
         result.output
     )
     assert "2 standbys poll a try-lock" in result.output
-    assert 'next: a healthy leader: declare expect = "session"' in result.output
+    assert "next: a healthy leader: name it in the registry: [namespaces.NAME]" in result.output
 
 
 def test_sample_counts_the_standbys(cluster: Cluster, elector: Any) -> None:

@@ -96,15 +96,18 @@ class Leader:
         decoded = self.entry.decoded
         namespace = decoded.namespace if decoded is not None else None
         if namespace is not None:
-            where = f"on namespace {namespace.name}"
-        elif decoded is not None and self.keys == 1:  # one constant: the entry of that key
-            where = f"in [namespaces.NAME] key = {decoded.triple.toml()},"
-        elif decoded is not None:
+            step = f"add {DECLARATION} to [namespaces.{namespace.name}] in the registry"
+        elif decoded is not None:  # an entry to paste: one constant's key, else its space
             key = decoded.triple
-            where = f'in [namespaces.NAME] id = {key.pair[0]}, form = "{key.form}",'
+            names = (
+                f"key = {key.toml()}"
+                if self.keys == 1
+                else f'id = {key.pair[0]}, form = "{key.form}"'
+            )
+            step = f"name it in the registry: [namespaces.NAME] {names}, {DECLARATION}"
         else:
-            where = "on its namespace"
-        return f"a healthy leader: declare {DECLARATION} {where} in the registry; {SILENCES}"
+            step = f"add {DECLARATION} to its namespace in the registry"
+        return f"a healthy leader: {step}; {SILENCES}"
 
 
 def poll_of(session: Session) -> Poll | None:
