@@ -29,7 +29,7 @@ RULES=(
     'lockdiag.core.analysis.x__lifetime__mutmut_*'
     'lockdiag.core.analysis.x_older_than_transaction__mutmut_*'
     'lockdiag.core.analysis.x__idle_since__mutmut_*'
-    'lockdiag.core.analysis.x__rest__mutmut_*'
+    'lockdiag.core.sort_key.x_rest__mutmut_*'
     'lockdiag.core.model.xǁSessionǁidle_throughout__mutmut_*'
     'lockdiag.core.model.xǁSessionǁcertainly_outside_transaction__mutmut_*'
     # the detectors of check, how they group and count, and the order of causes

@@ -10,21 +10,46 @@ import fnmatch
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from enum import Enum
 from functools import partial
+from operator import itemgetter
 from typing import Literal, NamedTuple
 
-from lockdiag.core.catalogue import (
-    REPACK_LOCK_PREFIX,
-    Catalogue,
-    Known,
-    build_catalogue,
-    snapshot_catalogue,
-)
+from lockdiag.core.decoding import Decoded, Decoder, decode
 from lockdiag.core.model import IN_TRANSACTION_IDLE, LockRow, PoolLink, Session, Snapshot
-from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, LockTriple, to_int4
+from lockdiag.core.sort_key import (
+    CLASSID_BIT,
+    DATABASE_BIT,
+    PLACE,
+    SUBID_BIT,
+    TYPE_BIT,
+    rest,
+    sort_key,
+)
+from lockdiag.keys import BIGINT_SUBID, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
+
+# what the other layers import from here (Decoded and decode live in core.decoding)
+__all__ = [
+    "DEFAULT_POLICY",
+    "FLAG_MEANINGS",
+    "BackendId",
+    "Decoded",
+    "Filters",
+    "Flag",
+    "Lifetime",
+    "LockEntry",
+    "Policy",
+    "Seen",
+    "SeenHeld",
+    "analyse",
+    "decode",
+    "longer",
+    "namespace_of",
+    "older_than_transaction",
+    "privilege_notes",
+]
 
 Lifetime = Literal["session", "unknown"]
 
@@ -70,65 +95,6 @@ class Policy:
 DEFAULT_POLICY = Policy()
 
 
-class Decoded(NamedTuple):
-    """An advisory key in the team's words: a namespace and resource, or the raw numbers."""
-
-    triple: LockTriple
-    namespace: Namespace | None = None
-    resource: int | None = None
-    known: Known | None = None  # well-known software's key, when no namespace matches
-    # a span of an aggregated read (LockRow.keys): its highest key, and how many keys; every
-    # key between decodes as ``triple`` does (no listed key inside: capture.spans_decodable)
-    last: LockTriple | None = None
-    keys: int = 1
-
-    def first_keys(self, most: int) -> list[Decoded]:
-        """Up to ``most`` of its first keys, each alone: a span's in order where it holds
-        every key between its ends, else its lowest only (the others are not known)."""
-        single = self._replace(last=None, keys=1)
-        if self.last is None:
-            return [single]
-        (classid, objid, objsubid), last = self.triple, self.last
-        first = _ordinal(objsubid, objid)
-        if _ordinal(objsubid, last.objid) - first + 1 != self.keys:
-            return [single]
-        resource = self.resource
-        return [
-            single._replace(
-                triple=LockTriple.of_row(classid, (first + n) & 0xFFFFFFFF, objsubid),
-                resource=None if resource is None else resource + n,
-            )
-            for n in range(min(most, self.keys))
-        ]
-
-    @property
-    def last_resource(self) -> int | None:
-        """The resource of a span's highest key; of its key, for one key."""
-        if self.resource is None or self.last is None:
-            return self.resource
-        return _resource(self.last)
-
-    @property
-    def label(self) -> str:
-        if self.last is not None:
-            first, namespace = self._replace(last=None).label, self.namespace
-            if namespace is not None:
-                last = namespace.resource_text(_resource(self.last))
-            else:
-                last = self.last.describe()
-            return f"{first}..{last} ({self.keys:,} keys)"
-        namespace = self.namespace
-        if namespace is not None:
-            if not namespace.parts:  # the common case, a hundred thousand times over
-                if namespace.exact is not None:  # a namespace of one key: its name names it
-                    return namespace.name
-                return f"{namespace.name} {self.resource}"
-            return f"{namespace.name} {namespace.resource_text(self.resource or 0)}"
-        if self.known is not None:
-            return self.known.label
-        return f"unregistered {self.triple.form} {self.triple.describe()}"
-
-
 def namespace_of(entry: LockEntry) -> str:
     """A bounded label: the registry namespace, the software of a known key, else
     "unregistered"; never a resource number."""
@@ -139,16 +105,6 @@ def namespace_of(entry: LockEntry) -> str:
         return decoded.namespace.name
     known = decoded.known
     return known.software if known is not None and known.names else "unregistered"
-
-
-def decode(
-    registry: Registry, catalogue: Catalogue, key: LockTriple, database: str | None
-) -> Decoded:
-    """The registry first; then the catalogue of well-known software; else unregistered."""
-    match = registry.decode(key)
-    if match is not None:
-        return Decoded(key, *match)
-    return Decoded(key, None, None, catalogue.lookup(key, database))
 
 
 # What commands that read over time saw (core.observe.Looks): per backend (pid and
@@ -252,7 +208,7 @@ def analyse(
     )
 
     waiters, holders, contested = _queues(rows)
-    decoder = _Decoder(registry, snapshot)
+    decoder = Decoder(registry, snapshot)
     backends: dict[tuple[int | None, int | None], _Backend] = {}
     flags_of: dict[tuple[object, ...], tuple[Flag, ...]] = {}
     # the common lock: granted, uncontested, in a key space where one namespace (or none)
@@ -260,66 +216,83 @@ def analyse(
     # key space's, found with one lookup per lock.
     common: dict[tuple[object, ...], _Common] = {}
     entries: list[LockEntry] = []
-    # the sort key, one int per lock (see PLACE for its layout)
+    # the sort key, one int per lock (core.sort_key)
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
     advisory = rank.get("advisory", 0) << TYPE_BIT
     order: list[int] = []
     for row in rows:
-        (locktype, database, _, _, _, _, _, classid, objid, objsubid, _, pid, _, granted,
-         _, _, keys, _) = row  # fmt: skip
+        locktype, database, classid, objid, objsubid, pid, granted, keys = _FIELDS(row)
         uncontested = granted and id(row) not in contested
-        shared = (common.get((pid, database, objsubid, classid, locktype))
-                  if uncontested and keys == 1 else None)  # fmt: skip
+        space = (pid, database, objsubid, classid, locktype)
+        shared = common.get(space) if uncontested and keys == 1 else None
         if shared is not None:
             triple = _new_triple((classid, objid, objsubid))
             if triple not in shared.listed:  # the fast path: most locks of a large lock table
-                namespace, same = shared.namespace, shared.backend
-                resource = (None if namespace is None else objid if objsubid == BIGINT_SUBID
-                            else to_int4(objid))  # type: ignore[arg-type]  # fmt: skip
-                key = objsubid << SUBID_BIT | classid << CLASSID_BIT | objid  # type: ignore[operator]
-                place = (database or 0) << DATABASE_BIT | advisory | key
-                order.append(place << PLACE | (pid or 0))
-                entries.append(_new_entry((row, same.session, same.database,
-                                           _new_decoded((triple, namespace, resource,
-                                                         None, None, 1)),
-                                           same.lifetime, same.held, None, (), (), (),
-                                           shared.flags, same.pool, same.seen)))  # fmt: skip
+                namespace = shared.namespace
+                if namespace is None:
+                    resource = None
+                elif objsubid == BIGINT_SUBID:
+                    resource = objid
+                else:
+                    resource = to_int4(objid)
+                key = objsubid << SUBID_BIT | classid << CLASSID_BIT | objid
+                order.append(
+                    ((database or 0) << DATABASE_BIT | advisory | key) << PLACE | (pid or 0)
+                )
+                one = _new_decoded((triple, namespace, resource, None, None, 1))
+                entries.append(
+                    _new_entry((row, shared.session, shared.database, one, *shared.rest))
+                )
                 continue
         backend = backends.get((pid, database))
         if backend is None:
             backend = backends[(pid, database)] = _backend(snapshot, pid, database, now, seen)
-        decoded: Decoded | None = None
-        if locktype == "advisory" and classid is not None and objid is not None:
-            decoded = decoder.decode(row) if keys == 1 else decoder.span(row)
-            place = (objsubid or 0) << SUBID_BIT | classid << CLASSID_BIT | objid
-        else:
-            place = row.relation or 0
-        place |= (database or 0) << DATABASE_BIT | rank[locktype] << TYPE_BIT
-        order.append(place << PLACE | _rest(row))
+        order.append(sort_key(row, rank))
+        decoded = decoder.of(row)
         if not uncontested:
             entries.append(_contested(row, backend, decoded, waiters, holders, now, policy))
             continue
-        lifetime, held = _lifetime(row, backend), _seen_held(row, backend, now)
-        # flags depend on the backend, its lock's lifetime and on the namespace (or on being
-        # unregistered)
-        context = (pid, database, lifetime, None if decoded is None else id(decoded.namespace)
-                   if decoded.namespace
-                   else not (decoded.known and decoded.known.names), held)  # fmt: skip
-        flags = flags_of.get(context)
-        if flags is None:
-            flags = flags_of[context] = _flags(backend, decoded, True, (), policy, lifetime, held)
-        entries.append(LockEntry(row, backend.session, backend.database, decoded,
-                                 lifetime, backend.held, None, (), (), (), flags,
-                                 backend.pool, held))  # fmt: skip
+        entry = _uncontested(row, backend, decoded, policy, now, flags_of)
+        entries.append(entry)
         # its key space may be common (not where earlier reads tell some locks apart, nor
         # where earlier looks saw its locks held since different times)
-        if (decoded is not None and decoded.known is None and not backend.remembered
-                and held is backend.seen):  # fmt: skip
+        quiet = entry.seen is backend.seen and not backend.remembered
+        if quiet and decoded is not None and decoded.known is None:
             listed = decoder.listed(objsubid, classid)
             if listed is not None:
-                space = (pid, database, objsubid, classid, locktype)
-                common[space] = _Common(backend, decoded.namespace, flags, listed)
+                common[space] = _Common(
+                    entry.session, entry.database, entry[4:], decoded.namespace, listed
+                )
     return [entries[i] for i in sorted(range(len(entries)), key=order.__getitem__)]
+
+
+def _uncontested(
+    row: LockRow,
+    backend: _Backend,
+    decoded: Decoded | None,
+    policy: Policy,
+    now: datetime,
+    flags_of: dict[tuple[object, ...], tuple[Flag, ...]],
+) -> LockEntry:
+    """A granted lock nobody waits for; its flags made once per backend, lifetime,
+    namespace (or being unregistered) and time seen held (``flags_of``)."""
+    lifetime, held = _lifetime(row, backend), _seen_held(row, backend, now)
+    context = (row.pid, row.database, lifetime, _naming(decoded), held)
+    flags = flags_of.get(context)
+    if flags is None:
+        flags = flags_of[context] = _flags(backend, decoded, True, (), policy, lifetime, held)
+    return LockEntry(
+        row,
+        backend.session,
+        backend.database,
+        decoded,
+        lifetime,
+        backend.held,
+        None,
+        flags=flags,
+        pool=backend.pool,
+        seen=held,
+    )
 
 
 def _queues(
@@ -347,7 +320,7 @@ def _queues(
             holders[row.lock_object].add(row.pid)
             contested.add(id(row))
     for queue in waiters.values():
-        queue.sort(key=_rest)  # by wait start, then pid
+        queue.sort(key=rest)  # by wait start, then pid
     return waiters, holders, contested
 
 
@@ -384,8 +357,22 @@ def _contested(
         waits_for = tuple(p for p in blocked_by if p in holding or p == 0)
         queued_behind = tuple(p for p in blocked_by if p in queued and p not in holding)
     flags = _flags(backend, decoded, row.granted, blocks, policy, lifetime, seen)
-    return LockEntry(row, backend.session, backend.database, decoded, lifetime, held, waited,
-                     blocks, waits_for, queued_behind, flags, backend.pool, seen)  # fmt: skip
+    session, pool = backend.session, backend.pool
+    return LockEntry(
+        row,
+        session,
+        backend.database,
+        decoded,
+        lifetime,
+        held,
+        waited,
+        blocks,
+        waits_for,
+        queued_behind,
+        flags,
+        pool,
+        seen,
+    )
 
 
 class _Backend(NamedTuple):
@@ -487,110 +474,33 @@ _new_entry = partial(tuple.__new__, LockEntry)
 
 
 class _Common(NamedTuple):
-    """What the granted, uncontested locks of one backend in one key space share."""
+    """What the granted, uncontested locks of one backend in one key space share: their
+    entry's fields but the row and the decoded key, and how to decode the key."""
 
-    backend: _Backend
+    session: Session | None
+    database: str | None
+    rest: tuple[object, ...]  # LockEntry's fields after the decoded key
     namespace: Namespace | None  # the space's namespace, or None: unregistered
-    flags: tuple[Flag, ...]
     listed: frozenset[LockTriple]  # the space's keys of well-known software: decoded alone
 
 
-class _Decoder:
-    """decode() for pg_locks rows, each key's answer remembered, and what a key space says of
-    all its keys: a space (form and high word) that a namespace names, or that no namespace
-    names, is decoded alike for every key but the well-known keys listed in it."""
-
-    def __init__(self, registry: Registry, snapshot: Snapshot) -> None:
-        self.registry, self.databases = registry, snapshot.server.databases
-        self.catalogue = snapshot_catalogue(snapshot, registry.candidates)
-        self.found: dict[tuple[int | None, ...], Decoded | None] = {}
-
-    def decode(self, row: LockRow) -> Decoded | None:
-        numbers = (row.classid, row.objid, row.objsubid, row.database)
-        if numbers in self.found:
-            return self.found[numbers]
-        key = row.advisory_key
-        database = self.databases.get(row.database) if row.database is not None else None
-        decoded = decode(self.registry, self.catalogue, key, database) if key else None
-        self.found[numbers] = decoded
-        return decoded
-
-    def span(self, row: LockRow) -> Decoded | None:
-        """A span's decoding: its lowest key's, which is every key's in it."""
-        decoded = self.decode(row)
-        if decoded is None or row.classid is None or row.objid_last is None:
-            return decoded
-        last = LockTriple.of_row(row.classid, row.objid_last, row.objsubid or 0)
-        return decoded._replace(last=last, keys=row.keys)
-
-    def listed(self, objsubid: int | None, classid: int | None) -> frozenset[LockTriple] | None:
-        """The keys of a space that must be decoded one by one; None when every key must
-        (a pair prefix of well-known software, or a key no server gives)."""
-        if objsubid not in (BIGINT_SUBID, PAIR_SUBID) or classid is None:
-            return None
-        space = LockTriple.of_row(classid, 0, objsubid)
-        if self.registry.named_key_by_key(space):
-            return None  # a namespace of one key: its neighbours are not its
-        if self.registry.decode(space) is not None:
-            return frozenset()  # the registry comes first: every key is the namespace's
-        return self.catalogue.listed(objsubid, classid)
+def _naming(decoded: Decoded | None) -> object:
+    """What the flags of a lock take from its key: its namespace, or whether it is
+    unregistered."""
+    if decoded is None:
+        return None
+    if decoded.namespace:
+        return id(decoded.namespace)
+    return not (decoded.known and decoded.known.names)
 
 
-class Singles(NamedTuple):
-    """What an aggregated read must send as rows, not spans: keys, and key spaces (objsubid,
-    classid) of which every key."""
-
-    keys: list[LockTriple]
-    spaces: list[tuple[int, int]]
-
-
-def singles(registry: Registry, key: LockTriple | None = None) -> Singles:
-    """The keys the catalogue lists (the registry's [known] ones included, hashtext's aside:
-    the server computes those) in spaces no namespace names, and the spaces of a pair prefix:
-    where ``_Decoder.listed`` tells keys apart before the read knows its databases. ``key``:
-    a key asked for by itself (who-holds)."""
-    catalogue = build_catalogue(registry.candidates)
-    unnamed = partial(_unnamed, registry)
-    keys = [k for k in catalogue.anywhere if unnamed(k.objsubid, k.classid)]
-    spaces = [(PAIR_SUBID, classid) for _, classid in catalogue.prefixes]
-    spaces = [s for s in [*spaces, (PAIR_SUBID, REPACK_LOCK_PREFIX)] if unnamed(*s)]
-    return Singles([*keys, *([key] if key is not None else [])], spaces)
-
-
-def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
-    """Whether every span of an aggregated read decodes as its lowest key does: no key its
-    snapshot's catalogue lists (per database, derived) lies inside one unless it was sent
-    as a row (:func:`singles`, and hashtext's keys). Else the read must be a full one."""
-    spans = [r for r in snapshot.locks if r.keys > 1]
-    if not spans:
-        return True
-    decoder = _Decoder(registry, snapshot)
-    sent = build_catalogue(registry.candidates, (), snapshot.derived)
-    for row in spans:
-        assert row.classid is not None and row.objid is not None and row.objid_last is not None
-        listed = decoder.listed(row.objsubid, row.classid)
-        if listed is None:
-            return False  # a prefix not sent whole: every key is named alone
-        low, high = _ordinal(row.objsubid, row.objid), _ordinal(row.objsubid, row.objid_last)
-        if any(low <= _ordinal(k.objsubid, k.objid) <= high and k not in sent.anywhere
-               for k in listed):  # fmt: skip
-            return False
-    return True
-
-
-def _unnamed(registry: Registry, objsubid: int, classid: int) -> bool:
-    """Whether no namespace names the key space (the registry comes first)."""
-    return registry.decode(LockTriple.of_row(classid, 0, objsubid)) is None
-
-
-def _resource(triple: LockTriple) -> int:
-    """The resource of a key in a space a namespace names (as the fast path computes it)."""
-    return triple.objid if triple.objsubid == BIGINT_SUBID else to_int4(triple.objid)
-
-
-def _ordinal(objsubid: int | None, objid: int) -> int:
-    """A key's place in its space: an int4 pair's objid is the signed second int."""
-    return to_int4(objid) if objsubid == PAIR_SUBID else objid
+# the LockRow fields the analysis reads of every row, in one call
+_FIELDS = itemgetter(
+    *map(
+        LockRow._fields.index,
+        ("locktype", "database", "classid", "objid", "objsubid", "pid", "granted", "keys"),
+    )
+)
 
 
 def _idle_since(session: Session | None, now: datetime) -> float | None:
@@ -639,28 +549,6 @@ def _flags(
         if namespace.max_hold is not None and bound is not None and bound > namespace.max_hold:
             flags.append(Flag.MAX_HOLD)
     return tuple(flags)
-
-
-# The sort key of a lock is one int: the same order as the tuple (database, lock type's rank,
-# objsubid, classid, objid or relation, waiter, wait start, pid), at half the cost of building
-# and comparing 100k tuples (an analysis 19 % slower, measured). From the top bit down:
-#   the place:  database oid << DATABASE_BIT | type rank << TYPE_BIT | objsubid << SUBID_BIT
-#               | classid << CLASSID_BIT | objid (an advisory key), or the relation's oid
-#   the rest (_rest, PLACE bits): 1 << 96 for a waiter | wait start in microseconds << 32 | pid
-DATABASE_BIT, TYPE_BIT, SUBID_BIT, CLASSID_BIT = 80, 66, 64, 32
-PLACE = 97  # bits of the sort key below the place: a waiter's bit, its wait start, the pid
-_EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
-_NO_START = (1 << 64) - 1  # a waiter with no wait start: last in its queue
-
-
-def _rest(row: LockRow) -> int:
-    """The sort key below the place: holders (by pid) before waiters (by wait start in
-    microseconds, then pid)."""
-    if row.granted:
-        return row.pid or 0
-    start = row.waitstart
-    waited = (start - _EPOCH) // _MICROSECOND if start is not None else _NO_START
-    return 1 << 96 | waited << 32 | (row.pid or 0)
 
 
 def privilege_notes(snapshot: Snapshot, entries: list[LockEntry]) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from lockdiag.core import catalogue
-from lockdiag.core.analysis import singles, spans_decodable
+from lockdiag.core.decoding import singles, spans_decodable
 from lockdiag.core.model import Aggregated, Extent, LockRow, Scope, Session, Snapshot
 from lockdiag.core.records import build_record, server_info
 from lockdiag.errors import ServerError

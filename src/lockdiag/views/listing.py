@@ -65,18 +65,19 @@ def fleet_list_output(
                 "total": report.total,
                 "notes": report.notes,
             }
-        return {
-            "version": JSON_VERSION,
-            "targets": [
-                {"target": target, "ok": True, "error": None,
-                 "server": server_data(report.snapshot), "total": report.total,
-                 "notes": report.notes}
-                for target, report in parts
-            ] + [
-                {"target": target, "ok": False, "error": error}
-                for target, error in failures
-            ],
-        }  # fmt: skip
+        read = [
+            {
+                "target": target,
+                "ok": True,
+                "error": None,
+                "server": server_data(report.snapshot),
+                "total": report.total,
+                "notes": report.notes,
+            }
+            for target, report in parts
+        ]
+        failed = [{"target": target, "ok": False, "error": error} for target, error in failures]
+        return {"version": JSON_VERSION, "targets": read + failed}
 
     def items() -> Iterable[bytes]:
         for target, report in parts:
@@ -362,8 +363,8 @@ def _folds(
         decoded = entry.decoded
         if entry.blocks or not entry.lock.granted or decoded is None or decoded.namespace is None:
             continue
-        key = (row.target, entry.lock.pid, entry.lock.database, decoded.namespace.name,
-               entry.lock.mode, entry.flags)  # fmt: skip
+        lock = entry.lock
+        key = (row.target, lock.pid, lock.database, decoded.namespace.name, lock.mode, entry.flags)
         groups.setdefault(key, []).append(index)
     labels: dict[int, str] = {}
     sizes: dict[int, int] = {}

