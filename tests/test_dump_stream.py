@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -13,6 +14,8 @@ import pytest
 
 from lockdiag.core import catalogue
 from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.model import LockRow
+from lockdiag.core.sort_key import sort_key
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg import capture as capturing
 from lockdiag.pg import queries
@@ -136,3 +139,72 @@ def _csv(blocks: list[Block]) -> str:
     pipe = io.StringIO()
     render(Output(lambda: blocks, dict), "csv", pipe)
     return pipe.getvalue()
+
+
+# -- a dump's order: one packed int per lock (core.sort_key) -------------------------------
+
+
+def _row(
+    locktype: str,
+    database: int | None,
+    numbers: tuple[int, ...],
+    waiter: bool,
+    start: datetime | None,
+    pid: int | None,
+) -> LockRow:
+    classid, objid, objsubid, relation = numbers
+    return LockRow(
+        locktype,
+        database,
+        relation or None,
+        None,
+        None,
+        None,
+        None,
+        classid if locktype == "advisory" else None,
+        objid if locktype == "advisory" else None,
+        objsubid if locktype == "advisory" else None,
+        None,
+        pid,
+        "ExclusiveLock",
+        not waiter,
+        start if waiter else None,
+    )
+
+
+def _tuple_order(row: LockRow, rank: dict[str, int]) -> tuple[object, ...]:
+    """The order sort_key packs, as the tuple it stands for."""
+    advisory = row.locktype == "advisory"
+    place = (row.objsubid or 0, row.classid, row.objid) if advisory else (0, 0, row.relation or 0)
+    waiter = not row.granted
+    start = row.waitstart.timestamp() * 1e6 if row.waitstart else float("inf")
+    return (
+        row.database or 0,
+        rank[row.locktype],
+        *place,
+        waiter,
+        start if waiter else 0,
+        row.pid or 0,
+    )
+
+
+def test_the_packed_sort_key_orders_as_the_tuple_at_every_edge() -> None:
+    """Fields at their largest (oids and objids of 2**32 - 1, pids of 2**31 - 1, a wait start
+    far ahead) never spill into the field above: the packed order is the tuple's."""
+    top, pid_top = 2**32 - 1, 2**31 - 1
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    starts = [None, start, start + timedelta(microseconds=1), start + timedelta(days=36500)]
+    numbers = [(0, 0, 1, 0), (0, top, 1, 0), (1, 0, 1, 0), (top, top, 1, 0), (0, top, 2, top)]
+    numbers += [(top, 0, 2, 1), (1, 1, 1, top)]
+    rows = [
+        _row(locktype, database, number, waiter, when, pid)
+        for locktype in ("advisory", "relation", "transactionid")
+        for database in (None, 0, 1, top)
+        for number in numbers
+        for waiter in (False, True)
+        for when in (starts if waiter else [None])
+        for pid in (None, 1, pid_top)
+    ]
+    rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
+    packed = sorted(rows, key=lambda row: sort_key(row, rank))
+    assert packed == sorted(rows, key=lambda row: _tuple_order(row, rank))
