@@ -42,8 +42,8 @@ class Decoded(NamedTuple):
         if self.last is None:
             return [single]
         (classid, objid, objsubid), last = self.triple, self.last
-        first = _ordinal(objsubid, objid)
-        if _ordinal(objsubid, last.objid) - first + 1 != self.keys:
+        first = ordinal(objsubid, objid)
+        if ordinal(objsubid, last.objid) - first + 1 != self.keys:
             return [single]
         resource = self.resource
         return [
@@ -174,8 +174,8 @@ def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
         listed = decoder.listed(row.objsubid, row.classid)
         if listed is None:
             return False  # a prefix not sent whole: every key is named alone
-        low, high = _ordinal(row.objsubid, row.objid), _ordinal(row.objsubid, row.objid_last)
-        inside = (k for k in listed if low <= _ordinal(k.objsubid, k.objid) <= high)
+        low, high = ordinal(row.objsubid, row.objid), ordinal(row.objsubid, row.objid_last)
+        inside = (k for k in listed if low <= ordinal(k.objsubid, k.objid) <= high)
         if any(k not in sent.anywhere for k in inside):
             return False
     return True
@@ -191,6 +191,6 @@ def _resource(triple: LockTriple) -> int:
     return triple.objid if triple.objsubid == BIGINT_SUBID else to_int4(triple.objid)
 
 
-def _ordinal(objsubid: int | None, objid: int) -> int:
+def ordinal(objsubid: int | None, objid: int) -> int:
     """A key's place in its space: an int4 pair's objid is the signed second int."""
     return to_int4(objid) if objsubid == PAIR_SUBID else objid

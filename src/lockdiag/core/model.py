@@ -29,10 +29,8 @@ class Aggregated:
     key: LockTriple | None = None
 
 
-# what a capture reads: advisory locks, every lock, "waits": every lock of each backend that
-# waits or that a waiter waits for or queues behind, the others' not at all (its diagnosis of
-# the waits is the full read's; a snapshot of it holds "all" types), or Aggregated
-Scope = Literal["advisory", "all", "waits"] | Aggregated
+# what a capture reads: advisory locks, every lock, or Aggregated (what an answer needs)
+Scope = Literal["advisory", "all"] | Aggregated
 HIDDEN_QUERY = "<insufficient privilege>"
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})

@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
+from lockdiag.core.decoding import ordinal
 from lockdiag.core.leaders import Standing
 from lockdiag.core.model import Snapshot
-from lockdiag.keys import PAIR_SUBID, LockTriple, to_int4
+from lockdiag.keys import LockTriple
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
 # and idle-holder patterns count only longer ones
@@ -193,7 +194,7 @@ def spans_of(entries: Iterable[LockEntry]) -> Spans:
     for entry in entries:
         lock = entry.lock
         if lock.keys > 1 and lock.objid is not None and lock.objid_last is not None:
-            ends = (_ordinal(lock.objsubid, lock.objid), _ordinal(lock.objsubid, lock.objid_last))
+            ends = (ordinal(lock.objsubid, lock.objid), ordinal(lock.objsubid, lock.objid_last))
             found[space_of(entry)].append(ends)
     return found
 
@@ -209,8 +210,8 @@ def followed(entry: LockEntry, other: Spans) -> bool:
     ranges = other.get(space_of(entry)) if other else None
     if not ranges or lock.objid is None:
         return True
-    ordinal = _ordinal(lock.objsubid, lock.objid)
-    return not any(low <= ordinal <= high for low, high in ranges)
+    place = ordinal(lock.objsubid, lock.objid)
+    return not any(low <= place <= high for low, high in ranges)
 
 
 def keys_of(entries: Iterable[LockEntry]) -> Iterator[LockEntry]:
@@ -224,10 +225,6 @@ def keys_of(entries: Iterable[LockEntry]) -> Iterator[LockEntry]:
         one = lock._replace(keys=1, objid_last=None)
         for key in decoded.first_keys(lock.keys):
             yield entry._replace(lock=one._replace(objid=key.triple.objid), decoded=key)
-
-
-def _ordinal(objsubid: int | None, objid: int) -> int:
-    return to_int4(objid) if objsubid == PAIR_SUBID else objid
 
 
 @dataclass

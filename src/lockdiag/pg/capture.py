@@ -105,15 +105,12 @@ def capture(
 
 
 def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str, dict[str, Any]]:
-    """The snapshot query for ``scope``: for "waits" and Aggregated, the lock rows of
-    snapshot_waits or snapshot_aggregated take the place of the full read's, before the same
-    session and server rows."""
+    """The snapshot query for ``scope``: for Aggregated, the lock rows of snapshot_aggregated
+    take the place of the full read's, before the same session and server rows."""
     full = queries.query("snapshot", version)
-    if scope in ("advisory", "all"):
+    if not isinstance(scope, Aggregated):
         return full, {"all_types": scope == "all"}
     _, rest = full.split("\nUNION ALL\n", 1)  # the full read's rows of kind 'lock' come first
-    if not isinstance(scope, Aggregated):
-        return f"{queries.query('snapshot_waits', version)}UNION ALL\n{rest}", {}
     keys, spaces = singles(registry, scope.key)
     params = {
         "all_types": scope.all_types,

@@ -30,7 +30,6 @@ _SAME_FOR_ALL = (
 
 VERSIONS: dict[str, list[tuple[int, str]]] = {
     "snapshot": [(140000, "snapshot_post_140000.sql")],
-    "snapshot_waits": [(140000, "snapshot_waits_post_140000.sql")],
     "snapshot_aggregated": [(140000, "snapshot_aggregated_post_140000.sql")],
     **{name: [(OLDEST_SUPPORTED, f"{name}.sql")] for name in _SAME_FOR_ALL},
 }
