@@ -5,6 +5,7 @@ If the server cannot start the run fails (an error in the fixture), it never ski
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -173,3 +174,22 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
+
+
+@contextlib.contextmanager
+def keep_alive(worker: Worker, every: float = 0.5) -> Iterator[None]:
+    """A keep-alive on WORKER's connection, as leader libraries ping theirs: SELECT 1 every
+    EVERY seconds (its state_change keeps moving; its locks stay held)."""
+    stop = threading.Event()
+
+    def ping() -> None:
+        while not stop.wait(every):
+            worker.run("SELECT 1")
+
+    thread = threading.Thread(target=ping, daemon=True, name="ping")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)

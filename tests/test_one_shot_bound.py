@@ -9,7 +9,6 @@ so. A leader that took its lock with its last statement has a bound that is its 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 
@@ -19,7 +18,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions, Worker
+from conftest import Sessions, Worker, keep_alive
 
 RAN = "its session ran a statement"
 OLDER = "the lock may be far older"
@@ -37,21 +36,10 @@ def leaders(sessions: Sessions) -> Iterator[tuple[Worker, Worker, Worker]]:
     late = sessions.open("late-leader")
     pinging.run("SELECT pg_advisory_lock(4242, 1)")
     silent.run("SELECT pg_advisory_lock(4242, 2)")
-    stop = threading.Event()
-
-    def ping() -> None:
-        while not stop.wait(0.5):
-            pinging.run("SELECT 1")
-
-    thread = threading.Thread(target=ping, daemon=True, name="ping")
-    thread.start()
-    time.sleep(2.5)  # connected at least twice the ping interval and a second before
-    late.run("SELECT pg_advisory_lock(4242, 3)")
-    try:
+    with keep_alive(pinging):
+        time.sleep(2.5)  # connected at least twice the ping interval and a second before
+        late.run("SELECT pg_advisory_lock(4242, 3)")
         yield pinging, silent, late
-    finally:
-        stop.set()
-        thread.join(5)
 
 
 def notes(output: str, pid: int) -> list[str]:

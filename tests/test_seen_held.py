@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -31,7 +30,7 @@ from lockdiag.registry import Registry
 from lockdiag.render import plain
 from lockdiag.views import watch
 
-from conftest import Sessions, Worker
+from conftest import Sessions, Worker, keep_alive
 
 SESSION_AGE = 2.0
 POLICY = CheckPolicy(session_age=Threshold(SESSION_AGE, 3600))
@@ -43,19 +42,8 @@ def leaders(sessions: Sessions) -> Iterator[tuple[Worker, Worker]]:
     pinging, silent = sessions.open("pinging-leader"), sessions.open("silent-leader")
     pinging.run("SELECT pg_advisory_lock(4242, 1)")
     silent.run("SELECT pg_advisory_lock(4242, 2)")
-    stop = threading.Event()
-
-    def ping() -> None:
-        while not stop.wait(0.5):
-            pinging.run("SELECT 1")
-
-    thread = threading.Thread(target=ping, daemon=True, name="ping")
-    thread.start()
-    try:
+    with keep_alive(pinging):
         yield pinging, silent
-    finally:
-        stop.set()
-        thread.join(5)
 
 
 def scrape(exporter: Exporter) -> Incident:
