@@ -93,3 +93,26 @@ def test_plain_alignment_is_the_one_format_per_row_it_replaces() -> None:
         template = "  ".join([*(f"{{:<{w}}}" for w in widths[:-1]), "{}"])
         expected = [template.format(*cells).rstrip() for cells in [headers, *rows]]
         assert plain([Table(headers, rows)]) == "\n".join(expected) + "\n"
+
+
+def test_a_table_whose_title_wraps_still_fits_the_screen() -> None:
+    """sample's legend is a title of four lines at 80 columns: a screenful counts it so, and
+    the verdict above the table stays on screen (it scrolled off when a title was one line)."""
+    from rich.console import Console
+
+    from lockdiag.render import STEP, Block, fit_screen
+    from lockdiag.render.terminal import rich_renderables
+
+    title = "Per key (" + "; ".join(f"COLUMN {n}: what its figures mean" for n in range(8)) + ")"
+    rows = [[f"key {n}", "100%"] for n in range(200)]
+    blocks: list[Block] = [
+        Text(["sampled 3s"], "verdict", STEP),
+        Table(["KEY", "HELD"], rows, title=title, essential={0}),
+    ]
+    stream = io.StringIO()
+    console = Console(file=stream, width=80, height=24, highlight=False, soft_wrap=False)
+    for renderable in rich_renderables(fit_screen(blocks, 80, 23), console):
+        console.print(renderable)
+    drawn = stream.getvalue().splitlines()
+    assert len(drawn) <= 23, len(drawn)
+    assert drawn[0] == "sampled 3s"

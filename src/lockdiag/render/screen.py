@@ -115,7 +115,7 @@ def _subset(block: Table, chosen: list[int]) -> Table:
 
 def table_height(block: Table, chosen: list[int], columns: int) -> int:
     """Screen lines a table takes with the rows ``chosen``."""
-    title = 1 if block.title else 0
+    title = text_height([block.title], columns) if block.title else 0  # it wraps as text does
     if not block.rows:
         return title + 1  # its "empty" line
     left_out = block.left_out + len(block.rows) - len(chosen)

@@ -6,7 +6,7 @@ from typing import Any
 
 from lockdiag.core.observe import KeyStats, Pattern, Sampler, patterns
 from lockdiag.durations import format_duration
-from lockdiag.render import Block, Output, Table, Text, clean
+from lockdiag.render import STEP, Block, Output, Table, Text, clean
 from lockdiag.views.common import (
     JSON_VERSION,
 )
@@ -144,11 +144,14 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                 "waiting): their acquisitions and releases are not known (ACQ/REL ?)"
             )
         out: list[Block] = [Text(lines, "verdict")]
+        # the patterns and leaders are sample's answer: on a small screen they outstay the
+        # per-key rows (a leader's 500-key neighbour must not push it off)
         if found:
-            out.append(Text([f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found], "note"))
+            callouts = [f"{p.kind}: {clean(p.label)}: {p.evidence}" for p in found]
+            out.append(Text(callouts, "note", STEP))
         if standing.leaders:
             said = [s.sentence(standing.reads) for s in standing.leaders.values()]
-            out.append(Text([f"leader: {clean(sentence)}" for sentence in said], "note"))
+            out.append(Text([f"leader: {clean(sentence)}" for sentence in said], "note", STEP))
         out.append(
             Table(
                 [
