@@ -523,3 +523,13 @@ def test_max_blocked_judges_each_root_apart() -> None:
     assert {(f.severity, f.pid) for f in report.findings if f.kind is Kind.BLOCKED_MANY} == {
         ("warning", 10)
     }
+
+
+def test_a_declared_leader_still_outlives_its_client_through_a_pooler() -> None:
+    """expect = "session" (the declaration a healthy leader's next step gives) silences the
+    session age only: a session lock of that namespace left on a pooler's server connection
+    with no client attached is still outlived-client, and nothing else is flagged."""
+    shot = snapshot(
+        [idle(10, 86400.0)], [advisory(10, 1, namespace=LEADER)], pool={10: pooled("console", None)}
+    )
+    assert set(Diagnosis(shot, REGISTRY).advisory[0].flags) == {Flag.OUTLIVED_CLIENT}
