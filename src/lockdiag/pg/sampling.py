@@ -58,6 +58,7 @@ def sample(
                     activity = session.activity(within=left)
                     if pacer.due(tick, activity):
                         collect_now_and_then(pacer.reads)
+                        began = time.monotonic()  # the probe (and connecting) is not a read
                         snapshot = session.snapshot(
                             Aggregated(all_types=False), within=ends - time.monotonic()
                         )
@@ -66,7 +67,7 @@ def sample(
                         read_at, server_time = tick, snapshot.server.now
                         sampler.add(diagnosis.advisory, server_time, snapshot.query_seconds)
                         sampler.standing.add(contention(snapshot, diagnosis.advisory))
-                        pacer.read(tick, time.monotonic() - tick, activity)
+                        pacer.read(began, time.monotonic() - began, activity)
                     else:
                         sampler.again(server_time + timedelta(seconds=tick - read_at))
                 except ServerError as failure:
@@ -115,12 +116,13 @@ class Feed:
             activity = self.session.activity()
             if not self.pacer.due(tick, activity):
                 return None
+            began = time.monotonic()  # the probe (and connecting) is not a read
             taken = self.session.snapshot(Aggregated())
         except LockdiagError:
             self.close()
             self.pacer.forget()
             raise
-        self.pacer.read(tick, time.monotonic() - tick, activity)
+        self.pacer.read(began, time.monotonic() - began, activity)
         if self.record is not None:
             snapshot_file.append_line(self.record, snapshot_file.record_line(taken))
         return taken
