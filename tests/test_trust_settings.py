@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
+from lockdiag.pg.connection import conninfo
 from lockdiag.pg.session import DiagnosticSession
 
 KEY = 987654321
@@ -137,3 +138,37 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
         "transaction_deferrable": "off",
         "idle_session_timeout": "0",
     }
+
+
+def test_transaction_timeout_is_pinned_where_the_server_has_it(cluster: Cluster) -> None:
+    """transaction_timeout (17 and later) set on a database ends every transaction of a session
+    of it that lasts longer, FATAL. An older server refuses the unknown name in the startup
+    packet, so lockdiag sends it from the second connection on, once the first has told the
+    version, and connects once more only when the setting is not already 0."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        version = admin.info.server_version
+        admin.execute("CREATE DATABASE set_transaction_timeout")
+        if version >= 170000:
+            admin.execute("ALTER DATABASE set_transaction_timeout SET transaction_timeout = '2s'")
+    dsn = cluster.dsn(dbname="set_transaction_timeout")
+    try:
+        with DiagnosticSession(dsn, 3.0) as session:
+            connection = session.connection
+            assert session.server_version == version
+            assert not session.per_transaction
+            shown = connection.execute(
+                "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'transaction_timeout'"
+            ).fetchall()
+            options = connection.info.get_parameters().get("options", "")
+            sent = conninfo(dsn, 3.0, session.server_version)
+        if version >= 170000:
+            assert shown == [("0",)]  # the database's 2s is not in force
+            assert "transaction_timeout=0" in sent
+        else:
+            assert shown == []
+            assert "transaction_timeout=" not in sent + options
+        result = CliRunner().invoke(cli, ["list", "--dsn", dsn])
+        assert result.exit_code == 0, result.output
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE set_transaction_timeout")

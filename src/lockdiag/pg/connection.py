@@ -43,8 +43,9 @@ def connect_timeout(timeout: float) -> str:
     return str(max(2, math.ceil(timeout)))
 
 
-def session_settings(timeout: float) -> dict[str, str]:
-    """lockdiag's settings for its own session, as pg_settings shows them when in force."""
+def session_settings(timeout: float, server_version: int = 0) -> dict[str, str]:
+    """lockdiag's settings for its own session, as pg_settings shows them when in force: those
+    of ``server_version`` (0: not known yet, only the settings every supported version has)."""
     milliseconds = max(1, int(timeout * 1000))
     return {
         "statement_timeout": str(milliseconds),
@@ -62,12 +63,21 @@ def session_settings(timeout: float) -> dict[str, str]:
         "default_transaction_isolation": "read committed",
         "default_transaction_deferrable": "off",
         "idle_session_timeout": "0",
+        **version_settings(server_version),
     }
 
 
-def session_options(timeout: float) -> str:
+def version_settings(server_version: int) -> dict[str, str]:
+    """lockdiag's settings that only newer servers have. An older server refuses an unknown
+    setting in the startup packet, so these go in it once a connection has told the version."""
+    # a database's or role's transaction_timeout (17 and later) ends the session, FATAL, in
+    # the middle of a read; lockdiag's own deadline and statement_timeout bound its reads
+    return {"transaction_timeout": "0"} if server_version >= 170000 else {}
+
+
+def session_options(timeout: float, server_version: int = 0) -> str:
     """Server settings sent in the startup packet, so they bind the very first statement."""
-    settings = session_settings(timeout).items()
+    settings = session_settings(timeout, server_version).items()
     # libpq's options: a backslash escapes a space or itself
     return " ".join(f"-c {name}={_escaped(value)}" for name, value in settings)
 
@@ -76,8 +86,9 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
-def conninfo(dsn: str | None, timeout: float) -> str:
-    """The user's DSN (or libpq's environment) with lockdiag's safety settings added."""
+def conninfo(dsn: str | None, timeout: float, server_version: int = 0) -> str:
+    """The user's DSN (or libpq's environment) with lockdiag's safety settings added (those of
+    ``server_version``, when a connection has told it)."""
     try:
         given = conninfo_to_dict(dsn or "")
     except psycopg.ProgrammingError as error:  # raised by libpq's parser
@@ -88,7 +99,7 @@ def conninfo(dsn: str | None, timeout: float) -> str:
         application_name=APPLICATION_NAME,
         client_encoding=CLIENT_ENCODING,
         connect_timeout=connect_timeout(timeout),
-        options=f"{user_options} {session_options(timeout)}".strip(),
+        options=f"{user_options} {session_options(timeout, server_version)}".strip(),
     )
 
 

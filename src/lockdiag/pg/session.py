@@ -46,6 +46,7 @@ from lockdiag.pg.connection import (
     session_settings,
     tolerate_undecodable,
     undecodable_note,
+    version_settings,
 )
 from lockdiag.pg.deadline import BoundedConnection
 
@@ -74,6 +75,7 @@ class DiagnosticSession:
         self.registry, self.poolers = registry if enrich else None, poolers
         self._connection: BoundedConnection | None = None
         self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
+        self.server_version = 0  # told by the first connection: the settings of that version
         self._told = False
         self.memory = PoolMemory()  # what earlier reads showed of pooled connections
         self.undecodable = Undecodable()  # text values from the server that were not UTF-8
@@ -92,11 +94,34 @@ class DiagnosticSession:
         return self._connection
 
     def _open(self) -> BoundedConnection:
-        """Connect, then check with one query that lockdiag's settings are in force."""
+        """Connect, then check with one query that lockdiag's settings are in force. A server
+        whose version has settings the startup packet did not carry (it did not know the
+        version yet), and that are not already as lockdiag wants them, is connected to once
+        more with them."""
+        sent = self.server_version
+        connection, applied = self._connect()
+        version = self.server_version = connection.info.server_version
+        wanted = _wanted(self.timeout, version)
+        if applied != wanted and version_settings(version) and not version_settings(sent):
+            connection.close()
+            connection, applied = self._connect()
+        self.per_transaction = applied != wanted
+        if self.per_transaction:
+            connection.prepare_threshold = None  # each transaction may be another backend's
+        if self.per_transaction and not self._told:
+            self._told = True  # once, not at every reconnection
+            notice(
+                "the server did not apply lockdiag's startup options (a pooler dropping "
+                f"them?): its settings are applied per transaction ({connection.where})"
+            )
+        return connection
+
+    def _connect(self) -> tuple[BoundedConnection, dict[str, str]]:
+        """A new connection, and its settings as the server applies them."""
         try:
             # autocommit: each statement is its own transaction; never idle in transaction
             connection = deadline.connect(
-                conninfo(self.dsn, self.timeout),
+                conninfo(self.dsn, self.timeout, self.server_version),
                 self.timeout,
                 statement_timeout=True,
                 autocommit=True,
@@ -107,21 +132,12 @@ class DiagnosticSession:
                 hint=_connect_hint(str(error)),
             ) from None
         tolerate_undecodable(connection, self.undecodable)
+        query = _settings_query(self.timeout, connection.info.server_version)
         try:
-            applied = _settings_row(connection.execute(_settings_query(self.timeout)))
+            return connection, _settings_row(connection.execute(query))
         except psycopg.Error as error:
             connection.close()
             raise server_error(error, self.dsn, self.timeout) from None
-        self.per_transaction = applied != _wanted(self.timeout)
-        if self.per_transaction:
-            connection.prepare_threshold = None  # each transaction may be another backend's
-        if self.per_transaction and not self._told:
-            self._told = True  # once, not at every reconnection
-            notice(
-                "the server did not apply lockdiag's startup options (a pooler dropping "
-                f"them?): its settings are applied per transaction ({connection.where})"
-            )
-        return connection
 
     def describe(self) -> str:
         """``user@host:port/dbname`` for messages and snapshot files (never the password)."""
@@ -165,15 +181,16 @@ class DiagnosticSession:
     def _begin(self, connection: BoundedConnection) -> None:
         """BEGIN READ ONLY, SET LOCAL of every setting and their check: one round trip (a
         multi-statement simple query). Refused when the settings still are not in force."""
-        wanted = _wanted(self.timeout)
+        version = connection.info.server_version
+        wanted = _wanted(self.timeout, version)
         # explicit: the database's defaults may be serializable and deferrable
         begin = "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY NOT DEFERRABLE"
         statements: list[sql.Composable] = [sql.SQL(begin)]
         statements += [
             sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.Literal(value))
-            for name, value in session_settings(self.timeout).items()
+            for name, value in session_settings(self.timeout, version).items()
         ]
-        statements.append(_settings_query(self.timeout))
+        statements.append(_settings_query(self.timeout, version))
         try:
             cursor = connection.execute(sql.SQL("; ").join(statements))
             while cursor.nextset():
@@ -270,11 +287,11 @@ _REFUSED_HINT = (
 )
 
 
-def _wanted(timeout: float) -> dict[str, str]:
+def _wanted(timeout: float, server_version: int) -> dict[str, str]:
     """What the check query must read: every setting, the encoding sent when connecting, and a
     read-only, read-committed, not deferrable transaction."""
     return dict(
-        session_settings(timeout),
+        session_settings(timeout, server_version),
         client_encoding=CLIENT_ENCODING,
         transaction_read_only="on",
         transaction_isolation="read committed",
@@ -282,9 +299,9 @@ def _wanted(timeout: float) -> dict[str, str]:
     )
 
 
-def _settings_query(timeout: float) -> sql.Composed:
+def _settings_query(timeout: float, server_version: int) -> sql.Composed:
     """One row: each of lockdiag's settings as the server applies it now (a JSON object)."""
-    names = sorted(_wanted(timeout))
+    names = sorted(_wanted(timeout, server_version))
     return sql.SQL(
         "SELECT pg_catalog.json_object_agg(name, setting) FROM pg_catalog.pg_settings "
         "WHERE name IN ({})"
