@@ -26,6 +26,7 @@ import gzip
 import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -235,20 +236,41 @@ def test_every_example_runs(
 ) -> None:
     holder = sessions.open("tenant-worker")
     holder.run("SELECT pg_advisory_lock(4102, 73)")  # who-holds finds it held
-    for command, example in examples():
-        changes, codes, until = ADAPTED[example]
-        line = example.split("  #")[0].strip()
-        if line in STOPS.values():
-            continue  # it ran while its demo kept running
-        for old, new in changes.items():
-            line = line.replace(old, new)
-        for spelled in ("postgresql://monitor@db1/app", "postgresql://monitor@db2/app"):
-            line = line.replace(spelled, f"'{cluster.dsn()}'")
-        line = line.replace("{holder}", str(holder.pid)).replace("{port}", str(free_port()))
-        if command == "lockdiag pooltest":
-            # no pooler in between; another database than the one whose lock who-holds finds
-            direct = f"'{cluster.dsn(dbname='template1')}'"
-            line = f"lockdiag pooltest --pooled {direct} --direct {direct}"
-        code, output = run_example(line, tmp_path, sandbox, until)
+    groups: dict[str, list[str]] = {}  # each command's examples, in the order shown
+    for command, example in examples():  # a subcommand's with its group's: settings init
+        groups.setdefault(" ".join(command.split()[:2]), []).append(example)
+    # two commands' examples at a time (each command's in order: watch --record before watch
+    # --from); the settings file every command reads is written last, alone
+    last = groups.pop("lockdiag settings")
+
+    def run_group(lines: list[str]) -> list[tuple[str, frozenset[int], int, str]]:
+        return [run_adapted(example, cluster, holder.pid, tmp_path, sandbox) for example in lines]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ran = [outcome for done in pool.map(run_group, groups.values()) for outcome in done]
+    ran += run_group(last)
+    for line, codes, code, output in ran:
         assert "Traceback" not in output, (line, output)
         assert code in codes, (line, code, output[-2000:])
+
+
+def run_adapted(
+    example: str, cluster: Cluster, holder: int, cwd: Path, env: dict[str, str]
+) -> tuple[str, frozenset[int], int, str]:
+    """One example as ADAPTED says: the line run, the exit codes it may end with, its exit
+    code and its output (nothing run for the stop of a demo kept running: it ran then)."""
+    changes, codes, until = ADAPTED[example]
+    line = example.split("  #", maxsplit=1)[0].strip()
+    if line in STOPS.values():
+        return line, codes, 0, ""  # it ran while its demo kept running
+    for old, new in changes.items():
+        line = line.replace(old, new)
+    for spelled in ("postgresql://monitor@db1/app", "postgresql://monitor@db2/app"):
+        line = line.replace(spelled, f"'{cluster.dsn()}'")
+    line = line.replace("{holder}", str(holder)).replace("{port}", str(free_port()))
+    if line.startswith("lockdiag pooltest"):
+        # no pooler in between; another database than the one whose lock who-holds finds
+        direct = f"'{cluster.dsn(dbname='template1')}'"
+        line = f"lockdiag pooltest --pooled {direct} --direct {direct}"
+    code, output = run_example(line, cwd, env, until)
+    return line, codes, code, output
