@@ -265,6 +265,22 @@ def test_reading_a_file_needs_no_database_driver(arguments: list[str]) -> None:
     assert result.stdout.strip()
 
 
+@pytest.mark.parametrize("fmt", ["json", "prometheus"])
+def test_check_imports_prometheus_client_only_to_write_series(fmt: str) -> None:
+    """prometheus_client and its http.server cost 25 ms of a check's start: loaded for
+    --format prometheus only."""
+    probe = (
+        "import sys; from lockdiag.cli import main\n"
+        f"sys.argv = ['lockdiag', 'check', '--from', {INCIDENT!r}, '--format', {fmt!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', 'prometheus_client' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert f"LOADED {fmt == 'prometheus'}" in result.stdout
+
+
 def test_lazy_help_lines_are_the_commands_own() -> None:
     context = click.Context(cli)
     for name, (_, line) in COMMANDS.items():

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric as PrometheusMetric
+from typing import TYPE_CHECKING
 
 from lockdiag.render import clean
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric as PrometheusMetric
+
+# prometheus_client is imported where series are written, not with this module: with the
+# http.server it brings, it took 25 ms of every `check`, whatever its format
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -69,6 +72,8 @@ class Collected:
 def families(metrics: Iterable[Metric]) -> Iterator[PrometheusMetric]:
     """The metrics as prometheus_client families (each sample's label names are its
     family's), their label values made inert (:func:`inert`)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     for metric in metrics:
         names = [name for name, _ in metric.samples[0][0]] if metric.samples else []
         family: GaugeMetricFamily | CounterMetricFamily
@@ -99,6 +104,8 @@ def inert(family: PrometheusMetric) -> PrometheusMetric:
 
 def exposition(metrics: Iterable[Metric]) -> list[str]:
     """The Prometheus text exposition format, by prometheus_client."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collected(metrics))
     return generate_latest(registry).decode().splitlines()
