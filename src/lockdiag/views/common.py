@@ -19,6 +19,7 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
 from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.durations import format_duration
+from lockdiag.keys import BIGINT_SUBID, INT8_MAX, to_int4
 from lockdiag.render import Block, Output, Text, clean
 
 JSON_VERSION = 1
@@ -31,6 +32,39 @@ def lock_label(entry: LockEntry, server: ServerInfo) -> str:
     if entry.decoded is not None:
         return clean(entry.decoded.label)
     return clean(describe_lock(entry.lock, server))
+
+
+class Labels:
+    """:func:`lock_label` of many locks, for a dump: the label of a key in a space that a
+    plain namespace names (``tenant_summary 73``), or that nothing names (``unregistered pair
+    (7, 49996)``), is the same text around one number, made once per namespace or space; per
+    lock only the number is formatted. :func:`clean` maps one character at a time, so the
+    parts cleaned apart give the label cleaned whole."""
+
+    def __init__(self) -> None:
+        self.heads: dict[object, str] = {}  # by id(namespace), or by (objsubid, classid)
+
+    def of(self, entry: LockEntry, server: ServerInfo) -> str:
+        decoded = entry.decoded
+        if decoded is None or decoded.last is not None or decoded.known is not None:
+            return lock_label(entry, server)
+        namespace = decoded.namespace
+        if namespace is not None:
+            if namespace.parts or namespace.exact is not None:
+                return lock_label(entry, server)
+            head = self.heads.get(id(namespace))
+            if head is None:
+                head = self.heads[id(namespace)] = clean(f"{namespace.name} ")
+            return f"{head}{decoded.resource}"
+        classid, objid, objsubid = decoded.triple
+        if objsubid == BIGINT_SUBID:  # LockTriple.bigint, without the property's calls
+            unsigned = classid << 32 | objid
+            signed = unsigned - (1 << 64) if unsigned > INT8_MAX else unsigned
+            return f"unregistered bigint {signed}"
+        head = self.heads.get((objsubid, classid))
+        if head is None:
+            head = self.heads[(objsubid, classid)] = f"unregistered pair ({to_int4(classid)}, "
+        return f"{head}{to_int4(objid)})"
 
 
 def age(entry: LockEntry) -> str:

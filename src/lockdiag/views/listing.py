@@ -31,10 +31,10 @@ from lockdiag.views.columns import (
 from lockdiag.views.common import (
     JSON_VERSION,
     EntryEncoder,
+    Labels,
     age,
     busy_bounds,
     busy_note,
-    lock_label,
     notes_block,
     pid_text,
     relation,
@@ -126,6 +126,7 @@ def _blocks(
     # most locks are held by few backends and wait for nothing: every cell but the lock's
     # label is then the backend's, made once per backend, database, mode and flags
     by_backend: dict[tuple[object, ...], list[str]] = {}
+    label_of = Labels().of  # the text around a key's number made once per key space
     for index, (target, server, e) in enumerate(triples):
         lock = e.lock
         if lock.granted and not e.blocks:
@@ -136,7 +137,7 @@ def _blocks(
             cached = by_backend.get(shared)
             if cached is None:
                 cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
-            add((fold_label or lock_label(e, server), cached))
+            add((fold_label or label_of(e, server), cached))
             if terminal:
                 lines.append(ListRow(target, e, server))
             important.append(URGENT if e.flags else 0)
