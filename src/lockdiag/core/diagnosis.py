@@ -117,6 +117,8 @@ class Diagnosis:
 
     @cached_property
     def advisory(self) -> list[LockEntry]:
+        if all(map(_ADVISORY, map(_LOCKTYPE, self.snapshot.locks))):  # told in C
+            return self.entries  # a read of advisory locks (the usual case)
         return [e for e in self.entries if e.lock.locktype == "advisory"]
 
     @cached_property
@@ -233,6 +235,7 @@ def _span(registry: Registry, space: Space, objids: list[int]) -> Span | None:
     return Span(first[0], len(objids), first[1], last[1])
 
 
+_ADVISORY, _LOCKTYPE = "advisory".__eq__, attrgetter("locktype")
 _SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a LockRow's Space
 
 

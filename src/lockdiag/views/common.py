@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
 from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.durations import format_duration
+from lockdiag.keys import BIGINT_SUBID, INT8_MAX, to_int4
 from lockdiag.render import Block, Output, Text, clean
 
 JSON_VERSION = 1
@@ -33,6 +35,39 @@ def lock_label(entry: LockEntry, server: ServerInfo) -> str:
     return clean(describe_lock(entry.lock, server))
 
 
+class Labels:
+    """:func:`lock_label` of many locks, for a dump: the label of a key in a space that a
+    plain namespace names (``tenant_summary 73``), or that nothing names (``unregistered pair
+    (7, 49996)``), is the same text around one number, made once per namespace or space; per
+    lock only the number is formatted. :func:`clean` maps one character at a time, so the
+    parts cleaned apart give the label cleaned whole."""
+
+    def __init__(self) -> None:
+        self.heads: dict[object, str] = {}  # by id(namespace), or by (objsubid, classid)
+
+    def of(self, entry: LockEntry, server: ServerInfo) -> str:
+        decoded = entry.decoded
+        if decoded is None or decoded.last is not None or decoded.known is not None:
+            return lock_label(entry, server)
+        namespace = decoded.namespace
+        if namespace is not None:
+            if namespace.parts or namespace.exact is not None:
+                return lock_label(entry, server)
+            head = self.heads.get(id(namespace))
+            if head is None:
+                head = self.heads[id(namespace)] = clean(f"{namespace.name} ")
+            return f"{head}{decoded.resource}"
+        classid, objid, objsubid = decoded.triple
+        if objsubid == BIGINT_SUBID:  # LockTriple.bigint, without the property's calls
+            unsigned = classid << 32 | objid
+            signed = unsigned - (1 << 64) if unsigned > INT8_MAX else unsigned
+            return f"unregistered bigint {signed}"
+        head = self.heads.get((objsubid, classid))
+        if head is None:
+            head = self.heads[(objsubid, classid)] = f"unregistered pair ({to_int4(classid)}, "
+        return f"{head}{to_int4(objid)})"
+
+
 def age(entry: LockEntry) -> str:
     """How long, marked as a lower bound where it is one."""
     if entry.waited is not None:
@@ -44,7 +79,8 @@ def age(entry: LockEntry) -> str:
 
 def unknown_ages(entries: Iterable[LockEntry], column: str = "AGE") -> list[str]:
     """What ``column``'s "?" means, when a held lock shows it."""
-    if not any(e.lock.granted and e.held_at_least is None for e in entries):
+    # whether a granted lock has no bound, told in C (a dump has a hundred thousand entries)
+    if None not in map(_HELD_AT_LEAST, filter(_GRANTED, entries)):
         return []
     return [
         f"{column} ?: held, for a time not known: PostgreSQL records no time a lock was taken, and "
@@ -52,6 +88,8 @@ def unknown_ages(entries: Iterable[LockEntry], column: str = "AGE") -> list[str]
         "bound)"
     ]
 
+
+_GRANTED, _HELD_AT_LEAST = attrgetter("lock.granted"), attrgetter("held_at_least")
 
 # a call that takes an advisory lock (not an unlock): a last statement that may have taken it
 TAKES_ADVISORY = re.compile(r"\bpg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?\s*\(", re.I)
@@ -232,7 +270,14 @@ def lock_data(entry: LockEntry) -> dict[str, Any]:
     }
 
 
+_ENTRY_SHAPE = itemgetter(
+    *map(LockEntry._fields.index, ("database", "lifetime", "held_at_least", "flags"))
+)
+_LOCK_SHAPE = itemgetter(
+    *map(LockRow._fields.index, ("pid", "mode", "objsubid", "virtualtransaction"))
+)
 _NO_OBJECT = (None,) * 5  # relation, page, tuple, virtualxid, transactionid of an advisory lock
+_MARK = b'"\\u0000"'  # a number's place in a template (see EntryEncoder._template)
 
 
 class EntryEncoder:
@@ -245,7 +290,7 @@ class EntryEncoder:
         self.extra = extra or {}  # fields every item ends with (a fleet's target)
         self.sessions: dict[int, dict[str, Any]] = {}  # session_data() by id(session)
         self.shared: dict[tuple[object, ...], tuple[bytes, bytes]] = {}
-        self.templates: dict[tuple[object, ...], bytes] = {}
+        self.templates: dict[tuple[object, ...], tuple[bytes, bytes, bytes]] = {}
 
     def encode(self, entry: LockEntry) -> bytes:
         lock, decoded = entry.lock, entry.decoded
@@ -254,26 +299,32 @@ class EntryEncoder:
         if decoded is None or lock[2:7] != _NO_OBJECT:  # not advisory: lock fields its own
             head, tail = self._parts(entry)
             return head + orjson.dumps(lock_data(entry))[1:-1] + tail
+        # the fields that shape the item: who holds it, how and since when (database,
+        # lifetime, bound, flags; pid, mode, objsubid, virtualtransaction), each group
+        # taken in C
         shape = (
             id(entry.session),
-            lock.pid,
-            lock.mode,
-            entry.database,
-            entry.lifetime,
-            entry.held_at_least,
-            entry.flags,
             id(entry.pool),
             id(decoded.namespace),
             id(decoded.known),
-            lock.objsubid,
-            lock.virtualtransaction,
+            _ENTRY_SHAPE(entry),
+            _LOCK_SHAPE(lock),
         )
         template = self.templates.get(shape)
         if template is None:
             template = self.templates[shape] = self._template(entry)
+        classid, objid, objsubid = decoded.triple
+        if objsubid == BIGINT_SUBID:  # LockTriple.args, without the properties' calls
+            unsigned = classid << 32 | objid
+            key: tuple[int, ...] = (unsigned - (1 << 64) if unsigned > INT8_MAX else unsigned,)
+        else:
+            key = (to_int4(classid), to_int4(objid))
+        before, numbers, after = template
         if decoded.namespace is None:
-            return template % (*decoded.triple.args, lock.classid, lock.objid)
-        return template % (decoded.resource, *decoded.triple.args, lock.classid, lock.objid)
+            return b"".join((before, numbers % (*key, lock.classid, lock.objid), after))
+        return b"".join(
+            (before, numbers % (decoded.resource, *key, lock.classid, lock.objid), after)
+        )
 
     def _session(self, entry: LockEntry) -> dict[str, Any]:
         session = self.sessions.get(id(entry.session))
@@ -308,10 +359,13 @@ class EntryEncoder:
             )
         return parts
 
-    def _template(self, entry: LockEntry) -> bytes:
-        """The whole item of an advisory lock with ``%d`` for its resource (when it has a
-        namespace), its key's numbers, classid and objid, in that order; ``%`` elsewhere
-        doubled. The numbers are marked by a NUL string, which no server string can hold."""
+    def _template(self, entry: LockEntry) -> tuple[bytes, bytes, bytes]:
+        """The whole item of an advisory lock in three parts: the bytes before its first
+        number, a format with ``%d`` for its resource (when it has a namespace), its key's
+        numbers, classid and objid, in that order (``%`` elsewhere doubled), and the bytes
+        after its last number. Only the short format is formatted per lock: ``%`` reads every
+        byte of its format, and the item's other kilobyte is only copied. The numbers are
+        marked by a NUL string, which no server string can hold."""
         head, tail = self._parts(entry)
         data = lock_data(entry)
         if data["resource"] is not None:
@@ -319,7 +373,9 @@ class EntryEncoder:
         data["key"] = ["\0"] * len(data["key"])
         data["classid"] = data["objid"] = "\0"
         middle = orjson.dumps(data)[1:-1]
-        return (head + middle + tail).replace(b"%", b"%%").replace(b'"\\u0000"', b"%d")
+        first, last = middle.index(_MARK), middle.rindex(_MARK) + len(_MARK)
+        numbers = middle[first:last].replace(b"%", b"%%").replace(_MARK, b"%d")
+        return head + middle[:first], numbers, middle[last:] + tail
 
 
 LOCK_FIELDS = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, filterfalse, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -31,10 +31,10 @@ from lockdiag.views.columns import (
 from lockdiag.views.common import (
     JSON_VERSION,
     EntryEncoder,
+    Labels,
     age,
     busy_bounds,
     busy_note,
-    lock_label,
     notes_block,
     pid_text,
     relation,
@@ -126,6 +126,7 @@ def _blocks(
     # most locks are held by few backends and wait for nothing: every cell but the lock's
     # label is then the backend's, made once per backend, database, mode and flags
     by_backend: dict[tuple[object, ...], list[str]] = {}
+    label_of = Labels().of  # the text around a key's number made once per key space
     for index, (target, server, e) in enumerate(triples):
         lock = e.lock
         if lock.granted and not e.blocks:
@@ -136,7 +137,7 @@ def _blocks(
             cached = by_backend.get(shared)
             if cached is None:
                 cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
-            add((fold_label or lock_label(e, server), cached))
+            add((fold_label or label_of(e, server), cached))
             if terminal:
                 lines.append(ListRow(target, e, server))
             important.append(URGENT if e.flags else 0)
@@ -306,14 +307,13 @@ def _get(shown: dict[str | None, int] | None, target: str | None) -> int | None:
 def _triples(
     parts: Sequence[tuple[str | None, ListReport]],
 ) -> Iterator[tuple[str | None, ServerInfo, LockEntry]]:
-    """Every lock of every part, with its target and server."""
+    """Every lock of every part, with its target and server (the triples made in C)."""
     for target, report in parts:
-        server = report.snapshot.server
-        for entry in report.entries:
-            yield target, server, entry
+        yield from zip(repeat(target), repeat(report.snapshot.server), report.entries)
 
 
 _POOL, _DATABASE, _FLAGS = attrgetter("pool"), attrgetter("lock.database"), attrgetter("flags")
+_PID, _GRANTED = attrgetter("lock.pid"), attrgetter("lock.granted")
 ROOT, URGENT = 2, 1  # a screen keeps the root blockers' rows, then waits and flagged locks
 FOLD_AT = 3  # locks of one session and namespace that nobody waits for, folded on a terminal
 
@@ -446,7 +446,7 @@ def other_waits(parts: Sequence[tuple[str | None, ListReport]]) -> list[str]:
     wait_event (monitoring-stats.html, "Wait Event Types")."""
     said: list[str] = []
     for target, report in parts:
-        listed = {e.lock.pid for e in report.entries if not e.lock.granted}
+        listed = set(map(_PID, filterfalse(_GRANTED, report.entries)))  # the waiters, in C
         types = [
             clean(session.wait_event)
             for pid, session in report.snapshot.sessions.items()

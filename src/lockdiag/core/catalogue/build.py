@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
+from operator import attrgetter
 
 from lockdiag import plugins
 from lockdiag.core.catalogue.decoder import Catalogue, corroboration
@@ -61,22 +62,27 @@ def build_catalogue(
     return catalogue
 
 
+_TYPE_AND_DATABASE = attrgetter("locktype", "database")
+
+
 def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
     names = snapshot.server.databases
-    databases = {
-        names[lock.database]
-        for lock in snapshot.locks
-        if lock.locktype == "advisory" and lock.database in names
-    }
+    # the (lock type, database) pairs made in C: a Python test per lock costs more than this
+    pairs = set(map(_TYPE_AND_DATABASE, snapshot.locks))
+    databases = {names[d] for t, d in pairs if t == "advisory" and d in names}
     catalogue = build_catalogue(candidates, databases, snapshot.derived)
     guesses = {k: v for k, v in catalogue.anywhere.items() if v.confidence == "guess"}
-    spaces = {key.classid for key in guesses}  # an int's test first: most locks are in none
+    # a guessed key's objid or pg_repack's classid: an int's test tells nearly every lock
+    # apart before a key is made of it (0.1 s of 0.2 s at a hundred thousand locks)
+    objids = {key.objid for key in guesses}
     sessions_on: dict[tuple[str, LockTriple], set[int]] = {}  # the pids on each guessed key
     for lock in snapshot.locks:
+        if lock.objid not in objids and lock.classid != REPACK_LOCK_PREFIX:
+            continue
         key = lock.advisory_key
         if key is None or lock.database not in names:
             continue
-        if key.classid in spaces and key in guesses:
+        if key in guesses:
             sessions_on.setdefault((names[lock.database], key), set()).add(lock.pid or 0)
         if key.objsubid != PAIR_SUBID or key.classid != REPACK_LOCK_PREFIX:
             continue
