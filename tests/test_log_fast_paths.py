@@ -148,6 +148,25 @@ def test_continuations_read_without_the_prefix_give_the_same_entries() -> None:
     assert deadlock.context == 'while locking tuple (0,1) in relation "jobs"'
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    fraction=st.text(alphabet="0123456789\u0661\u0662x .", max_size=8),
+    zone=st.sampled_from(("", " UTC")),
+)
+def test_a_fraction_of_a_second_is_read_as_its_digits_say(fraction: str, zone: str) -> None:
+    """%m's three digits are looked up in a table: any other fraction (more digits, fewer,
+    digits of another script) is read as the general path reads it."""
+    text = f"2026-05-01 03:10:00.{fraction}{zone}"
+    digits = re.compile(r"\d+").match(text, 20)
+    second = datetime(2026, 5, 1, 3, 10, 0)
+    expected = (
+        second
+        if digits is None
+        else second.replace(microsecond=int((digits.group() + "000000")[:6]))
+    )
+    assert parse_time(text) == expected
+
+
 def test_times_as_the_server_writes_them() -> None:
     assert parse_time("2026-05-01 03:10:00.123 UTC") == datetime(2026, 5, 1, 3, 10, 0, 123000)
     assert parse_time("2026-05-01T03:10:00.1234567") == datetime(2026, 5, 1, 3, 10, 0, 123456)
