@@ -342,8 +342,7 @@ class LogReader:
                         found, said[1], severity, said[3], pid, identity, number
                     )
                 if done is not None:
-                    entry = done.entry()
-                    yield self._named(entry) if entry.detail else entry
+                    yield self._named(done.entry()) if done.detail else done.entry()
             if pending:
                 yield from self._aged(pending, number)
         counts.lines = number
