@@ -26,6 +26,7 @@ from lockdiag.logs.formats import (
     json_record,
     pid_pattern,
     prefix_pattern,
+    prefix_splits,
     text_of,
 )
 from lockdiag.logs.lines import DETECT_BYTES, HEAD_BATCHES, MAX_LINE, Damage, LogLines, byte_size
@@ -99,7 +100,7 @@ class _Pending:
 
     def __init__(
         self,
-        found: re.Match[str],
+        head: str,
         time: str | None,
         severity: str,
         message: str,
@@ -110,8 +111,7 @@ class _Pending:
         self.time, self.severity = time, severity
         self.pid, self.identity, self.line = pid, identity, line
         self.message = message[:TEXT_MAX]
-        self.size = size = found.start("severity")
-        self.head = found.string[:size]
+        self.head, self.size = head, len(head)
         self.detail: str | None = None
         self.statement: str | None = None
         self.context: str | None = None
@@ -281,6 +281,7 @@ class LogReader:
         starts = first_character(prefix)
         recent = self._recent
         sessions, groups = self._identities, self._identity_groups  # as _identity reads them
+        splits = prefix_splits(prefix)
         number = 0
         for batch in batches:
             recent.append(batch)
@@ -320,26 +321,35 @@ class LogReader:
                 ):
                     counts.entries += 1  # the common case: a line about something else
                     continue
-                found = full(raw.rstrip("\r\n"))
-                if found is None or found.group("pid") is None:
-                    self._unreadable(raw, number)
-                    continue
-                said = found.group("pid", "time", "severity", "text")
-                pid = int(said[0])
-                severity = said[2]
-                if severity in CONTINUATIONS:
-                    last = _continued(pending.get(pid), severity, said[3])
-                    continue
+                split = splits.known(raw) if splits is not None else None
+                if split is not None:
+                    pid_text, time, severity, message, head, identity = split
+                    found = None
+                else:
+                    found = full(raw.rstrip("\r\n"))
+                    if found is None or found.group("pid") is None:
+                        self._unreadable(raw, number)
+                        continue
+                    pid_text, time, severity, message = found.group(
+                        "pid", "time", "severity", "text"
+                    )
+                    if severity in CONTINUATIONS:
+                        last = _continued(pending.get(int(pid_text)), severity, message)
+                        continue
+                    head = found.string[: found.start("severity")]
+                    identity = sessions.get(found.group(*groups)) or self._identity(found)
+                pid = int(pid_text)
                 counts.entries += 1
                 done = pending.pop(pid, None)
                 if severity not in ENGLISH_SEVERITIES:
-                    self._foreign(severity, said[3])
-                elif interesting(severity, said[3]):
-                    identity = sessions.get(found.group(*groups)) or self._identity(found)
+                    self._foreign(severity, message)
+                elif interesting(severity, message):
+                    if found is not None and splits is not None:
+                        splits.learn(found, identity)
                     if self.identities.get(pid) is not identity:
                         self._remember(pid, identity)
                     last = latest = pending[pid] = _Pending(
-                        found, said[1], severity, said[3], pid, identity, number
+                        head, time, severity, message, pid, identity, number
                     )
                 if done is not None:
                     yield self._named(done.entry()) if done.detail else done.entry()
