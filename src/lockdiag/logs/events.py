@@ -296,16 +296,24 @@ class LogReader:
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
                 if latest is not None and raw.startswith(latest.head):
-                    colon = raw.find(":  ", latest.size)
-                    severity = raw[latest.size : colon]
+                    # a wait's DETAIL, then its STATEMENT (not kept), as _Pending.add takes
+                    # them, told without the severity's end found: most lines of a log of waits
+                    size, pending_still = latest.size, pending.get(latest.pid) is latest
+                    if pending_still and raw.startswith("DETAIL:  ", size):
+                        latest.detail = raw[size + 9 :].rstrip("\r\n")[:TEXT_MAX]
+                        latest.where, last = "detail", latest
+                        continue
                     if (
-                        colon > 0
-                        and severity in CONTINUATIONS
-                        and pending.get(latest.pid) is latest
+                        pending_still
+                        and raw.startswith("STATEMENT:  ", size)
+                        and latest.severity == "LOG"
                     ):
-                        if severity == "STATEMENT" and latest.severity == "LOG":
-                            latest.where, last = None, latest  # _Pending.add's, for most lines
-                        elif latest.add(severity, raw, colon + 3):
+                        latest.where, last = None, latest
+                        continue
+                    colon = raw.find(":  ", size)
+                    severity = raw[size:colon]
+                    if colon > 0 and severity in CONTINUATIONS and pending_still:
+                        if latest.add(severity, raw, colon + 3):
                             last = latest
                         continue
                 if not starts(raw[:1]):
@@ -323,7 +331,7 @@ class LogReader:
                     continue
                 split = splits.known(raw) if splits is not None else None
                 if split is not None:
-                    pid_text, time, severity, message, head, identity = split
+                    pid, time, severity, message, head, identity = split
                     found = None
                 else:
                     found = full(raw.rstrip("\r\n"))
@@ -334,11 +342,13 @@ class LogReader:
                         "pid", "time", "severity", "text"
                     )
                     if severity in CONTINUATIONS:
-                        last = _continued(pending.get(int(pid_text)), severity, message)
+                        last = pending.get(int(pid_text))
+                        if last is not None and not last.add(severity, message):
+                            last = None
                         continue
                     head = found.string[: found.start("severity")]
                     identity = sessions.get(found.group(*groups)) or self._identity(found)
-                pid = int(pid_text)
+                    pid = int(pid_text)
                 counts.entries += 1
                 done = pending.pop(pid, None)
                 if severity not in ENGLISH_SEVERITIES:
@@ -579,12 +589,6 @@ class LogReader:
                     )
                 )
         counts.lines = number
-
-
-def _continued(entry: _Pending | None, severity: str, text: str) -> _Pending | None:
-    """The pending entry a DETAIL, STATEMENT or CONTEXT line read whole continues (its next
-    tab-continued lines too), or None."""
-    return entry if entry is not None and entry.add(severity, text) else None
 
 
 def _handed_over(batches: list[list[str]]) -> Iterator[list[str]]:

@@ -146,23 +146,24 @@ class Splits:
 
     def __init__(self, quick: Callable[[str], re.Match[str] | None]) -> None:
         self._quick = quick
-        self._known: dict[str, tuple[str, str, Identity]] = {}  # pid: its text, severity, who
+        # the pid's text: the text from its end to the message, the severity, the pid, who
+        self._known: dict[str, tuple[str, str, int, Identity]] = {}
 
-    def known(self, raw: str) -> tuple[str, str | None, str, str, str, Identity] | None:
+    def known(self, raw: str) -> tuple[int, str | None, str, str, str, Identity] | None:
         """pid, time, severity, message, the text before the severity and the session, of a
         line that splits as the last one of its pid learnt; None for another."""
         start = self._quick(raw)
         if start is None:
             return None
-        pid = start.group("pid")
-        known = self._known.get(pid)
+        pid_text, time = start.group("pid", "time")
+        known = self._known.get(pid_text)
         if known is None or not raw.startswith(known[0], start.end()):
             return None
-        text, severity, identity = known
+        text, severity, pid, identity = known
         message_at = start.end() + len(text)
         return (
             pid,
-            start.group("time"),
+            time,
             severity,
             raw[message_at:].rstrip("\r\n"),
             raw[: message_at - len(severity) - 3],
@@ -175,9 +176,11 @@ class Splits:
             return
         if len(self._known) >= SPLITS_KEPT:
             self._known.clear()  # bounded: the oldest sessions are forgotten together
-        self._known[found.group("pid")] = (
+        pid = found.group("pid")
+        self._known[pid] = (
             found.string[found.end("pid") : found.start("text")],
             found.group("severity"),
+            int(pid),
             identity,
         )
 
