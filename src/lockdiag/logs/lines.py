@@ -202,7 +202,8 @@ class LogLines:
         if end < 0:
             self._hold(data, at)
             return []
-        whole = self._carry + data[: end + 1]
+        whole = self._carry  # the lines' bytes copied once (a slice of data would be twice)
+        whole += memoryview(data)[: end + 1]
         self._carry = bytearray()
         if len(whole) > self.max_line:
             whole = self._without_long(whole, at + end + 1 - len(whole))
