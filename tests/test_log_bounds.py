@@ -261,6 +261,18 @@ def test_any_bytes_give_the_same_lines_whatever_the_chunk(pieces: list[bytes], c
     assert gzipped == whole
 
 
+@given(
+    st.lists(st.sampled_from(["a", " ", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e",
+                              "\x85", "\u2028", "\u2029", "\r\n", "\xe9"]), max_size=40),
+)  # fmt: skip
+def test_lines_end_at_line_feeds_only(pieces: list[str]) -> None:
+    """A carriage return, form feed or U+2028 stays inside its line (str.splitlines() would
+    split there: ASCII text is searched for the ASCII ones, other text counted)."""
+    text = "".join(pieces) + "\n"
+    lines, _ = _read(text.encode(), chunk=1 << 20)
+    assert lines == [line + "\n" for line in text[:-1].split("\n")]
+
+
 # -- prefix regexes: linear by construction ------------------------------------------------------
 
 ESCAPES = "mtnspuadrhLiblcvxePQ"

@@ -2,19 +2,23 @@
 
 A wait message's common shape is read by a cheaper pattern than the general one; a line that
 continues the entry read last (same prefix text) is joined without its prefix read again; a
-log line's time is cut without a regular expression. Each is checked here against the path it
-short-cuts, on the messages PostgreSQL writes and on crafted ones.
+lock line whose text from its pid to its message is its session's last one's is split as that
+one was (formats.Splits); a log line's time is cut without a regular expression. Each is
+checked here against the path it short-cuts, on the messages PostgreSQL writes and on crafted
+ones.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import datetime
+from unittest import mock
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lockdiag.logs import Entry, LogReader, parse_time, parse_wait
+from lockdiag.logs.formats import Splits
 from lockdiag.logs.messages import _WAIT, INTERESTING_ERRORS, interesting
 
 VERBS = ("still waiting for", "acquired", "avoided deadlock for",
@@ -146,6 +150,76 @@ def test_continuations_read_without_the_prefix_give_the_same_entries() -> None:
     assert deadlock.detail is not None and deadlock.detail.endswith("blocked by process 14.")
     assert deadlock.statement == "UPDATE jobs SET state = 'done' WHERE id = 1;"
     assert deadlock.context == 'while locking tuple (0,1) in relation "jobs"'
+
+
+class _ReadWhole(Splits):
+    """Splits that never know a line: every lock line is read by the whole prefix pattern."""
+
+    def known(self, raw: str) -> None:
+        return None
+
+
+# values as a server may log them: spaces, the prefix's own separators, text like a severity
+VALUES = st.text(alphabet="ab @/:-LOG", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sessions=st.lists(st.tuples(VALUES, VALUES, VALUES), min_size=1, max_size=3),
+    lines=st.lists(
+        st.tuples(
+            st.integers(0, 3),  # the session (3: a line without the %q part, same pid)
+            st.sampled_from(("LOG", "DETAIL", "ERROR", "STATEMENT")),
+            st.sampled_from(("still waiting for", "acquired", "x@y/z q:  w", "")),
+        ),
+        max_size=12,
+    ),
+    prefix=st.sampled_from(("%m [%p] %q%u@%d/%a ", "%m [%p] %u@%d/%a ", "%m [%p] %q%u ")),
+)
+@example(  # a line without the %q part, then one that has it only as the pattern reads it
+    sessions=[("u", "d", "a")],
+    lines=[(3, "LOG", "still waiting for"), (3, "LOG", "x@y/z q:  w")],
+    prefix="%m [%p] %q%u@%d/%a ",
+)
+def test_a_session_s_lock_lines_are_split_as_when_read_whole(
+    sessions: list[tuple[str, str, str]], lines: list[tuple[int, str, str]], prefix: str
+) -> None:
+    written = []
+    for number, (who, severity, verb) in enumerate(lines):
+        pid = 10 + who % len(sessions)
+        user, database, app = sessions[who % len(sessions)]
+        values = prefix.split("] ", 1)[1].replace("%q", "")
+        values = values.replace("%u", user).replace("%d", database).replace("%a", app)
+        if who == 3 and "%q" in prefix:
+            values = ""
+        head = f"2026-05-01 03:10:00.{number:03d} UTC [{pid}] {values}"
+        text = f"process {pid} {verb} ShareLock on advisory lock [5,4102,{who},2] after 10.5 ms"
+        written.append(f"{head}{severity}:  {text if verb else 'Wait queue: 9.'}\n")
+    split = LogReader(written, "t.log", prefix=prefix)
+    split_entries = list(split)
+    with mock.patch("lockdiag.logs.formats.Splits", _ReadWhole):
+        whole = LogReader(written, "t.log", prefix=prefix)
+        assert split_entries == list(whole)
+    assert split.counts == whole.counts  # the foreign severities among them
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fraction=st.text(alphabet="0123456789\u0661\u0662x .", max_size=8),
+    zone=st.sampled_from(("", " UTC")),
+)
+def test_a_fraction_of_a_second_is_read_as_its_digits_say(fraction: str, zone: str) -> None:
+    """%m's three digits are looked up in a table: any other fraction (more digits, fewer,
+    digits of another script) is read as the general path reads it."""
+    text = f"2026-05-01 03:10:00.{fraction}{zone}"
+    digits = re.compile(r"\d+").match(text, 20)
+    second = datetime(2026, 5, 1, 3, 10, 0)
+    expected = (
+        second
+        if digits is None
+        else second.replace(microsecond=int((digits.group() + "000000")[:6]))
+    )
+    assert parse_time(text) == expected
 
 
 def test_times_as_the_server_writes_them() -> None:

@@ -10,7 +10,8 @@ The modules, in the order the data moves through them; each imports only those b
 
 - ``lines``: bytes to lines of text, bounded whatever the input (imports nothing of lockdiag);
 - ``messages``: what the lock messages say (entries, lock tags, waits, deadlock cycles, times);
-- ``formats``: telling the formats apart, the prefix's regular expressions, csv and json records;
+- ``formats``: telling the formats apart, the prefix's regular expressions (and where a session's
+  lock lines split), csv and json records;
 - ``events``: lines to entries, a stderr entry's DETAIL and STATEMENT joined to it by pid;
 - ``tally``: entries to per-key totals and episodes, deadlocks and cancellations, bounded;
 - ``report``: naming and the report, the only module that reads ``lockdiag.core`` (analysis,

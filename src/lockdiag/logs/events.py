@@ -26,6 +26,7 @@ from lockdiag.logs.formats import (
     json_record,
     pid_pattern,
     prefix_pattern,
+    prefix_splits,
     text_of,
 )
 from lockdiag.logs.lines import DETECT_BYTES, HEAD_BATCHES, MAX_LINE, Damage, LogLines, byte_size
@@ -70,6 +71,7 @@ RECENT_BATCHES = 2  # batches kept to name a lock's holders (their latest line):
 SAMPLE_EVERY = 64  # one line in so many is read whole, for the language of the messages
 
 
+_new_tuple = tuple.__new__
 _FIELDS = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context", "QUERY": "context"}
 
 
@@ -96,13 +98,20 @@ class _Pending:
         "where",
     )
 
-    def __init__(self, found: re.Match[str], pid: int, identity: Identity, line: int) -> None:
-        self.time: str | None
-        self.time, self.severity, message = found.group("time", "severity", "text")
+    def __init__(
+        self,
+        head: str,
+        time: str | None,
+        severity: str,
+        message: str,
+        pid: int,
+        identity: Identity,
+        line: int,
+    ) -> None:
+        self.time, self.severity = time, severity
         self.pid, self.identity, self.line = pid, identity, line
         self.message = message[:TEXT_MAX]
-        self.size = found.start("severity")
-        self.head = found.string[: self.size]
+        self.head, self.size = head, len(head)
         self.detail: str | None = None
         self.statement: str | None = None
         self.context: str | None = None
@@ -129,15 +138,19 @@ class _Pending:
             setattr(self, self.where, f"{before}\n{text}"[:TEXT_MAX])
 
     def entry(self) -> Entry:
-        return Entry(
-            parse_time(self.time),
-            self.pid,
-            self.identity,
-            self.severity,
-            self.message,
-            self.detail,
-            self.statement,
-            self.context,
+        # what Entry(...) does, without its generated __new__ in between (one per entry)
+        return _new_tuple(
+            Entry,
+            (
+                parse_time(self.time),
+                self.pid,
+                self.identity,
+                self.severity,
+                self.message,
+                self.detail,
+                self.statement,
+                self.context,
+            ),
         )
 
 
@@ -249,7 +262,9 @@ class LogReader:
         if self.counts.foreign_sample is None:
             self.counts.foreign_sample = f"{severity}:  {message}"[:120]
 
-    def _stderr(self, batches: Iterable[list[str]], prefix: str) -> Iterator[Entry]:
+    def _stderr(  # noqa: PLR0915 - one loop for every line: a call per line costs more than its work
+        self, batches: Iterable[list[str]], prefix: str
+    ) -> Iterator[Entry]:
         """Entries of a stderr log: a line with the prefix starts one, or continues the
         pending entry of its pid (DETAIL, STATEMENT, CONTEXT); a line starting with a tab
         continues the line before it (elog.c writes a message's line breaks as "\\n\\t").
@@ -265,13 +280,15 @@ class LogReader:
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = first_character(prefix)
         recent = self._recent
+        sessions, groups = self._identities, self._identity_groups  # as _identity reads them
+        splits = prefix_splits(prefix)
         number = 0
         for batch in batches:
             recent.append(batch)
             self._lines_read = number + len(batch)
             for raw in batch:
                 number += 1
-                if raw.startswith("\t"):
+                if raw[:1] == "\t":  # cheaper than startswith, on every line
                     if last is not None:
                         last.extend(raw[1:].rstrip("\r\n"))
                     continue
@@ -279,11 +296,25 @@ class LogReader:
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
                 if latest is not None and raw.startswith(latest.head):
-                    pid = latest.pid
-                    colon = raw.find(":  ", latest.size)
-                    severity = raw[latest.size : colon]
-                    if colon > 0 and severity in CONTINUATIONS and pending.get(pid) is latest:
-                        last = latest if latest.add(severity, raw, colon + 3) else None
+                    # a wait's DETAIL, then its STATEMENT (not kept), as _Pending.add takes
+                    # them, told without the severity's end found: most lines of a log of waits
+                    size, pending_still = latest.size, pending.get(latest.pid) is latest
+                    if pending_still and raw.startswith("DETAIL:  ", size):
+                        latest.detail = raw[size + 9 :].rstrip("\r\n")[:TEXT_MAX]
+                        latest.where, last = "detail", latest
+                        continue
+                    if (
+                        pending_still
+                        and raw.startswith("STATEMENT:  ", size)
+                        and latest.severity == "LOG"
+                    ):
+                        latest.where, last = None, latest
+                        continue
+                    colon = raw.find(":  ", size)
+                    severity = raw[size:colon]
+                    if colon > 0 and severity in CONTINUATIONS and pending_still:
+                        if latest.add(severity, raw, colon + 3):
+                            last = latest
                         continue
                 if not starts(raw[:1]):
                     self._unreadable(raw, number)
@@ -298,42 +329,45 @@ class LogReader:
                 ):
                     counts.entries += 1  # the common case: a line about something else
                     continue
-                found = full(raw.rstrip("\r\n"))
-                if found is None or found.group("pid") is None:
-                    self._unreadable(raw, number)
-                    continue
-                done, last = self._whole_line(found, pending, number)
-                if last is not None:
-                    latest = last
+                split = splits.known(raw) if splits is not None else None
+                if split is not None:
+                    pid, time, severity, message, head, identity = split
+                    found = None
+                else:
+                    found = full(raw.rstrip("\r\n"))
+                    if found is None or found.group("pid") is None:
+                        self._unreadable(raw, number)
+                        continue
+                    pid_text, time, severity, message = found.group(
+                        "pid", "time", "severity", "text"
+                    )
+                    if severity in CONTINUATIONS:
+                        last = pending.get(int(pid_text))
+                        if last is not None and not last.add(severity, message):
+                            last = None
+                        continue
+                    head = found.string[: found.start("severity")]
+                    identity = sessions.get(found.group(*groups)) or self._identity(found)
+                    pid = int(pid_text)
+                counts.entries += 1
+                done = pending.pop(pid, None)
+                if severity not in ENGLISH_SEVERITIES:
+                    self._foreign(severity, message)
+                elif interesting(severity, message):
+                    if found is not None and splits is not None:
+                        splits.learn(found, identity)
+                    if self.identities.get(pid) is not identity:
+                        self._remember(pid, identity)
+                    last = latest = pending[pid] = _Pending(
+                        head, time, severity, message, pid, identity, number
+                    )
                 if done is not None:
-                    yield self._named(done.entry())
+                    yield self._named(done.entry()) if done.detail else done.entry()
             if pending:
                 yield from self._aged(pending, number)
         counts.lines = number
         for rest in pending.values():
             yield self._named(rest.entry())
-
-    def _whole_line(
-        self, found: re.Match[str], pending: dict[int, _Pending], number: int
-    ) -> tuple[_Pending | None, _Pending | None]:
-        """A line read whole: (the entry it completes, the entry its next lines continue)."""
-        pid_text, severity, message = found.group("pid", "severity", "text")
-        pid = int(pid_text)
-        if severity in CONTINUATIONS:
-            last = pending.get(pid)
-            return None, last if last is not None and last.add(severity, message) else None
-        self.counts.entries += 1
-        done = pending.pop(pid, None)
-        if severity not in ENGLISH_SEVERITIES:
-            self._foreign(severity, message)
-            return done, None
-        if not interesting(severity, message):
-            return done, None
-        identity = self._identity(found)
-        if self.identities.get(pid) is not identity:
-            self._remember(pid, identity)
-        pending[pid] = _Pending(found, pid, identity, number)
-        return done, pending[pid]
 
     @staticmethod
     def _pid(quick: Callable[[str], re.Match[str] | None], raw: str) -> int | None:

@@ -1,7 +1,8 @@
 """The three formats a server writes its log in: ``stderr`` (each line opening with a
 ``log_line_prefix``, detected from the first lines or given), ``csvlog`` and ``jsonlog``
-(PostgreSQL 15+): telling them apart, the prefix's regular expressions, and a csvlog or
-jsonlog record's fields. Imports ``messages`` and ``lockdiag.errors``.
+(PostgreSQL 15+): telling them apart, the prefix's regular expressions (and where a session's
+lock lines split, learnt), and a csvlog or jsonlog record's fields. Imports ``messages`` and
+``lockdiag.errors``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from lockdiag.errors import InputError
 from lockdiag.logs.messages import TEXT_MAX, Identity
 
 LogFormat = Literal["stderr", "csvlog", "jsonlog"]
+SPLITS_KEPT = 100_000  # sessions whose lock lines' split is remembered (Splits)
 
 
 class NotALog(InputError):
@@ -113,15 +115,80 @@ def _prefix_regex(prefix: str, whole: bool) -> str:
     if optional_from is None:
         return _atomic(segments[:-1]) + segments[-1] + _SEVERITY
     optional = segments[optional_from:]
-    return (
+    return (  # "session": the part after %q, which a session's lines have (Splits)
         _atomic(segments[:optional_from])
-        + f"(?:{_atomic(optional[:-1])}{optional[-1]})?"
+        + f"(?P<session>{_atomic(optional[:-1])}{optional[-1]})?"
         + _SEVERITY
     )
 
 
 def _atomic(segments: list[str]) -> str:
     return "".join(f"(?>{segment})" for segment in segments if segment)
+
+
+class Splits:
+    """Where a session's lock lines split into prefix values, severity and message, learnt
+    from its last one read whole, so that its next ones are not read by the whole prefix
+    pattern again (a wait is logged twice or more by its session: waiting, acquired).
+
+    The time and the pid are read by the pid pattern, cheaper. Where the rest of a line
+    splits is decided by its text from the pid's end to the message: each value ends where the
+    text after it first fits (atomic) or is tried from the shortest, bounded, and the severity
+    ends at the first ":  ", so no attempt of the pattern on a line it reads looks past that
+    text. A line of the same pid with the same text there splits as the line learnt did, into
+    the same values. Two conditions keep that true: the pid comes before %q (prefix_splits: the
+    pid pattern is then the prefix pattern cut at the pid), and the line learnt had the part
+    after %q (a line read without it, a postmaster's, may be so because a value of that part
+    looked past its message for its end and found none: its split says nothing of the next).
+    tests/test_log_fast_paths.py reads logs both ways."""
+
+    __slots__ = ("_known", "_quick")
+
+    def __init__(self, quick: Callable[[str], re.Match[str] | None]) -> None:
+        self._quick = quick
+        # the pid's text: the text from its end to the message, the severity, the pid, who
+        self._known: dict[str, tuple[str, str, int, Identity]] = {}
+
+    def known(self, raw: str) -> tuple[int, str | None, str, str, str, Identity] | None:
+        """pid, time, severity, message, the text before the severity and the session, of a
+        line that splits as the last one of its pid learnt; None for another."""
+        start = self._quick(raw)
+        if start is None:
+            return None
+        pid_text, time = start.group("pid", "time")
+        known = self._known.get(pid_text)
+        if known is None or not raw.startswith(known[0], start.end()):
+            return None
+        text, severity, pid, identity = known
+        message_at = start.end() + len(text)
+        return (
+            pid,
+            time,
+            severity,
+            raw[message_at:].rstrip("\r\n"),
+            raw[: message_at - len(severity) - 3],
+            identity,
+        )
+
+    def learn(self, found: re.Match[str], identity: Identity) -> None:
+        """A line read whole by the prefix pattern: how the next of its pid may split."""
+        if "session" in found.re.groupindex and found.group("session") is None:
+            return
+        if len(self._known) >= SPLITS_KEPT:
+            self._known.clear()  # bounded: the oldest sessions are forgotten together
+        pid = found.group("pid")
+        self._known[pid] = (
+            found.string[found.end("pid") : found.start("text")],
+            found.group("severity"),
+            int(pid),
+            identity,
+        )
+
+
+def prefix_splits(prefix: str) -> Splits | None:
+    """Splits for a stderr log with ``prefix``, or None when its pid comes after %q."""
+    quick = pid_pattern(prefix)
+    return Splits(quick.match) if "severity" not in quick.groupindex else None
 
 
 def first_character(prefix: str) -> Callable[[str], bool]:

@@ -22,6 +22,7 @@ LISTED_STRETCHES = 5  # damaged stretches listed by offset; the rest are counted
 _NOT_NUL = re.compile(rb"[^\x00]")
 _ESCAPED = re.compile("[\udc80-\udcff]+")  # undecodable bytes, as "surrogateescape" gives them
 GZIP_MAGIC = b"\x1f\x8b"
+_ASCII_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e"  # what str.splitlines() splits at, besides "\n"
 
 
 class Stretch(NamedTuple):
@@ -201,14 +202,15 @@ class LogLines:
         if end < 0:
             self._hold(data, at)
             return []
-        whole = self._carry + data[: end + 1]
+        whole = self._carry  # the lines' bytes copied once (a slice of data would be twice)
+        whole += memoryview(data)[: end + 1]
         self._carry = bytearray()
         if len(whole) > self.max_line:
             whole = self._without_long(whole, at + end + 1 - len(whole))
         self._hold(data[end + 1 :], at + end + 1)
         text = self._decode(whole)
         lines = text.splitlines(keepends=True)
-        if len(lines) != text.count("\n"):  # a line break of another kind (\r, \f, U+2028)
+        if _other_breaks(text) and len(lines) != text.count("\n"):
             lines = [line + "\n" for line in text[:-1].split("\n")]
         return lines
 
@@ -241,6 +243,13 @@ class LogLines:
             text, runs = _ESCAPED.subn("\ufffd", escaped)
             self.damage.undecodable += len(escaped) - len(text) + runs
             return text
+
+
+def _other_breaks(text: str) -> bool:
+    """Whether ``text`` may hold a line break other than "\\n" (\\r, \\f, U+2028...), which
+    splitlines() also splits at. ASCII text (str knows it without a look) is searched for
+    the six of them there are in ASCII, much faster than counting its "\\n"."""
+    return not text.isascii() or any(other in text for other in _ASCII_BREAKS)
 
 
 def byte_size(count: int) -> str:

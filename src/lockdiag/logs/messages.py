@@ -10,7 +10,7 @@ in English. Pure text: imports ``lockdiag.keys`` only.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -181,6 +181,9 @@ def holders_of(detail: str) -> tuple[int, ...]:
     return () if listed is None else _pids(listed.group(1))
 
 
+_MILLISECONDS = {f"{n:03d}": timedelta(milliseconds=n) for n in range(1000)}
+
+
 @lru_cache(maxsize=1024)  # lines written in the same millisecond share their time
 def parse_time(text: str | None) -> datetime | None:
     """The log's local time, without its zone (a log is written in one zone)."""
@@ -192,10 +195,17 @@ def parse_time(text: str | None) -> datetime | None:
             return datetime.fromtimestamp(float(text))  # %n: epoch seconds
         except (ValueError, OverflowError, OSError):
             return None
-    fraction = _DIGITS.match(text, 20) if text[19:20] == "." else None
+    if text[19:20] != ".":
+        return moment
+    # the moment is a whole second: adding the fraction is replace(microsecond=...), cheaper;
+    # %m's three digits (and no more) are looked up, once per distinct millisecond of a log
+    millis = _MILLISECONDS.get(text[20:23])
+    if millis is not None and not text[23:24].isdecimal():
+        return moment + millis
+    fraction = _DIGITS.match(text, 20)
     if fraction is None:
         return moment
-    return moment.replace(microsecond=int((fraction.group() + "000000")[:6]))
+    return moment + timedelta(0, 0, int((fraction.group() + "000000")[:6]))
 
 
 @lru_cache(maxsize=256)  # a log's lines share their second by the hundred: parsed once

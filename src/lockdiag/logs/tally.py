@@ -188,15 +188,15 @@ class Tally:
     def read(self, reader: LogReader) -> None:
         reader.identities = self.identities
         self.reads.append(reader.counts)
-        bounded = self.since is not None or self.until is not None
+        if self.since is None and self.until is None:
+            add = self.add
+            for entry in reader:
+                add(entry)
+            return
         for entry in reader:
-            if (
-                bounded
-                and entry.time is not None
-                and (
-                    (self.since is not None and entry.time < self.since)
-                    or (self.until is not None and entry.time > self.until)
-                )
+            if entry.time is not None and (
+                (self.since is not None and entry.time < self.since)
+                or (self.until is not None and entry.time > self.until)
             ):
                 reader.counts.outside += 1
                 continue
@@ -232,14 +232,16 @@ class Tally:
         pid = int(pid_text)
         tag = parse_tag(tag_text)
         waited = float(after) if after else 0.0
+        time = entry.time
         holders = holders_of(entry.detail) if entry.detail else ()
+        database = tag.database
         if (
-            tag.database
-            and tag.database not in self.database_names  # the first name met is kept
+            database
+            and database not in self.database_names  # the first name met is kept
             and entry.identity.database
             and tag.kind != "other"
         ):
-            self.database_names[tag.database] = entry.identity.database
+            self.database_names[database] = entry.identity.database
         wait = self.open.get(pid)
         if wait is not None and wait.tag is not tag and key_of(wait.tag) != key_of(tag):
             self._close(wait, "no end logged", None)  # a wait whose end went unlogged
@@ -250,11 +252,14 @@ class Tally:
             self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
             return
         if wait is None:
-            start = entry.time - timedelta(milliseconds=waited) if entry.time else None
-            wait = Wait(pid, tag, mode, start, entry.time, waited, entry.identity)
+            # timedelta's arguments by position (days, seconds, microseconds, milliseconds):
+            # cheaper than by keyword, once per wait
+            start = time - timedelta(0, 0, 0, waited) if time else None
+            wait = Wait(pid, tag, mode, start, time, waited, entry.identity)
             self.open[pid] = wait
-        wait.seen = entry.time
-        wait.waited_ms = max(wait.waited_ms, waited)
+        else:
+            wait.seen = time
+            wait.waited_ms = max(wait.waited_ms, waited)
         if holders and holders != wait.holders:
             wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
         if verb == "avoided deadlock for":
@@ -323,20 +328,23 @@ class Tally:
         self._episode_limit = max(2 * self.kept_episodes, self.episode_count + self.kept_episodes)
 
     def _close(self, wait: Wait, outcome: Outcome, waited: float | None) -> None:
+        # times compared rather than min() and max() of values that may be None: once a wait
         self.open.pop(wait.pid, None)
         wait.outcome = outcome
         if waited is not None:
             wait.waited_ms = waited
+        waited_ms = wait.waited_ms
         tally = self._tally(wait.tag)
         tally.waits += 1
-        tally.longest_ms = max(tally.longest_ms, wait.waited_ms)
-        tally.total_ms += wait.waited_ms
-        tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
+        tally.longest_ms = max(tally.longest_ms, waited_ms)
+        tally.total_ms += waited_ms
+        outcomes = tally.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         start, end = wait.start, wait.seen
-        if start is not None:
-            tally.first = start if tally.first is None else min(tally.first, start)
-        if end is not None:
-            tally.last = end if tally.last is None else max(tally.last, end)
+        if start is not None and (tally.first is None or start < tally.first):
+            tally.first = start
+        if end is not None and (tally.last is None or end > tally.last):
+            tally.last = end
         episode = tally.episodes[-1] if tally.episodes else None
         if (
             episode is None
@@ -354,9 +362,10 @@ class Tally:
         if end is not None and (episode.last is None or end > episode.last):
             episode.last = end
         episode.waits += 1
-        episode.longest_ms = max(episode.longest_ms, wait.waited_ms)
-        episode.total_ms += wait.waited_ms
-        episode.outcomes[outcome] = episode.outcomes.get(outcome, 0) + 1
+        episode.longest_ms = max(episode.longest_ms, waited_ms)
+        episode.total_ms += waited_ms
+        outcomes = episode.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if wait.pid not in episode.waiters:
             self._list(episode, episode.waiters, wait.pid, wait.identity)
         for holder in wait.holders:
