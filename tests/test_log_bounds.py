@@ -257,8 +257,21 @@ def test_any_bytes_give_the_same_lines_whatever_the_chunk(pieces: list[bytes], c
     assert lines == whole and same == damage
     assert all(len(line) <= 64 for line in lines)
     assert all("\0" not in line for line in lines)
+    if data.startswith(GZIP_MAGIC):
+        return  # read as a gzip file cut short, as zcat reads it; gzipped, those bytes are text
     gzipped, _ = _read(gzip.compress(data), chunk=chunk)
     assert gzipped == whole
+
+
+def test_bytes_that_open_as_gzip_are_read_as_gzip() -> None:
+    """Found by the test above: plain bytes that start with gzip's magic are a gzip file cut
+    short (no line, said truncated); the same bytes gzipped are one line of text."""
+    assert _read(GZIP_MAGIC, chunk=1)[0] == []
+    assert getattr(_read(GZIP_MAGIC, chunk=1)[1], "truncated", False)
+    assert _read(gzip.compress(GZIP_MAGIC), chunk=1)[0] == ["\x1f\ufffd"]
+
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @given(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from operator import attrgetter
 from unittest import mock
 
 from hypothesis import example, given, settings
@@ -150,6 +151,19 @@ def test_continuations_read_without_the_prefix_give_the_same_entries() -> None:
     assert deadlock.detail is not None and deadlock.detail.endswith("blocked by process 14.")
     assert deadlock.statement == "UPDATE jobs SET state = 'done' WHERE id = 1;"
     assert deadlock.context == 'while locking tuple (0,1) in relation "jobs"'
+
+
+def test_a_prefix_with_its_time_after_the_pid_or_none_is_read() -> None:
+    """'[%p] %m ': the pid pattern stops before the time, so no line is split by what an
+    earlier one learnt (Splits read the time with it: an IndexError); '[%p] ': entries without
+    a time (an IndexError before Splits too)."""
+    later = _entries(_log("[{pid}] 2026-05-01 03:10:00.{ms:03d} UTC app@shop "), "[%p] %m %q%u@%d ")
+    first = _entries(_log("2026-05-01 03:10:00.{ms:03d} UTC [{pid}] app@shop "), "%m [%p] %q%u@%d ")
+    assert later == first
+    timeless = _entries(_log("[{pid}] "), "[%p] ")
+    assert [e.time for e in timeless] == [None] * len(first)
+    kept = attrgetter("pid", "severity", "message", "detail", "statement", "context")
+    assert list(map(kept, timeless)) == list(map(kept, first))
 
 
 class _ReadWhole(Splits):

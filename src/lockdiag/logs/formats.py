@@ -71,13 +71,20 @@ def prefix_pattern(prefix: str) -> re.Pattern[str]:
 
     ``%q`` ends the prefix of a process that is not a session (postmaster, checkpointer):
     what follows it is optional. Each value is matched up to the text that follows it."""
-    return re.compile(_prefix_regex(prefix, whole=True))
+    return re.compile(_timeless(prefix) + _prefix_regex(prefix, whole=True))
 
 
 def pid_pattern(prefix: str) -> re.Pattern[str]:
     """The prefix up to its process id only: the cheap test every line of a large log gets
     (the values after it, such as %a, need a search that costs more)."""
-    return re.compile(_prefix_regex(prefix, whole=False))
+    return re.compile(_timeless(prefix) + _prefix_regex(prefix, whole=False))
+
+
+def _timeless(prefix: str) -> str:
+    """For a prefix with no time (%m, %t or %n): a time group that never matches, so that its
+    lines are read as entries without a time (a missing group was an IndexError)."""
+    letters = {found.group(2) for found in re.finditer(r"%(-?\d+)?(.)", prefix)}
+    return "" if letters & {"m", "t", "n"} else r"(?P<time>(?!))?"
 
 
 def _prefix_regex(prefix: str, whole: bool) -> str:
@@ -186,9 +193,11 @@ class Splits:
 
 
 def prefix_splits(prefix: str) -> Splits | None:
-    """Splits for a stderr log with ``prefix``, or None when its pid comes after %q."""
+    """Splits for a stderr log with ``prefix``, or None when its pid comes after %q or its
+    time after its pid (the pid pattern, which Splits reads the time with, stops at the pid)."""
     quick = pid_pattern(prefix)
-    return Splits(quick.match) if "severity" not in quick.groupindex else None
+    cut = "severity" not in quick.groupindex and "time" in quick.groupindex
+    return Splits(quick.match) if cut else None
 
 
 def first_character(prefix: str) -> Callable[[str], bool]:

@@ -307,6 +307,8 @@ def log_output(report: LogReport) -> Output:
             f"entries from {_span(report.first)} to {_span(report.last)}"
             if report.first
             else "no lock entry"
+            if not report.keys
+            else "no times (the prefix has no %m, %t or %n)"
         )
         waits = sum(k.tally.waits for k in report.keys)
         head = [
