@@ -280,7 +280,6 @@ class LogReader:
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = first_character(prefix)
         recent = self._recent
-        sessions, groups = self._identities, self._identity_groups  # as _identity reads them
         splits = prefix_splits(prefix)
         number = 0
         for batch in batches:
@@ -346,23 +345,24 @@ class LogReader:
                         if last is not None and not last.add(severity, message):
                             last = None
                         continue
-                    head = found.string[: found.start("severity")]
-                    identity = sessions.get(found.group(*groups)) or self._identity(found)
                     pid = int(pid_text)
                 counts.entries += 1
                 done = pending.pop(pid, None)
                 if severity not in ENGLISH_SEVERITIES:
                     self._foreign(severity, message)
                 elif interesting(severity, message):
-                    if found is not None and splits is not None:
-                        splits.learn(found, identity)
+                    if found is not None:  # read whole: its head and session, and its split
+                        head = found.string[: found.start("severity")]
+                        identity = self._identity(found)
+                        if splits is not None:
+                            splits.learn(found, identity)
                     if self.identities.get(pid) is not identity:
                         self._remember(pid, identity)
                     last = latest = pending[pid] = _Pending(
                         head, time, severity, message, pid, identity, number
                     )
                 if done is not None:
-                    yield self._named(done.entry()) if done.detail else done.entry()
+                    yield self._named(done.entry())
             if pending:
                 yield from self._aged(pending, number)
         counts.lines = number
