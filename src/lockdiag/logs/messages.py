@@ -197,8 +197,8 @@ def parse_time(text: str | None) -> datetime | None:
             return None
     if text[19:20] != ".":
         return moment
-    # the moment is a whole second: adding the fraction is replace(microsecond=...), cheaper;
-    # %m's three digits (and no more) are looked up, once per distinct millisecond of a log
+    # the moment is a whole second, so adding the fraction gives what replace(microsecond=...)
+    # would, for less; %m's three digits (and no more) come from a table of milliseconds
     millis = _MILLISECONDS.get(text[20:23])
     if millis is not None and not text[23:24].isdecimal():
         return moment + millis

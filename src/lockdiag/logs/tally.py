@@ -328,7 +328,6 @@ class Tally:
         self._episode_limit = max(2 * self.kept_episodes, self.episode_count + self.kept_episodes)
 
     def _close(self, wait: Wait, outcome: Outcome, waited: float | None) -> None:
-        # times compared rather than min() and max() of values that may be None: once a wait
         self.open.pop(wait.pid, None)
         wait.outcome = outcome
         if waited is not None:
@@ -341,6 +340,7 @@ class Tally:
         outcomes = tally.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         start, end = wait.start, wait.seen
+        # compared in place of min() and max() of values that may be None: once per wait
         if start is not None and (tally.first is None or start < tally.first):
             tally.first = start
         if end is not None and (tally.last is None or end > tally.last):
