@@ -38,6 +38,12 @@ def to_int4(value: int) -> int:
     return value - 2**32 if value > INT4_MAX else value
 
 
+def to_int8(high: int, low: int) -> int:
+    """The signed bigint whose high and low words pg_locks shows as classid and objid."""
+    unsigned = (high << 32) | low
+    return unsigned - 2**64 if unsigned > INT8_MAX else unsigned
+
+
 def to_uint4(value: int) -> int:
     """Reinterpret a signed int4 as the unsigned oid pg_locks shows."""
     return value & UINT4_MAX
@@ -81,8 +87,7 @@ class LockTriple(_Numbers):
     @property
     def bigint(self) -> int:
         """The signed bigint key (meaningful for the bigint form)."""
-        unsigned = (self.classid << 32) | self.objid
-        return unsigned - 2**64 if unsigned > INT8_MAX else unsigned
+        return to_int8(self[0], self[1])
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
 from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.durations import format_duration
-from lockdiag.keys import BIGINT_SUBID, INT8_MAX, to_int4
+from lockdiag.keys import BIGINT_SUBID, to_int4, to_int8
 from lockdiag.render import Block, Output, Text, clean
 
 JSON_VERSION = 1
@@ -59,9 +59,7 @@ class Labels:
             return f"{head}{decoded.resource}"
         classid, objid, objsubid = decoded.triple
         if objsubid == BIGINT_SUBID:  # LockTriple.bigint, without the property's calls
-            unsigned = classid << 32 | objid
-            signed = unsigned - (1 << 64) if unsigned > INT8_MAX else unsigned
-            return f"unregistered bigint {signed}"
+            return f"unregistered bigint {to_int8(classid, objid)}"
         head = self.heads.get((objsubid, classid))
         if head is None:
             head = self.heads[(objsubid, classid)] = f"unregistered pair ({to_int4(classid)}, "
@@ -315,8 +313,7 @@ class EntryEncoder:
             template = self.templates[shape] = self._template(entry)
         classid, objid, objsubid = decoded.triple
         if objsubid == BIGINT_SUBID:  # LockTriple.args, without the properties' calls
-            unsigned = classid << 32 | objid
-            key: tuple[int, ...] = (unsigned - (1 << 64) if unsigned > INT8_MAX else unsigned,)
+            key: tuple[int, ...] = (to_int8(classid, objid),)
         else:
             key = (to_int4(classid), to_int4(objid))
         before, numbers, after = template
