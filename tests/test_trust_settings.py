@@ -144,12 +144,14 @@ def test_transaction_timeout_is_pinned_where_the_server_has_it(cluster: Cluster)
     """transaction_timeout (17 and later) set on a database ends every transaction of a session
     of it that lasts longer, FATAL. An older server refuses the unknown name in the startup
     packet, so lockdiag sends it from the second connection on, once the first has told the
-    version, and connects once more only when the setting is not already 0."""
+    version, and connects once more when the setting is not already 0 or the first query was
+    ended by it."""
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
         version = admin.info.server_version
         admin.execute("CREATE DATABASE set_transaction_timeout")
         if version >= 170000:
-            admin.execute("ALTER DATABASE set_transaction_timeout SET transaction_timeout = '2s'")
+            # 1ms: the first connection's first query is ended (FATAL), nearly always
+            admin.execute("ALTER DATABASE set_transaction_timeout SET transaction_timeout = '1ms'")
     dsn = cluster.dsn(dbname="set_transaction_timeout")
     try:
         with DiagnosticSession(dsn, 3.0) as session:
@@ -162,7 +164,7 @@ def test_transaction_timeout_is_pinned_where_the_server_has_it(cluster: Cluster)
             options = connection.info.get_parameters().get("options", "")
             sent = conninfo(dsn, 3.0, session.server_version)
         if version >= 170000:
-            assert shown == [("0",)]  # the database's 2s is not in force
+            assert shown == [("0",)]  # the database's 1ms is not in force
             assert "transaction_timeout=0" in sent
         else:
             assert shown == []

@@ -96,15 +96,21 @@ class DiagnosticSession:
     def _open(self) -> BoundedConnection:
         """Connect, then check with one query that lockdiag's settings are in force. A server
         whose version has settings the startup packet did not carry (it did not know the
-        version yet), and that are not already as lockdiag wants them, is connected to once
-        more with them."""
+        version yet) is connected to once more with them, when they are not already as
+        lockdiag wants them or the check did not get through: a database's
+        transaction_timeout of 1ms ends the first connection at its first query."""
         sent = self.server_version
-        connection, applied = self._connect()
-        version = self.server_version = connection.info.server_version
-        wanted = _wanted(self.timeout, version)
-        if applied != wanted and version_settings(version) and not version_settings(sent):
-            connection.close()
+        try:
+            connection, applied = self._connect()  # tells server_version
+        except ServerError:
+            if not self._unsent(sent):
+                raise
             connection, applied = self._connect()
+        else:
+            if applied != _wanted(self.timeout, self.server_version) and self._unsent(sent):
+                connection.close()
+                connection, applied = self._connect()
+        wanted = _wanted(self.timeout, self.server_version)
         self.per_transaction = applied != wanted
         if self.per_transaction:
             connection.prepare_threshold = None  # each transaction may be another backend's
@@ -115,6 +121,11 @@ class DiagnosticSession:
                 f"them?): its settings are applied per transaction ({connection.where})"
             )
         return connection
+
+    def _unsent(self, sent: int) -> bool:
+        """Whether the server's version has settings that a connection made knowing the
+        version ``sent`` (0: none) did not carry."""
+        return bool(version_settings(self.server_version)) and not version_settings(sent)
 
     def _connect(self) -> tuple[BoundedConnection, dict[str, str]]:
         """A new connection, and its settings as the server applies them."""
@@ -132,7 +143,8 @@ class DiagnosticSession:
                 hint=_connect_hint(str(error)),
             ) from None
         tolerate_undecodable(connection, self.undecodable)
-        query = _settings_query(self.timeout, connection.info.server_version)
+        self.server_version = connection.info.server_version  # known before any statement
+        query = _settings_query(self.timeout, self.server_version)
         try:
             return connection, _settings_row(connection.execute(query))
         except psycopg.Error as error:
