@@ -248,10 +248,18 @@ def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions)
     declined.sendline("n")
     declined.expect_exact("nothing done")
     assert exit_status(declined) == 1
-    denied = runner.invoke(
+    hidden = runner.invoke(
         cli, ["terminate", str(holder.pid), "--yes", "--dsn", cluster.dsn(user=OBSERVER)]
     )
-    assert denied.exit_code == 3
+    assert hidden.exit_code == 2  # it cannot see the session's start: refused before acting
+    assert f"hidden from {OBSERVER}" in hidden.stderr
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS stats_reader")
+        admin.execute("CREATE ROLE stats_reader LOGIN IN ROLE pg_read_all_stats")
+    denied = runner.invoke(
+        cli, ["terminate", str(holder.pid), "--yes", "--dsn", cluster.dsn(user="stats_reader")]
+    )
+    assert denied.exit_code == 3  # it sees the session, but may not signal it
     assert "permission denied" in denied.stderr
     assert holder.run("SELECT 1") == [(1,)]  # still alive, still holding
     assert holder.run(
@@ -262,6 +270,26 @@ def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions)
     assert registry is not None
     with pytest.raises(Refused, match="lockdiag's own session"):
         preview(Diagnosis(snapshot, registry), snapshot.server.backend_pid)
+
+
+def test_terminate_refuses_a_session_whose_start_it_cannot_see(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """A role that may signal others' backends (pg_signal_backend) but not read their state:
+    without the session's backend_start, the action's check that the pid is still the session
+    shown would pass for any later session given the same pid. Refused, nothing signalled."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS signaller")
+        admin.execute("CREATE ROLE signaller LOGIN IN ROLE pg_signal_backend")
+    holder = sessions.open("holder", user=OBSERVER)
+    holder.run("SELECT pg_advisory_lock(4102, 15)")
+    result = CliRunner().invoke(
+        cli, ["terminate", str(holder.pid), "--yes", "--dsn", cluster.dsn(user="signaller")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "hidden from signaller" in result.stderr
+    assert "GRANT pg_read_all_stats" in result.stderr
+    assert holder.run("SELECT 1") == [(1,)]  # still alive, still holding
 
 
 def test_cancel_keeps_session_locks(cluster: Cluster, sessions: Sessions) -> None:

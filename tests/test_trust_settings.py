@@ -31,9 +31,13 @@ DATABASES = {
     },
     "set_idle_timeout": {"idle_session_timeout": "1ms"},  # "connection lost"
     "set_datestyle": {"DateStyle": "SQL, DMY"},  # psycopg cannot parse a waiter's waitstart
+    # a superuser's session became the owner's role: other sessions' state hidden, check OK
+    "set_role": {"role": "settings_owner"},
 }
 # the helper sessions' own settings, whatever the database says
-HELPER_OPTIONS = r"-c idle_session_timeout=0 -c default_transaction_deferrable=off"
+HELPER_OPTIONS = (
+    r"-c idle_session_timeout=0 -c default_transaction_deferrable=off -c role=none"
+)
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +120,7 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
     assert result.exit_code == 0, result.output
     assert "2 lock(s), 1 waiting" in result.stdout, result.output
     assert f"waits for {holder.info.backend_pid}" in result.stdout
+    assert "show no state" not in result.output  # every session's state seen
     result = CliRunner().invoke(cli, ["who-holds", "--key", str(KEY), "--dsn", dsn])
     assert result.exit_code == 0, result.output
     assert str(waiter.info.backend_pid) in result.stdout
@@ -128,7 +133,8 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
             connection.execute(
                 "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN "
                 "('client_encoding', 'DateStyle', 'transaction_isolation', "
-                "'transaction_deferrable', 'idle_session_timeout')"
+                "'transaction_deferrable', 'idle_session_timeout') "
+                "UNION ALL SELECT 'current_user', CURRENT_USER::text"
             ).fetchall()
         )
     assert settings == {
@@ -137,6 +143,7 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
         "transaction_isolation": "read committed",
         "transaction_deferrable": "off",
         "idle_session_timeout": "0",
+        "current_user": "postgres",
     }
 
 

@@ -54,7 +54,17 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
             f"pid {pid} holds and waits for no lock (or does not exist): lockdiag terminate "
             "only acts on sessions that take part in locking"
         )
-    if session.backend_type not in (None, "client backend"):
+    if session.backend_start is None or session.backend_type is None:
+        # the action signals the pid only if it is still the session shown (its
+        # backend_start): unseen, a later session given the same pid would pass that check
+        raise Refused(
+            f"pid {pid}'s session is hidden from {snapshot.server.current_user} (no start time, "
+            "no backend type): lockdiag cannot tell it from a later session given the same pid, "
+            "nor whether it is a client backend; nothing done",
+            hint=f"GRANT pg_read_all_stats (or pg_monitor) TO {snapshot.server.current_user}, "
+            "or run lockdiag as the session's own role",
+        )
+    if session.backend_type != "client backend":
         raise Refused(f"pid {pid} is not a client backend: it is the {session.backend_type}")
     if session.leader_pid is not None and session.leader_pid != pid:
         raise Refused(

@@ -312,11 +312,15 @@ def _wanted(timeout: float, server_version: int) -> dict[str, str]:
 
 
 def _settings_query(timeout: float, server_version: int) -> sql.Composed:
-    """One row: each of lockdiag's settings as the server applies it now (a JSON object)."""
-    names = sorted(_wanted(timeout, server_version))
+    """One row: each of lockdiag's settings as the server applies it now (a JSON object).
+    ``role`` is not in pg_settings: it reads 'none' when the session acts as the role it
+    logged in as (current_user = session_user), else the role it acts as."""
+    names = sorted(set(_wanted(timeout, server_version)) - {"role"})
     return sql.SQL(
-        "SELECT pg_catalog.json_object_agg(name, setting) FROM pg_catalog.pg_settings "
-        "WHERE name IN ({})"
+        "SELECT pg_catalog.json_object_agg(name, setting) FROM ("
+        "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN ({}) UNION ALL "
+        "SELECT 'role', CASE WHEN CURRENT_USER = SESSION_USER THEN 'none' "
+        "ELSE CURRENT_USER::text END) AS s"
     ).format(sql.SQL(", ").join(map(sql.Literal, names)))
 
 
