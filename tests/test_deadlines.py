@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -587,3 +588,43 @@ def test_terminate_whose_look_after_the_signal_fails_says_the_signal_was_sent(
 def alive(admin: psycopg.Connection[Any], pid: int) -> bool:
     row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
     return row is not None and row[0] > 0
+
+
+# -- a DSN of several hosts: --timeout bounds connecting to all of them -------------------------
+
+
+@pytest.fixture
+def silent_hosts() -> Iterator[list[int]]:
+    """Four ports that accept a connection and never answer (the kernel completes the TCP
+    handshake; nothing reads the startup packet), as a frozen server does."""
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(4)]
+    try:
+        yield [listener.getsockname()[1] for listener in listeners]
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+def test_several_silent_hosts_share_one_timeout(silent_hosts: list[int]) -> None:
+    """libpq's connect_timeout applies to each host in turn: four silent hosts at --timeout 1s
+    took 8.2s. The whole connection is bounded now (libpq's 2s at least), and the message says
+    how many hosts the time left untried."""
+    ports = ",".join(map(str, silent_hosts))
+    dsn = f"host={','.join(['127.0.0.1'] * 4)} port={ports} user=nobody dbname=nothing"
+    for args, code in ((["list"], EXIT_SERVER), (["check", "--format", "nagios"], EXIT_UNKNOWN)):
+        result, took = lockdiag(*args, "--dsn", dsn, "--timeout", "1s")
+        assert took < 2 + GENEROUS / 2, f"{args}: {took:.1f}s"
+        assert result.returncode == code, result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
+        assert "more host(s) not tried: the time to connect ran out" in result.stderr
+
+
+def test_a_silent_host_leaves_time_for_the_next(cluster: Cluster, silent_hosts: list[int]) -> None:
+    """The hosts share the time: two silent hosts first do not spend all of it (each had 5s:
+    10s before the live one), and the live server listed after them answers within the one
+    --timeout (6s with the margin: 2s each)."""
+    ports = f"{silent_hosts[0]},{silent_hosts[1]},{cluster.port}"
+    dsn = cluster.dsn(host="127.0.0.1,127.0.0.1,127.0.0.1", port=ports)
+    result, took = lockdiag("list", "--dsn", dsn, "--timeout", "5s")
+    assert result.returncode == 0, result.stderr
+    assert took < 5 + deadline.margin(5) + 1.5, f"{took:.1f}s"

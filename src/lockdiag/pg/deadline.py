@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_attempts, conninfo_to_dict, make_conninfo
 from psycopg.rows import RowFactory, tuple_row
 
 from lockdiag.errors import ServerError
-from lockdiag.pg.connection import connect_timeout
+from lockdiag.pg.connection import connect_timeout, one_line
 
 if TYPE_CHECKING:
     from psycopg.abc import PQGen
@@ -138,23 +138,60 @@ def connect(
     **kwargs: Any,
 ) -> BoundedConnection:
     """A connection whose statements get ``timeout`` plus :func:`margin` at most (less in a
-    :func:`budget`), opened within libpq's connect_timeout (``timeout``, or what is left of the
-    budget, in whole seconds). ``peer`` names the other end in messages;
+    :func:`budget`), opened within ``timeout`` (or what is left of the budget) as a whole,
+    whatever number of hosts the DSN lists. ``peer`` names the other end in messages;
     ``statement_timeout``: the session has that server-side limit too (lockdiag's own
-    session). ``kwargs`` go to psycopg."""
-    within, whole = timeout, _BUDGET.get()
+    session). ``kwargs`` go to psycopg.
+
+    libpq's connect_timeout applies to each host (and each address a name resolves to) in
+    turn: four silent hosts at 1s took 8s. So the hosts are tried here one at a time (split
+    as psycopg does), each with its share of what is left (in libpq's whole seconds, at least
+    2), and none once the time is spent."""
+    whole = _BUDGET.get()
+    ends_at = time.monotonic() + timeout
     if whole is not None:
         if whole.left() <= 0:  # spent: no new connection
             raise NoAnswer(*_ran_out(whole, peer, ""))
-        within = min(timeout, whole.left())
-    info = make_conninfo(conninfo, connect_timeout=connect_timeout(within))
-    connection = BoundedConnection.connect(info, **kwargs)
-    connection.timeout, connection.peer = timeout, peer
-    connection.statement_timeout = statement_timeout
-    host = connection.info.host
-    host = f"socket {host}" if host.startswith("/") else host
-    connection.where = f"{host}:{connection.info.port}"
-    return connection
+        ends_at = min(ends_at, whole.ends_at)
+    attempts = conninfo_attempts(conninfo_to_dict(conninfo))
+    failures: list[tuple[psycopg.OperationalError, str]] = []
+    for number, attempt in enumerate(attempts):
+        left = ends_at - time.monotonic()
+        if left <= 0 and failures:
+            break
+        share = left / (len(attempts) - number)  # a silent first host leaves time for the next
+        info = make_conninfo("", **{**attempt, "connect_timeout": connect_timeout(share)})
+        try:
+            connection = BoundedConnection.connect(info, **kwargs)
+        except psycopg.OperationalError as error:
+            failures.append((error, _attempt_name(attempt)))
+            continue
+        connection.timeout, connection.peer = timeout, peer
+        connection.statement_timeout = statement_timeout
+        host = connection.info.host
+        host = f"socket {host}" if host.startswith("/") else host
+        connection.where = f"{host}:{connection.info.port}"
+        return connection
+    raise _not_connected(failures, len(attempts) - len(failures))
+
+
+def _attempt_name(attempt: dict[str, Any]) -> str:
+    host = attempt.get("host") or attempt.get("hostaddr") or "the default host"
+    return f"{host}:{attempt['port']}" if attempt.get("port") else str(host)
+
+
+def _not_connected(
+    failures: list[tuple[psycopg.OperationalError, str]], untried: int
+) -> psycopg.OperationalError:
+    """The error of a connection that failed on every host tried: psycopg's own for one host,
+    else each host's in turn, and how many hosts the time left untried."""
+    last = failures[-1][0]
+    if len(failures) == 1 and not untried:
+        return last
+    text = "; ".join(f"{name}: {one_line(str(error))}" for error, name in failures)
+    if untried:
+        text += f"; {untried} more host(s) not tried: the time to connect ran out"
+    return type(last)(text)
 
 
 @contextlib.contextmanager
