@@ -35,9 +35,7 @@ DATABASES = {
     "set_role": {"role": "settings_owner"},
 }
 # the helper sessions' own settings, whatever the database says
-HELPER_OPTIONS = (
-    r"-c idle_session_timeout=0 -c default_transaction_deferrable=off -c role=none"
-)
+HELPER_OPTIONS = r"-c idle_session_timeout=0 -c default_transaction_deferrable=off -c role=none"
 
 
 @pytest.fixture(scope="module")

@@ -87,8 +87,9 @@ def terminate_command(
     The only command that changes server state. It acts on exactly one pid, after a preview of
     the locks it holds and the sessions waiting behind it, and asks first (--yes for scripts).
     It refuses lockdiag's own session, non-client backends, sessions that hold no lock or
-    whose start time it cannot see (without pg_read_all_stats), and a pooled server connection that the pooler shows a client attached to now (its
-    transaction is that client's work) unless --end-attached-client says to end it too.
+    whose start time it cannot see (without pg_read_all_stats), and a pooled server
+    connection that the pooler shows a client attached to now (its transaction is that
+    client's work) unless --end-attached-client says to end it too.
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
     --cancel acts only while a query runs (an idle session's cancel releases nothing), then
