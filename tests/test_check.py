@@ -139,6 +139,43 @@ def test_stuck_owner_waits_and_crowded_root(cluster: Cluster, sessions: Sessions
     assert lines[1] == f"CRITICAL root-blocker: tenant_summary 5  pid {owner.pid} (stuck)"
 
 
+def test_names_cannot_forge_nagios_perfdata(cluster: Cluster, sessions: Sessions) -> None:
+    """An application name or a relation name is printed before the perfdata separator: a
+    `|` in one would start forged metrics (`waiting=0`), and a monitor graphs the first it
+    reads. The status line keeps exactly one `|`, lockdiag's own."""
+    forged = "app|waiting=0;;;0 most_blocked=0"
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute('CREATE TABLE IF NOT EXISTS "t|waiting=0" (id int)')
+    owner = sessions.open(forged, autocommit=False)
+    owner.run('LOCK TABLE "t|waiting=0" IN ACCESS EXCLUSIVE MODE')
+    owner.run("SELECT pg_advisory_xact_lock(4102, 6)")
+    for number, sql in enumerate(
+        ['SELECT count(*) FROM "t|waiting=0"', "SELECT pg_advisory_lock(4102, 6)"]
+    ):
+        waiter = sessions.open(f"waiter-{number}")
+        waiter.start(sql)
+        sessions.waiting(waiter)
+    result = check(cluster, "--wait-age", "0s,0s", "--format", "nagios")
+    line = result.stdout.splitlines()[0]
+    assert line.startswith("LOCKDIAG CRITICAL - "), line
+    assert line.count("|") == 1, line
+    summary, perfdata = line.split(" | ")
+    assert "app\u00a6waiting=0" in summary, summary
+    assert perfdata.split()[2] == "waiting=2;;;0", perfdata
+    # a fleet's line: a target's error quotes its DSN's host name
+    unreachable = "host=no|such.invalid user=x connect_timeout=2"
+    fleet = CliRunner().invoke(
+        cli, ["check", "--format", "nagios", "--dsn", cluster.dsn(), "--dsn", unreachable]
+    )
+    line = fleet.stdout.splitlines()[0]
+    assert line.startswith("LOCKDIAG UNKNOWN - 2 target(s): ") and "no\u00a6such" in line, line
+    assert line.count("|") == 1, line
+    alone = CliRunner().invoke(cli, ["check", "--format", "nagios", "--dsn", unreachable])
+    line = alone.stdout.splitlines()[0]
+    assert line.startswith("LOCKDIAG UNKNOWN - ") and "no\u00a6such" in line, line
+    assert "|" not in line, line
+
+
 def test_namespace_limits_are_critical(cluster: Cluster, sessions: Sessions) -> None:
     holder = sessions.open("exporter", autocommit=False)
     holder.run("SELECT pg_advisory_xact_lock(5, 1)")

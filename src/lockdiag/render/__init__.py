@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from lockdiag.render.inert import _INVISIBLE, clean, csv_cell, md_escape
+from lockdiag.render.inert import _INVISIBLE, clean, csv_cell, md_escape, plugin_text
 from lockdiag.render.json import write_json
 from lockdiag.render.model import (
     DETAIL,
@@ -88,6 +88,7 @@ __all__ = [
     "plain",
     "plain_lines",
     "plan_screen",
+    "plugin_text",
     "render",
     "resolve",
     "rich_renderables",

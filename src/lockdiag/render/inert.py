@@ -1,5 +1,6 @@
 """Server strings made inert wherever they are shown: on a terminal (:func:`clean`), in
-Markdown (:func:`md_escape`) and in a spreadsheet (:func:`csv_cell`). JSON keeps exact values."""
+Markdown (:func:`md_escape`), in a spreadsheet (:func:`csv_cell`) and in a monitoring plugin's
+status line (:func:`plugin_text`). JSON keeps exact values."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def _visible(match: re.Match[str]) -> str:
     if code <= 0xFF:
         return _NAMED.get(char) or f"\\x{code:02x}"
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def plugin_text(text: str | None) -> str:
+    """A monitoring plugin's status text made inert (:func:`clean`), whose ``|`` would start
+    its performance data: a name with one (an application's, a relation's, a target's) could
+    forge metrics. Each is written ``¦`` (U+00A6), which reads the same to a person."""
+    return clean(text).replace("|", "\u00a6")
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]<>#!|~])")

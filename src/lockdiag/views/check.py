@@ -12,7 +12,18 @@ from lockdiag.core.findings import SEVERITIES, WAITS, CheckPolicy, Finding, Kind
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
-from lockdiag.render import DETAIL, STEP, VERDICT, Block, Output, Table, Text, clean, text_height
+from lockdiag.render import (
+    DETAIL,
+    STEP,
+    VERDICT,
+    Block,
+    Output,
+    Table,
+    Text,
+    clean,
+    plugin_text,
+    text_height,
+)
 from lockdiag.views.common import (
     JSON_VERSION,
     busy_bounds,
@@ -125,7 +136,7 @@ def unknown_output(error: str, hint: str | None = None) -> Output:
     return Output(
         lambda: [Text([f"UNKNOWN: {reason}"], "verdict")],
         lambda: {"version": JSON_VERSION, "status": "UNKNOWN", "error": error, "hint": hint},
-        status=lambda: f"LOCKDIAG UNKNOWN - {reason}",
+        status=lambda: f"LOCKDIAG UNKNOWN - {plugin_text(reason)}",
         metrics=lambda: [f"# lockdiag error: {reason}", *exposition([up(0)])],
     )
 
@@ -400,7 +411,7 @@ def nagios_line(incident: Incident, policy: CheckPolicy) -> str:
         f"oldest_session_lock={metrics['oldest_session_lock']:.3f}s;{limits(policy.session_age)};0",
         f"most_blocked={metrics['most_blocked']:g};{limits(policy.max_blocked)};0",
     ]
-    return f"LOCKDIAG {incident.status} - {summary} | {' '.join(perfdata)}"
+    return f"LOCKDIAG {incident.status} - {plugin_text(summary)} | {' '.join(perfdata)}"
 
 
 def check_metrics(incident: Incident) -> list[Metric]:
@@ -517,7 +528,7 @@ def fleet_check_output(
             f"longest_wait={max((m['longest_wait'] for m in metrics), default=0):.3f}s;;;0",
             f"failed_targets={statuses.count('UNKNOWN')};;;0",
         ]
-        return f"{clean(line)} | {' '.join(perfdata)}"
+        return f"{plugin_text(line)} | {' '.join(perfdata)}"
 
     def metrics_lines() -> list[str]:
         read = up()
