@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from lockdiag.cli import cli
+from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
 from lockdiag.keys import LockTriple
 from lockdiag.registry import (
@@ -172,3 +176,47 @@ def test_unreadable_file(tmp_path: Path) -> None:
     registry, problems = check_file(path)
     assert registry is None
     assert "cannot read" in problems[0].message
+
+
+def test_a_registry_found_not_named_says_so_and_its_consoles_wait_to_be_named(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A lockdiag.toml in the working directory (a clone, a shared folder: anyone's) is used,
+    and every run says so; the PgBouncer consoles it names are not connected to (a planted
+    DSN collected a password from ~/.pgpass) until the file is named. The user's own config
+    directory's file is said too, and read whole."""
+    listener = socket.create_server(("127.0.0.1", 0))  # a planted "console": who calls it?
+    listener.settimeout(0.1)
+    console = f"host=127.0.0.1 port={listener.getsockname()[1]} dbname=pgbouncer connect_timeout=2"
+    planted = f'[namespaces.t]\nid = 4102\n\n[poolers]\npgbouncer = ["{console}"]\n'
+    (tmp_path / "lockdiag.toml").write_text(planted)
+
+    def called() -> bool:
+        try:
+            listener.accept()[0].close()
+        except TimeoutError:
+            return False
+        return True
+
+    runner = CliRunner()
+    try:
+        found = runner.invoke(cli, ["list", "--dsn", cluster.dsn(), "--timeout", "2s"])
+        assert found.exit_code == 0, found.output
+        path = tmp_path / "lockdiag.toml"
+        assert f"registry {path} (found in the working directory" in found.stderr
+        assert "[poolers] PgBouncer console(s) not read (1)" in found.stderr
+        assert not called()
+        named = runner.invoke(
+            cli, ["list", "--dsn", cluster.dsn(), "--timeout", "2s", "--registry", str(path)]
+        )
+        assert "found in" not in named.stderr and "not read (1)" not in named.stderr
+        assert called()  # named, its console is read (this one never answers: a note says so)
+        (tmp_path / "lockdiag.toml").unlink()
+        mine = tmp_path / "config" / "lockdiag" / "lockdiag.toml"  # XDG_CONFIG_HOME (conftest)
+        mine.parent.mkdir(parents=True)
+        mine.write_text(planted)
+        own = runner.invoke(cli, ["list", "--dsn", cluster.dsn(), "--timeout", "2s"])
+        assert f"registry {mine} (found in your config directory" in own.stderr
+        assert called()
+    finally:
+        listener.close()

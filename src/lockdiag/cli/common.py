@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -349,12 +349,39 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
     if found is None:
         return Registry()
     try:
-        return plugins.registry_first(load_registry(str(found)))  # plugin clashes: told
+        registry = plugins.registry_first(load_registry(str(found)))  # plugin clashes: told
     except RegistryError as error:
         if strict:
             raise
         _registry_not_used(str(error).splitlines())
         return Registry()
+    where = _found_in(path, found)
+    return registry if where is None or saved is not None else _implicit(registry, found, where)
+
+
+def _found_in(path: str | None, found: Path) -> str | None:
+    """Where a registry file nobody named was found (the working directory, the config
+    directory), or None when --registry, LOCKDIAG_REGISTRY or the settings file named it."""
+    if _registry_given(path) is not None or os.environ.get(ENV_VAR):
+        return None
+    return "the working directory" if found.parent == Path.cwd() else "your config directory"
+
+
+def _implicit(registry: Registry, found: Path, where: str) -> Registry:
+    """A registry file found, not named, says so at every run: its names, max_hold and
+    expectations shape the advice (terminate included). A file in the working directory may
+    be anyone's (a clone, a shared folder): the PgBouncer consoles it names are not connected
+    to (a planted DSN would collect a password from ~/.pgpass) unless the file is named."""
+    _note(f"registry {found} (found in {where}; --registry FILE to name one)")
+    consoles = registry.poolers.pgbouncer
+    if where != "the working directory" or not consoles:
+        return registry
+    _note(
+        f"its [poolers] PgBouncer console(s) not read ({len(consoles)}): lockdiag connects to "
+        "no server named only by a file found in the working directory; name the file "
+        f"(--registry {found} or {ENV_VAR}) to read them"
+    )
+    return replace(registry, poolers=replace(registry.poolers, pgbouncer=()))
 
 
 def _note(message: str) -> None:
