@@ -7,6 +7,7 @@ dashboard asks only for series that exist."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 import shutil
@@ -91,7 +92,9 @@ def until(condition: object, timeout: float, what: str) -> None:
 
 
 def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0)
+    """An exporter whose every scrape reads its targets (no minimum interval between reads):
+    for the tests of what a scrape does when a target changes between two of them."""
+    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0, min_read_interval=0.0)
 
 
 @contextmanager
@@ -226,6 +229,41 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     finally:
         exporter.close()
     assert len(taken) <= 2, taken  # the first, and at most one more for the late arrivals
+
+
+@pytest.mark.parametrize("interval", [1.0, 0.0], ids=["min-read-interval", "none"])
+def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
+    cluster: Cluster, interval: float
+) -> None:
+    """One client scraping as fast as it can for 2s (622 reads in 5s before): within the
+    minimum interval each scrape is answered with the target's last read, so the server's
+    lock table is read at most once a second, however many scrapes come. Without it (0s),
+    every scrape read it: the test's own control."""
+    exporter = Exporter(
+        [Target("one", cluster.dsn())], Registry(), CheckPolicy(), 5.0, 1.0,
+        min_read_interval=interval,
+    )  # fmt: skip
+    taken: list[float] = []
+    original = exporter.scraper.sessions["one"].snapshot
+
+    def counting(scope: Any) -> object:
+        taken.append(time.monotonic())
+        return original(scope)
+
+    exporter.scraper.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
+    answered = 0
+    with serving(exporter) as url:
+        ends = time.monotonic() + 2.0
+        while time.monotonic() < ends:
+            status, body = get(f"{url}/metrics")
+            assert status == 200 and up(body, "one") == "1.0", body[:300]
+            answered += 1
+    assert answered > 20, answered  # a real burst
+    if interval:
+        assert len(taken) <= 3, (len(taken), answered)  # 2s at most one read a second
+        assert all(b - a >= interval for a, b in itertools.pairwise(taken)), taken
+    else:
+        assert len(taken) == answered
 
 
 def test_shipped_rules_pass_promtool() -> None:

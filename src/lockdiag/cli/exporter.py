@@ -19,7 +19,7 @@ from lockdiag.cli.common import (
 )
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.errors import EXIT_INTERRUPTED, InputError
-from lockdiag.exporter import DEFAULT_PORT, Exporter, Target
+from lockdiag.exporter import DEFAULT_PORT, MIN_READ_INTERVAL, Exporter, Target
 from lockdiag.registry import Poolers
 
 
@@ -49,6 +49,14 @@ from lockdiag.registry import Poolers
     help="Share of wall time the sampler's reads of pg_locks may keep the server's lock manager "
     "busy: a read that took 0.3s waits 30s for the next at 0.01.",
 )
+@click.option(
+    "--min-read-interval",
+    **DURATION,
+    default=f"{MIN_READ_INTERVAL:g}s",
+    show_default=True,
+    help="A scrape this soon after a target's last read is answered with that read: bursts "
+    "of scrapes, from any number of clients, read each server's lock table once.",
+)
 @threshold_option("--session-age", "5m,1h", "A certain session-level advisory lock held this long.")
 @threshold_option("--wait-age", "30s,5m", "A session waiting for a lock this long.")
 @threshold_option("--idle-age", "1m,10m", "A holder idle in transaction while others wait.")
@@ -60,6 +68,7 @@ def exporter_command(
     listen: str,
     interval: float,
     duty: float,
+    min_read_interval: float,
     session_age: Any,
     wait_age: Any,
     idle_age: Any,
@@ -98,6 +107,7 @@ def exporter_command(
         interval,
         duty,
         Poolers(where.pgbouncer, where.pooler_addr),
+        min_read_interval,
     )
     try:
         server = exporter.serve(host, port)

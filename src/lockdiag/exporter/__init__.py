@@ -31,14 +31,14 @@ from lockdiag.core.pacing import Pacer
 from lockdiag.exporter import routes
 from lockdiag.exporter.routes import DEFAULT_PORT
 from lockdiag.exporter.sampling import Samplers
-from lockdiag.exporter.scraping import Scraper, Target
+from lockdiag.exporter.scraping import MIN_READ_INTERVAL, Scraper, Target
 from lockdiag.exporter.server import QUEUE, WORKERS, PooledHTTPServer
 from lockdiag.pg.fleet import target as server
 from lockdiag.registry import Poolers, Registry
 from lockdiag.views import exporter as exporter_view
 from lockdiag.views.metrics import families, inert
 
-__all__ = ["DEFAULT_PORT", "Exporter", "Target"]
+__all__ = ["DEFAULT_PORT", "MIN_READ_INTERVAL", "Exporter", "Target"]
 
 
 class Exporter:
@@ -53,6 +53,7 @@ class Exporter:
         interval: float,
         duty: float = 0.01,
         poolers: Poolers | None = None,
+        min_read_interval: float = MIN_READ_INTERVAL,
     ) -> None:
         # each target's server, completed as every command's: the registry's [poolers] and
         # those given as options (--pgbouncer, --pooler-addr)
@@ -63,7 +64,9 @@ class Exporter:
         }
         self.samplers = Samplers(servers, interval, duty)
         # the scrapes' snapshots are looks too: what the samplers saw held dates their locks
-        self.scraper = Scraper(targets, servers, policy, timeout, self.samplers.look)
+        self.scraper = Scraper(
+            targets, servers, policy, timeout, self.samplers.look, min_read_interval
+        )
         self.targets = self.scraper.targets
         self.interval = interval
 
