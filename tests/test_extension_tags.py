@@ -390,3 +390,23 @@ def test_any_objsubid_never_raises(tmp_path: Path, taken: Snapshot, command: lis
     held = CliRunner().invoke(cli, ["who-holds", "--key", numbers, "--from", str(path)])
     assert held.exit_code in (0, 1), held.output
 
+
+def test_tags_sort_with_the_advisory_locks() -> None:
+    """The order is by database, lock type, then the lock: an objsubid is 16 bits (the sort
+    key kept 2 for it, and objsubid 5 or 10 sorted among the relation and tuple locks)."""
+    relation = LockRow(
+        "relation", 5, 16384, None, None, None, None, None, None, None, "9/1", 30,
+        "AccessShareLock", True,
+    )  # fmt: skip
+    other = [relation, relation._replace(locktype="tuple", page=0, tuple=1)]
+    tags = [tag(20, 0, 5, 10), tag(20, 0, 5, 5), tag(20, 0, 5, 1), tag(20, 0, 5, 4)]
+    sessions = [session(pid, "active", -timedelta(seconds=1)) for pid in (20, 30)]
+    taken = snapshot(sessions, [*other, relation._replace(relation=5), *tags])
+    order = [
+        (e.lock.locktype, e.lock.objsubid, e.lock.relation)
+        for e in Diagnosis(taken, Registry()).entries
+    ]
+    assert order == [
+        ("advisory", 1, None), ("advisory", 4, None), ("advisory", 5, None), ("advisory", 10, None),
+        ("relation", None, 5), ("relation", None, 16384), ("tuple", None, 16384),
+    ]  # fmt: skip
