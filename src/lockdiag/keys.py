@@ -76,9 +76,7 @@ class LockTriple(_Numbers):
     __slots__ = ()
 
     def __new__(cls, classid: int, objid: int, objsubid: int) -> LockTriple:
-        for name, value in (("classid", classid), ("objid", objid)):
-            if not 0 <= value <= UINT4_MAX:
-                raise InvalidKey(f"{name} {value} is outside 0..{UINT4_MAX} (pg_locks shows oids)")
+        _in_range(("classid", classid, UINT4_MAX), ("objid", objid, UINT4_MAX))
         if objsubid not in (BIGINT_SUBID, PAIR_SUBID):
             raise InvalidKey(
                 f"objsubid {objsubid} is not an advisory key form "
@@ -131,6 +129,13 @@ class LockTriple(_Numbers):
         return f"({self.classid}, {self.objid}, {self.objsubid})"
 
 
+def _in_range(*numbers: tuple[str, int, int]) -> None:
+    """Each (name, value, largest) within 0..largest, as a lock tag holds it."""
+    for name, value, top in numbers:
+        if not 0 <= value <= top:
+            raise InvalidKey(f"{name} {value} is outside 0..{top} (as pg_locks shows it)")
+
+
 def is_key_form(objsubid: int | None) -> bool:
     """Whether an advisory lock's objsubid is one a SQL function makes (1 bigint, 2 pair)."""
     return objsubid in (BIGINT_SUBID, PAIR_SUBID)
@@ -145,13 +150,11 @@ class AdvisoryTag(_Numbers):
     __slots__ = ()
 
     def __new__(cls, classid: int, objid: int, objsubid: int) -> AdvisoryTag:
-        for name, value, top in (
+        _in_range(
             ("classid", classid, UINT4_MAX),
             ("objid", objid, UINT4_MAX),
             ("objsubid", objsubid, UINT2_MAX),
-        ):
-            if not 0 <= value <= top:
-                raise InvalidKey(f"{name} {value} is outside 0..{top} (as pg_locks shows it)")
+        )
         if is_key_form(objsubid):
             raise InvalidKey(f"objsubid {objsubid} is a SQL key's form, not an extension's tag")
         return _Numbers.__new__(cls, classid, objid, objsubid)
