@@ -11,6 +11,12 @@ two int4 ``(a, b)``    a                   b                  2
 =====================  ==================  =================  ========
 
 The two forms are different lock spaces: ``(4102, 73)`` and ``4102 << 32 | 73`` never conflict.
+
+An extension's C code may take an advisory lock with any other objsubid (the lock tag's
+``field4``, a uint16: ``SET_LOCKTAG_ADVISORY(tag, db, classid, objid, field4)``):
+pg_auto_failover's monitor 10 and 11, Citus 4 and up. No SQL function takes such a lock and
+two extensions may use the same objsubid: :class:`AdvisoryTag` holds its raw numbers, never
+named as a key.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 INT8_MIN, INT8_MAX = -(2**63), 2**63 - 1
 UINT4_MAX = 2**32 - 1
 BIGINT_SUBID, PAIR_SUBID = 1, 2
+UINT2_MAX = 2**16 - 1  # an advisory tag's objsubid is its uint16 field4
+TAG_WORDS = "extension advisory tag"
+# what counts tags where keys are counted by namespace (metrics, sample, log): no namespace
+# name can hold a parenthesis or a space (registry.namespaces.NAME_PATTERN)
+TAG_NAMESPACE = "(extension tag)"
 
 
 class InvalidKey(InputError):
@@ -65,9 +76,7 @@ class LockTriple(_Numbers):
     __slots__ = ()
 
     def __new__(cls, classid: int, objid: int, objsubid: int) -> LockTriple:
-        for name, value in (("classid", classid), ("objid", objid)):
-            if not 0 <= value <= UINT4_MAX:
-                raise InvalidKey(f"{name} {value} is outside 0..{UINT4_MAX} (pg_locks shows oids)")
+        _in_range(("classid", classid, UINT4_MAX), ("objid", objid, UINT4_MAX))
         if objsubid not in (BIGINT_SUBID, PAIR_SUBID):
             raise InvalidKey(
                 f"objsubid {objsubid} is not an advisory key form "
@@ -120,6 +129,60 @@ class LockTriple(_Numbers):
         return f"({self.classid}, {self.objid}, {self.objsubid})"
 
 
+def _in_range(*numbers: tuple[str, int, int]) -> None:
+    """Each (name, value, largest) within 0..largest, as a lock tag holds it."""
+    for name, value, top in numbers:
+        if not 0 <= value <= top:
+            raise InvalidKey(f"{name} {value} is outside 0..{top} (as pg_locks shows it)")
+
+
+def is_key_form(objsubid: int | None) -> bool:
+    """Whether an advisory lock's objsubid is one a SQL function makes (1 bigint, 2 pair)."""
+    return objsubid in (BIGINT_SUBID, PAIR_SUBID)
+
+
+class AdvisoryTag(_Numbers):
+    """An advisory lock no SQL function takes: objsubid neither 1 nor 2, set by an extension's
+    C code (pg_auto_failover's monitor: 10 a formation, 11 a node group; Citus: 4 and up).
+    Only its raw numbers are known: two extensions may use the same objsubid, and the
+    registry's and the catalogue's keys are the SQL functions' (objsubid 1 or 2)."""
+
+    __slots__ = ()
+
+    def __new__(cls, classid: int, objid: int, objsubid: int) -> AdvisoryTag:
+        _in_range(
+            ("classid", classid, UINT4_MAX),
+            ("objid", objid, UINT4_MAX),
+            ("objsubid", objsubid, UINT2_MAX),
+        )
+        if is_key_form(objsubid):
+            raise InvalidKey(f"objsubid {objsubid} is a SQL key's form, not an extension's tag")
+        return _Numbers.__new__(cls, classid, objid, objsubid)
+
+    @classmethod
+    def of_row(cls, classid: int, objid: int, objsubid: int) -> AdvisoryTag:
+        """A tag read from pg_locks: already in range, so the checks are skipped."""
+        return tuple.__new__(cls, (classid, objid, objsubid))
+
+    @property
+    def label(self) -> str:
+        """``extension advisory tag 0,822708183,10``: the numbers as who-holds --key takes
+        them."""
+        return f"{TAG_WORDS} {self}"
+
+    @property
+    def meaning(self) -> str:
+        """What is known of it, in one sentence."""
+        return (
+            f"taken by an extension's C code with objsubid {self.objsubid} (the SQL functions "
+            "take only 1 and 2): not a key, and never named (two extensions may use the same "
+            "objsubid)"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.classid},{self.objid},{self.objsubid}"
+
+
 def from_bigint(key: int) -> LockTriple:
     if not INT8_MIN <= key <= INT8_MAX:
         raise InvalidKey(f"{key} is outside the bigint range {INT8_MIN}..{INT8_MAX}")
@@ -134,6 +197,15 @@ def from_pair(a: int, b: int) -> LockTriple:
     return LockTriple(to_uint4(a), to_uint4(b), PAIR_SUBID)
 
 
+def parse_lock(numbers: list[str] | tuple[str, ...]) -> LockTriple | AdvisoryTag:
+    """:func:`parse_numbers`, and three numbers with an objsubid other than 1 or 2 as an
+    extension's :class:`AdvisoryTag` (who-holds --key, decode)."""
+    values = _integers(numbers)
+    if len(values) == 3 and not is_key_form(values[2]):
+        return AdvisoryTag(*values)
+    return _key(values)
+
+
 def parse_numbers(numbers: list[str] | tuple[str, ...]) -> LockTriple:
     """Read a key written one of three ways.
 
@@ -141,6 +213,10 @@ def parse_numbers(numbers: list[str] | tuple[str, ...]) -> LockTriple:
     - two numbers: a signed int4 pair, as passed to ``pg_advisory_lock(int4, int4)``;
     - three numbers: ``classid objid objsubid`` copied from pg_locks.
     """
+    return _key(_integers(numbers))
+
+
+def _integers(numbers: list[str] | tuple[str, ...]) -> list[int]:
     values: list[int] = []
     for text in numbers:
         for part in re.split(r"[\s,:/]+", text.strip()):
@@ -150,6 +226,10 @@ def parse_numbers(numbers: list[str] | tuple[str, ...]) -> LockTriple:
                 values.append(int(part))
             except ValueError:
                 raise InvalidKey(f"{part!r} is not an integer") from None
+    return values
+
+
+def _key(values: list[int]) -> LockTriple:
     if len(values) == 1:
         return from_bigint(values[0])
     if len(values) == 2:

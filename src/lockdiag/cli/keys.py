@@ -19,10 +19,16 @@ from lockdiag.cli.group import LockdiagGroup
 from lockdiag.core.analysis import decode
 from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
-from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
+from lockdiag.keys import AdvisoryTag, InvalidKey, LockTriple, parse_lock
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry, check_file
-from lockdiag.views.keys import check_output, decode_output, key_output, registry_output
+from lockdiag.views.keys import (
+    check_output,
+    decode_output,
+    key_output,
+    registry_output,
+    tag_output,
+)
 
 
 @click.group("registry", cls=LockdiagGroup)
@@ -133,7 +139,8 @@ def decode_command(
     """Turn numbers back into a name.
 
     One number is a bigint key, two are a signed int4 pair, three are classid objid objsubid
-    as pg_locks shows them (unsigned).
+    as pg_locks shows them (unsigned). An objsubid other than 1 or 2 is an extension's
+    advisory tag (pg_auto_failover, Citus): said so, never named.
 
     \b
     Examples:
@@ -144,6 +151,10 @@ def decode_command(
       lockdiag decode -1738207498 --dsn postgresql://monitor@db1/app
     """
     names = get_registry(registry)
+    key = _numbers(numbers, names)
+    if isinstance(key, AdvisoryTag):
+        show(tag_output(key), fmt)
+        return
     strings = hashed_names(names.candidates)
     derived = []
     if dsn is not None:
@@ -151,14 +162,15 @@ def decode_command(
             derived = session.hashtext_keys(strings)
     catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
     untried = [] if dsn is not None else strings
-    decoded = decode(names, catalogue, _numbers(numbers, names), database)
+    decoded = decode(names, catalogue, key, database)
     show(decode_output(decoded, untried), fmt)
 
 
-def _numbers(numbers: tuple[str, ...], names: Registry) -> LockTriple:
-    """The key; a name typed where a number goes points to `key`, which goes the other way."""
+def _numbers(numbers: tuple[str, ...], names: Registry) -> LockTriple | AdvisoryTag:
+    """The key (or an extension's tag); a name typed where a number goes points to `key`,
+    which goes the other way."""
     try:
-        return parse_numbers(numbers)
+        return parse_lock(numbers)
     except InvalidKey:
         if not numbers[0][:1].isalpha():
             raise

@@ -19,7 +19,7 @@ from lockdiag.cli.common import (
     source,
 )
 from lockdiag.errors import InputError
-from lockdiag.keys import InvalidKey, LockTriple, parse_numbers
+from lockdiag.keys import AdvisoryTag, InvalidKey, LockTriple, parse_lock
 from lockdiag.logs import (
     CHUNK,
     LogLines,
@@ -66,13 +66,14 @@ def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> date
     raise click.BadParameter("give a time like '2026-05-01 03:10' (the log's own time zone)")
 
 
-def _timeline_key(value: str | None, names: Registry) -> LockTriple | None:
-    """``--key``: numbers ('4102,73', '-55037190', '4102,73,2') or 'NAMESPACE RESOURCE'."""
+def _timeline_key(value: str | None, names: Registry) -> LockTriple | AdvisoryTag | None:
+    """``--key``: numbers ('4102,73', '-55037190', '4102,73,2', an extension's tag
+    '0,822708183,10') or 'NAMESPACE RESOURCE'."""
     if value is None:
         return None
     words = value.replace(",", " ").split()
     try:
-        return parse_numbers(words)
+        return parse_lock(words)
     except InvalidKey:
         if not words or words[0].lstrip("-").isdigit():
             raise

@@ -31,7 +31,7 @@ from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
-from lockdiag.keys import parse_numbers
+from lockdiag.keys import parse_lock
 from lockdiag.registry import Registry
 from lockdiag.render import Output, resolve
 from lockdiag.views.common import fleet_sections
@@ -134,7 +134,8 @@ def _diagnosis(
     "raw_key",
     metavar="NUMBERS",
     help="A raw key instead: '4102,73' (int4 pair), "
-    "'-55037190' (bigint) or '4102,73,2' (classid,objid,objsubid from pg_locks).",
+    "'-55037190' (bigint) or '4102,73,2' (classid,objid,objsubid from pg_locks; "
+    "an extension's tag too: '0,822708183,10').",
 )
 @source_options
 @registry_option
@@ -162,7 +163,7 @@ def who_holds_command(
     if raw_key is not None:
         if namespace is not None:
             raise InputError("give either NAMESPACE RESOURCE or --key, not both")
-        key = parse_numbers([raw_key])
+        key = parse_lock([raw_key])
     elif namespace is None:
         raise InputError("give NAMESPACE RESOURCE (e.g. tenant_summary 73) or --key NUMBERS")
     else:

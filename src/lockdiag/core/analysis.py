@@ -27,7 +27,7 @@ from lockdiag.core.sort_key import (
     rest,
     sort_key,
 )
-from lockdiag.keys import BIGINT_SUBID, LockTriple, to_int4
+from lockdiag.keys import BIGINT_SUBID, TAG_NAMESPACE, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
 
 # what the other layers import from here (Decoded and decode live in core.decoding)
@@ -96,11 +96,11 @@ DEFAULT_POLICY = Policy()
 
 
 def namespace_of(entry: LockEntry) -> str:
-    """A bounded label: the registry namespace, the software of a known key, else
-    "unregistered"; never a resource number."""
+    """A bounded label: the registry namespace, the software of a known key, "(extension
+    tag)" for an extension's advisory tag, else "unregistered"; never a resource number."""
     decoded = entry.decoded
     if decoded is None:
-        return "unregistered"
+        return TAG_NAMESPACE if entry.lock.advisory_tag is not None else "unregistered"
     if decoded.namespace is not None:
         return decoded.namespace.name
     known = decoded.known

@@ -19,7 +19,7 @@ from lockdiag.core.catalogue import (
     snapshot_catalogue,
 )
 from lockdiag.core.model import LockRow, Snapshot
-from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, LockTriple, to_int4
+from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, AdvisoryTag, LockTriple, is_key_form, to_int4
 from lockdiag.registry import Namespace, Registry
 
 
@@ -143,17 +143,18 @@ class Singles(NamedTuple):
     """What an aggregated read must send as rows, not spans: keys, and key spaces (objsubid,
     classid) of which every key."""
 
-    keys: list[LockTriple]
+    keys: list[LockTriple | AdvisoryTag]
     spaces: list[tuple[int, int]]
 
 
-def singles(registry: Registry, key: LockTriple | None = None) -> Singles:
+def singles(registry: Registry, key: LockTriple | AdvisoryTag | None = None) -> Singles:
     """The keys the catalogue lists (the registry's [known] ones included, hashtext's aside:
     the server computes those) in spaces no namespace names, and the spaces of a pair prefix:
     where ``Decoder.listed`` tells keys apart before the read knows its databases. ``key``:
     a key asked for by itself (who-holds)."""
     catalogue = build_catalogue(registry.candidates)
     unnamed = partial(_unnamed, registry)
+    keys: list[LockTriple | AdvisoryTag]
     keys = [k for k in catalogue.anywhere if unnamed(k.objsubid, k.classid)]
     spaces = [(PAIR_SUBID, classid) for _, classid in catalogue.prefixes]
     spaces = [s for s in [*spaces, (PAIR_SUBID, REPACK_LOCK_PREFIX)] if unnamed(*s)]
@@ -171,6 +172,8 @@ def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
     sent = build_catalogue(registry.candidates, (), snapshot.derived)
     for row in spans:
         assert row.classid is not None and row.objid is not None and row.objid_last is not None
+        if not is_key_form(row.objsubid):
+            continue  # an extension's tags: never named, so every one reads as its span says
         listed = decoder.listed(row.objsubid, row.classid)
         if listed is None:
             return False  # a prefix not sent whole: every key is named alone

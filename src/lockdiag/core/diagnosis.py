@@ -31,7 +31,7 @@ from lockdiag.core.findings import CheckPolicy, CheckReport, check, locks_in
 from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
 from lockdiag.core.model import LockRow, Snapshot
-from lockdiag.keys import BIGINT_SUBID, INT4_MAX, PAIR_SUBID, LockTriple, to_int4
+from lockdiag.keys import BIGINT_SUBID, INT4_MAX, PAIR_SUBID, AdvisoryTag, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
 
 NO_FILTERS = Filters()
@@ -83,8 +83,8 @@ class ListReport:
 
 @dataclass(frozen=True)
 class WhoHolds:
-    key: LockTriple
-    decoded: Decoded
+    key: LockTriple | AdvisoryTag
+    decoded: Decoded | None  # None for an extension's tag: no name is ever given to one
     holders: list[LockEntry]
     waiters: list[LockEntry]  # in queue order (by wait start)
     notes: list[str]
@@ -94,6 +94,15 @@ class WhoHolds:
     @property
     def held(self) -> bool:
         return bool(self.holders)
+
+    @property
+    def label(self) -> str:
+        """The key's name (a namespace's, a software's, or unregistered), or the tag's
+        numbers."""
+        if self.decoded is not None:
+            return self.decoded.label
+        assert isinstance(self.key, AdvisoryTag)  # a key is always decoded (who_holds)
+        return self.key.label
 
 
 class Diagnosis:
@@ -189,13 +198,18 @@ class Diagnosis:
         causes = self.incident(CheckPolicy()).causes
         return [cause.root for cause in causes if cause.root is not None]
 
-    def who_holds(self, key: LockTriple) -> WhoHolds:
-        entries = [e for e in self.advisory if e.decoded and e.decoded.triple == key]
-        if entries and entries[0].decoded is not None:
-            decoded = entries[0].decoded
+    def who_holds(self, key: LockTriple | AdvisoryTag) -> WhoHolds:
+        """The holders and waiters of one key, or of an extension's tag (by its numbers,
+        never named)."""
+        decoded: Decoded | None = None
+        if isinstance(key, AdvisoryTag):
+            entries = [e for e in self.advisory if e.lock.advisory_tag == key]
         else:
-            known = snapshot_catalogue(self.snapshot, self.registry.candidates)
-            decoded = decode(self.registry, known, key, None)
+            entries = [e for e in self.advisory if e.decoded and e.decoded.triple == key]
+            decoded = entries[0].decoded if entries else None
+            if decoded is None:
+                known = snapshot_catalogue(self.snapshot, self.registry.candidates)
+                decoded = decode(self.registry, known, key, None)
         notes = list(self.notes)
         if any(e.pool for e in entries):
             notes.append(

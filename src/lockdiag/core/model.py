@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from lockdiag.keys import PAIR_SUBID, LockTriple, to_int4
+from lockdiag.keys import PAIR_SUBID, TAG_WORDS, AdvisoryTag, LockTriple, is_key_form, to_int4
 
 Extent = Literal["advisory", "all"]  # the lock types a snapshot holds
 
@@ -26,7 +26,7 @@ class Aggregated:
     (tests/test_aggregated.py)."""
 
     all_types: bool = True
-    key: LockTriple | None = None
+    key: LockTriple | AdvisoryTag | None = None
 
 
 # what a capture reads: advisory locks, every lock, or Aggregated (what an answer needs)
@@ -140,11 +140,23 @@ class LockRow(NamedTuple):
 
     @property
     def advisory_key(self) -> LockTriple | None:
+        """The key a SQL function takes (objsubid 1 or 2); None for an extension's tag."""
         if self.locktype != "advisory" or self.classid is None or self.objid is None:
             return None
-        if self.objsubid not in (1, 2):  # never from the server; a hand-edited snapshot file
-            return LockTriple(self.classid, self.objid, self.objsubid or 0)
-        return LockTriple.of_row(self.classid, self.objid, self.objsubid)
+        if not is_key_form(self.objsubid):
+            return None  # an extension's tag (advisory_tag)
+        return LockTriple.of_row(self.classid, self.objid, self.objsubid or 0)
+
+    @property
+    def advisory_tag(self) -> AdvisoryTag | None:
+        """An advisory lock an extension's C code took with another objsubid
+        (pg_auto_failover's monitor 10 and 11, Citus 4 and up): its raw numbers, never a
+        key of the registry's or the catalogue's."""
+        if self.locktype != "advisory" or self.classid is None or self.objid is None:
+            return None
+        if is_key_form(self.objsubid):
+            return None
+        return AdvisoryTag.of_row(self.classid, self.objid, self.objsubid or 0)
 
     @property
     def held_object(self) -> builtins.tuple[object, ...]:
@@ -291,4 +303,17 @@ def describe_lock(lock: LockRow, server: ServerInfo) -> str:
         return f"virtualxid {lock.virtualxid}"
     if kind == "object":
         return f"object {lock.classid}:{lock.objid}:{lock.objsubid}"
-    return kind
+    return tag_label(lock) or kind
+
+
+def tag_label(lock: LockRow) -> str | None:
+    """An extension's advisory tag by its numbers (``extension advisory tag 0,822708183,10``);
+    a span of them (an aggregated read's: one backend's tags of one classid and objsubid) by
+    its ends and count. None for any other lock."""
+    tag = lock.advisory_tag
+    if tag is None:
+        return None
+    if lock.keys == 1 or lock.objid_last is None:
+        return tag.label
+    last = tag._replace(objid=lock.objid_last)
+    return f"{TAG_WORDS}s {tag}..{last} ({lock.keys:,} tags)"

@@ -18,8 +18,8 @@ from typing import Generic, TypeVar
 from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
 from lockdiag.core.decoding import ordinal
 from lockdiag.core.leaders import Standing
-from lockdiag.core.model import Snapshot
-from lockdiag.keys import LockTriple
+from lockdiag.core.model import Snapshot, tag_label
+from lockdiag.keys import AdvisoryTag, LockTriple
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
 # and idle-holder patterns count only longer ones
@@ -254,6 +254,7 @@ class KeyStats:
     # a sparse span's keys (an aggregated read's: one backend's keys nobody waited for, with
     # gaps between its ends): its acquisitions and releases are not counted (not known)
     keys: int = 1
+    tag: bool = False  # an extension's advisory tag (objsubid not 1 or 2), never named
     resource: int | None = None  # the namespace's resource number, when the key has one
 
     def who(self, pids: set[int], most: int = 5) -> str:
@@ -328,14 +329,17 @@ class Sampler:
         blocking: list[tuple[KeyStats, int, float | None]] = []
         waiting: list[tuple[KeyStats, int, float | None]] = []
         for entry in keys_of(entries):
-            if entry.decoded is None or entry.lock.pid is None:
-                continue
-            key: KeyId = (entry.database, entry.decoded.label)
+            decoded = entry.decoded
+            label = decoded.label if decoded is not None else tag_label(entry.lock)
+            if label is None or entry.lock.pid is None:
+                continue  # not advisory
+            key: KeyId = (entry.database, label)
             stats = self.keys.get(key)
             if stats is None:
-                namespace = entry.decoded.namespace.name if entry.decoded.namespace else None
-                stats = self.keys[key] = KeyStats(entry.decoded.label, entry.database, namespace)
-                stats.resource = entry.decoded.resource if namespace is not None else None
+                namespace = decoded.namespace.name if decoded and decoded.namespace else None
+                stats = self.keys[key] = KeyStats(label, entry.database, namespace)
+                stats.tag = decoded is None
+                stats.resource = decoded.resource if decoded and namespace is not None else None
             session = entry.session
             who = (
                 (session.application_name or "") if session else "",
@@ -503,7 +507,7 @@ def patterns(sampler: Sampler) -> list[Pattern]:
 
 # -- episodes, for the exporter's histograms -------------------------------------------------
 
-EpisodeKey = tuple[Space, LockTriple]
+EpisodeKey = tuple[Space, LockTriple | AdvisoryTag]  # a key, or an extension's tag
 
 
 @dataclass
@@ -545,9 +549,10 @@ class Episodes:
         granted: dict[EpisodeKey, tuple[str, LockEntry]] = {}
         waits: dict[EpisodeKey, tuple[str, float]] = {}
         for entry in keys_of(entries):
-            if entry.decoded is None or entry.lock.pid is None:
-                continue
-            key: EpisodeKey = (space_of(entry), entry.decoded.triple)
+            numbers = entry.decoded.triple if entry.decoded else entry.lock.advisory_tag
+            if numbers is None or entry.lock.pid is None:
+                continue  # not advisory
+            key: EpisodeKey = (space_of(entry), numbers)
             name = namespace_of(entry)
             if entry.lock.granted:
                 granted[key] = (name, entry)

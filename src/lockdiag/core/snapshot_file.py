@@ -25,6 +25,7 @@ from lockdiag.core.records import (
     server_info,
 )
 from lockdiag.errors import InputError
+from lockdiag.keys import UINT2_MAX, UINT4_MAX
 from lockdiag.registry import (
     MAX_SIZE,
     Candidates,
@@ -350,6 +351,7 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
             build_record(LockRow, raw, f"locks[{index}]")
             for index, raw in enumerate(expect_list(document.get("locks"), "locks"))
         ]
+        _advisory_in_range(locks)
         derived = [
             build_record(DerivedKey, raw, f"derived[{index}]")
             for index, raw in enumerate(expect_list(document.get("derived", []), "derived"))
@@ -368,6 +370,23 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
     except InputError as error:
         raise InputError(f"{name}: {error}") from None
     return Snapshot(server, source, scope, sessions, locks, 0.0, derived, notes, pool)
+
+
+def _advisory_in_range(locks: list[LockRow]) -> None:
+    """An advisory lock's numbers as a lock tag holds them: classid and objid are uint32,
+    objsubid a uint16 (1 and 2 are the SQL functions' keys, any other an extension's tag).
+    Any other number is no lock PostgreSQL can show: the file was edited."""
+    for index, lock in enumerate(locks):
+        if lock.locktype != "advisory":
+            continue
+        for name, value, top in (
+            ("classid", lock.classid, UINT4_MAX),
+            ("objid", lock.objid, UINT4_MAX),
+            ("objid_last", lock.objid_last, UINT4_MAX),
+            ("objsubid", lock.objsubid, UINT2_MAX),
+        ):
+            if value is not None and not 0 <= value <= top:
+                raise FieldError(f"locks[{index}].{name}", f"{value} is outside 0..{top}")
 
 
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}",')))

@@ -22,7 +22,9 @@ from datetime import datetime, timedelta, timezone
 
 from lockdiag.core.model import LockRow
 
-DATABASE_BIT, TYPE_BIT, SUBID_BIT, CLASSID_BIT = 80, 66, 64, 32
+# objsubid is a lock tag's 16-bit field4 (an extension's tag may use any value); a lock type's
+# rank fits in 8 bits (PostgreSQL has a dozen types)
+DATABASE_BIT, TYPE_BIT, SUBID_BIT, CLASSID_BIT = 88, 80, 64, 32
 PLACE = 97  # bits of the sort key below the place: a waiter's bit, its wait start, the pid
 _EPOCH, _MICROSECOND = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
 _NO_START = (1 << 64) - 1  # a waiter with no wait start: last in its queue

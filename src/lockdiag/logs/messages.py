@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 
-from lockdiag.keys import LockTriple
+from lockdiag.keys import UINT2_MAX, UINT4_MAX, AdvisoryTag, LockTriple, is_key_form
 
 TEXT_MAX = 16 << 10  # characters kept of a message, DETAIL, STATEMENT or CONTEXT
 
@@ -121,6 +121,7 @@ class LockTag(NamedTuple):
     database: int | None = None
     relation: int | None = None
     advisory: LockTriple | None = None
+    tag: AdvisoryTag | None = None  # an extension's advisory tag (objsubid not 1 or 2)
 
 
 _TAGS: list[tuple[str, re.Pattern[str]]] = [
@@ -147,8 +148,10 @@ def parse_tag(text: str) -> LockTag:
         if kind != "advisory":
             return LockTag(kind, text, database, relation)
         classid, objid, objsubid = (int(found.group(i)) for i in (2, 3, 4))
-        if objsubid not in (1, 2) or classid >= 2**32 or objid >= 2**32:
-            return LockTag("advisory (other)", text, database)  # not a key a function takes
+        if classid > UINT4_MAX or objid > UINT4_MAX or objsubid > UINT2_MAX:
+            return LockTag("advisory (other)", text, database)  # no lock tag holds these
+        if not is_key_form(objsubid):  # an extension's C code took it: its numbers only
+            return LockTag(kind, text, database, tag=AdvisoryTag.of_row(classid, objid, objsubid))
         return LockTag(kind, text, database, None, LockTriple.of_row(classid, objid, objsubid))
     return LockTag("other", text)
 

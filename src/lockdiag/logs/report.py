@@ -11,7 +11,7 @@ from datetime import datetime
 
 from lockdiag.core.analysis import Decoded, decode
 from lockdiag.core.catalogue import Catalogue, build_catalogue
-from lockdiag.keys import LockTriple
+from lockdiag.keys import TAG_NAMESPACE, AdvisoryTag, LockTriple
 from lockdiag.logs.events import ReadCounts
 from lockdiag.logs.messages import Identity, LockTag
 from lockdiag.logs.tally import Cancellation, Deadlock, KeyTally, Tally, TimelineEvent, key_of
@@ -58,7 +58,7 @@ class LogReport:
     reads: list[ReadCounts]
     first: datetime | None
     last: datetime | None
-    timeline_key: LockTriple | None
+    timeline_key: LockTriple | AdvisoryTag | None
     timeline: list[TimelineEvent]
     labels: dict[tuple[object, ...], str]  # every tag's label, for deadlocks and timeouts
     timeline_left_out: int = 0  # events past KEPT_TIMELINE
@@ -93,6 +93,8 @@ class Namer:
             else:
                 namespace = "unregistered"
             return decoded.label, namespace, decoded
+        if tag.tag is not None:  # an extension's: its numbers, never a name
+            return tag.tag.label, TAG_NAMESPACE, None
         if tag.relation is not None and tag.database is not None:
             relation = self.relations.get((tag.database, tag.relation)) or self.relations.get(
                 (0, tag.relation)

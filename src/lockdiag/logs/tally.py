@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
-from lockdiag.keys import LockTriple
+from lockdiag.keys import AdvisoryTag, LockTriple
 from lockdiag.logs.events import LogReader, ReadCounts
 from lockdiag.logs.messages import (
     INTERESTING_ERRORS,
@@ -146,7 +146,8 @@ class TimelineEvent(NamedTuple):
 
 
 def key_of(tag: LockTag) -> tuple[object, ...]:
-    return (tag.kind, tag.database, tag.advisory) if tag.advisory else (tag.kind, tag.text)
+    numbers = tag.advisory or tag.tag
+    return (tag.kind, tag.database, numbers) if numbers else (tag.kind, tag.text)
 
 
 class Tally:
@@ -158,7 +159,7 @@ class Tally:
         since: datetime | None = None,
         until: datetime | None = None,
         gap: float = 60.0,
-        timeline_key: LockTriple | None = None,
+        timeline_key: LockTriple | AdvisoryTag | None = None,
         kept_keys: int = KEPT_KEYS,
         kept_episodes: int = KEPT_EPISODES,
     ) -> None:
@@ -274,7 +275,7 @@ class Tally:
     def _note(
         self, tag: LockTag, entry: Entry, event: str, waited: float | None, holders: tuple[int, ...]
     ) -> None:
-        if self.timeline_key is None or tag.advisory != self.timeline_key:
+        if self.timeline_key is None or (tag.advisory or tag.tag) != self.timeline_key:
             return
         if len(self.timeline) >= KEPT_TIMELINE:
             self.timeline_left_out += 1

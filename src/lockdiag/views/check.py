@@ -417,7 +417,8 @@ def nagios_line(incident: Incident, policy: CheckPolicy) -> str:
 def check_metrics(incident: Incident) -> list[Metric]:
     """The series of one check, for node_exporter's textfile collector. Label values are
     bounded: finding kinds and severities are fixed lists, namespaces come from the registry
-    (every unregistered key counts under namespace="unregistered")."""
+    (every unregistered key counts under namespace="unregistered", every extension's advisory
+    tag under namespace="(extension tag)")."""
     report = incident.report
     values = _metrics(incident)
     causes = Metric(
@@ -446,8 +447,8 @@ def check_metrics(incident: Incident) -> list[Metric]:
     counts = report.census.advisory
     locks = Metric(
         "lockdiag_advisory_locks",
-        "Advisory locks by database, namespace (the registry's, a known software's, or "
-        "unregistered) and state.",
+        "Advisory locks by database, namespace (the registry's, a known software's, "
+        "(extension tag) or unregistered) and state.",
     )
     for (database, name, state), count in sorted(counts.items()):
         locks.add(count, database=database, namespace=name, state=state)

@@ -155,7 +155,9 @@ def busy_bounds(snapshot: Snapshot, entries: Iterable[LockEntry]) -> list[BusyBo
         pid = lock.pid
         if pid is None or pid not in busy or pid in found or entry.lifetime != "session":
             continue
-        if lock.granted and lock.locktype == "advisory" and entry.held_at_least is not None:
+        # a key's (an extension's tag is no session lock of the team's: --session-age
+        # never judges one)
+        if lock.granted and entry.decoded is not None and entry.held_at_least is not None:
             assert session is not None and session.backend_start is not None  # _busy
             connected = (now - session.backend_start).total_seconds()
             label = lock_label(entry, snapshot.server)
@@ -265,6 +267,8 @@ def lock_data(entry: LockEntry) -> dict[str, Any]:
         "virtualtransaction": lock.virtualtransaction,
         # a span of an aggregated read: how many locks, up to which key (docs/reference/json.md)
         **({"count": lock.keys, "objid_last": lock.objid_last} if lock.keys > 1 else {}),
+        # an extension's advisory tag (objsubid not 1 or 2): its numbers only, never named
+        **({"extension_tag": True} if lock.advisory_tag is not None else {}),
     }
 
 
@@ -294,7 +298,9 @@ class EntryEncoder:
         lock, decoded = entry.lock, entry.decoded
         if not lock.granted or entry.blocks:  # contested: its own queue fields
             return orjson.dumps({**entry_data(entry, self._session(entry)), **self.extra})
-        if decoded is None or lock[2:7] != _NO_OBJECT:  # not advisory: lock fields its own
+        # not a key (another lock type, an extension's tag), or a span (its count and last
+        # key are its own): lock fields its own
+        if decoded is None or lock[2:7] != _NO_OBJECT or lock.keys > 1:
             head, tail = self._parts(entry)
             return head + orjson.dumps(lock_data(entry))[1:-1] + tail
         # the fields that shape the item: who holds it, how and since when (database,
@@ -347,7 +353,7 @@ class EntryEncoder:
         if parts is None:
             full = {**entry_data(entry, self._session(entry)), **self.extra}
             names = list(full)
-            middle = set(names[HEAD_FIELDS : HEAD_FIELDS + len(LOCK_FIELDS)])
+            middle = set(lock_data(entry))  # a span's and a tag's fields too
             head = {k: full[k] for k in names[:HEAD_FIELDS]}
             tail = {k: v for k, v in full.items() if k not in head and k not in middle}
             parts = self.shared[context] = (
@@ -373,24 +379,6 @@ class EntryEncoder:
         first, last = middle.index(_MARK), middle.rindex(_MARK) + len(_MARK)
         numbers = middle[first:last].replace(b"%", b"%%").replace(_MARK, b"%d")
         return head + middle[:first], numbers, middle[last:] + tail
-
-
-LOCK_FIELDS = (
-    "namespace",
-    "resource",
-    "form",
-    "known",
-    "key",
-    "classid",
-    "objid",
-    "objsubid",
-    "relation",
-    "page",
-    "tuple",
-    "transactionid",
-    "virtualxid",
-    "virtualtransaction",
-)
 
 
 def pool_attached(pool: PoolLink) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from lockdiag.core.analysis import Decoded, LockEntry
 from lockdiag.durations import format_duration
-from lockdiag.keys import DERIVATION, LockTriple
+from lockdiag.keys import DERIVATION, AdvisoryTag, LockTriple
 from lockdiag.registry import AdvisoryKey, Problem, Registry
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import (
@@ -73,11 +73,21 @@ def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEn
 
 
 def key_data(
-    key: LockTriple,
+    key: LockTriple | AdvisoryTag,
     decoded: Decoded | None = None,
     seen: str | None = None,
     holders: Iterable[LockEntry] = (),
 ) -> dict[str, Any]:
+    if isinstance(key, AdvisoryTag):  # no form, no arguments, no SQL: an extension's numbers
+        return {
+            "form": None,
+            "args": None,
+            "classid": key.classid,
+            "objid": key.objid,
+            "objsubid": key.objsubid,
+            "sql": None,
+            "extension_tag": True,
+        }
     return {
         "form": key.form,
         "args": list(key.args),
@@ -116,6 +126,25 @@ def key_output(key: AdvisoryKey, given: tuple[str, ...], function: str) -> Outpu
             "parts": parts or None,
             **key_data(triple),
             "sql": sql,
+        }
+
+    return Output(blocks, data)
+
+
+def tag_output(tag: AdvisoryTag) -> Output:
+    """``decode`` of an extension's tag: what it is, in one line; never a name."""
+
+    def blocks() -> list[Block]:
+        return [Text([f"{tag.label}: {tag.meaning}"])]
+
+    def data() -> dict[str, Any]:
+        return {
+            "namespace": None,
+            "resource": None,
+            "known": None,
+            **key_data(tag),
+            "meaning": tag.meaning,
+            "notes": [],
         }
 
     return Output(blocks, data)

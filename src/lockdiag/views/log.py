@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from lockdiag.keys import AdvisoryTag
 from lockdiag.logs import (
     GZIP_RATIO,
     MAX_LINE,
@@ -208,6 +209,8 @@ def _cancellation_row(
 def _timeline_label(report: LogReport) -> str:
     key = report.timeline_key
     assert key is not None
+    if isinstance(key, AdvisoryTag):  # its label is its numbers
+        return key.label
     named = next((k.label for k in report.keys if k.tally.tag.advisory == key), None)
     return f"{clean(named)} {key.describe()}" if named else key.describe()
 
@@ -452,7 +455,7 @@ def log_data(report: LogReport) -> dict[str, Any]:
 
 def _key_data(key: KeyReport) -> dict[str, Any]:
     tally, tag, decoded = key.tally, key.tally.tag, key.decoded
-    advisory = tag.advisory
+    advisory = tag.advisory or tag.tag
     return {
         "key": key.label,
         "namespace": key.namespace,

@@ -6,6 +6,7 @@ from typing import Any
 
 from lockdiag.core.observe import KeyStats, Pattern, Sampler, patterns
 from lockdiag.durations import format_duration
+from lockdiag.keys import TAG_NAMESPACE
 from lockdiag.render import STEP, Block, Output, Table, Text, clean
 from lockdiag.views.common import (
     JSON_VERSION,
@@ -18,7 +19,7 @@ from lockdiag.views.metrics import Metric, exposition, gauge
 def _namespace_rows(sampler: Sampler) -> dict[str, dict[str, float]]:
     totals: dict[str, dict[str, float]] = {}
     for stats in sampler.keys.values():
-        name = stats.namespace or "unregistered"
+        name = stats.namespace or (TAG_NAMESPACE if stats.tag else "unregistered")
         row = totals.setdefault(
             name,
             {
@@ -201,6 +202,7 @@ def sample_output(sampler: Sampler, interval: float, duration: float | None = No
                     "key": s.label,
                     "database": s.database,
                     "namespace": s.namespace,
+                    **({"extension_tag": True} if s.tag else {}),
                     "samples_held": s.samples_held,
                     "samples_waited": s.samples_waited,
                     "holders": [{"application_name": a, "client": c} for a, c in sorted(s.holders)],

@@ -11,6 +11,7 @@ from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import ownership
 from lockdiag.durations import format_duration
+from lockdiag.keys import AdvisoryTag
 from lockdiag.render import STEP, VERDICT, Block, Output, Text, clean
 from lockdiag.views.columns import (
     HOLDER_COLUMNS,
@@ -39,7 +40,8 @@ from lockdiag.views.keys import key_data, lock_sql
 
 def verdict(report: WhoHolds) -> str:
     """The answer in one sentence: who holds the key, how, and how many wait."""
-    label = f"{report.decoded.label} {report.key}"
+    # a key's name and its numbers; a tag's label is its numbers
+    label = report.label if report.decoded is None else f"{report.label} {report.key}"
     if not report.holders:
         if report.waiters:
             return f"nobody holds {label} right now, but {len(report.waiters)} session(s) wait"
@@ -54,7 +56,7 @@ def verdict(report: WhoHolds) -> str:
 def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
     """The key in the incident's terms, and one next step: whether its holder is a cause, or
     in a cause's chain, or waits for something else, or whether nobody waits at all."""
-    label = clean(f"{report.decoded.label}")
+    label = clean(report.label)
     if not report.holders:
         if report.waiters:
             return (
@@ -199,6 +201,17 @@ def _seen(holders: list[LockEntry]) -> str | None:
     return "session" if any(e.lifetime == "session" for e in holders) else None
 
 
+def _key_line(report: WhoHolds) -> str:
+    """The key's numbers and the SQL that takes it; a tag's numbers and what it is."""
+    key, decoded = report.key, report.decoded
+    if isinstance(key, AdvisoryTag):
+        numbers = f"classid={key.classid} objid={key.objid} objsubid={key.objsubid}"
+        return f"tag: pg_locks {numbers}: {key.meaning}"
+    assert decoded is not None  # a key is always decoded (Diagnosis.who_holds)
+    sql = lock_sql(decoded, _seen(report.holders), report.holders)
+    return f"key: pg_locks {key}, {key.form} {key.describe()}; SQL: {sql}"
+
+
 def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     now = snapshot.server.now
     key = report.key
@@ -223,12 +236,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 [f"{'then' if way_out else 'next'}: {clean(next_step)}"] if next_step else [],
                 rank=STEP,
             ),
-            Text(
-                [
-                    f"key: pg_locks {key}, {key.form} {key.describe()}; "
-                    f"SQL: {lock_sql(report.decoded, _seen(report.holders), report.holders)}"
-                ]
-            ),
+            Text([_key_line(report)]),
             table(
                 HOLDER_COLUMNS,
                 holders,
@@ -253,9 +261,9 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         return {
             "version": JSON_VERSION,
             "server": server_data(snapshot),
-            "namespace": decoded.namespace.name if decoded.namespace else None,
-            "resource": decoded.resource,
-            "known": known_data(decoded.known) if decoded.known else None,
+            "namespace": decoded.namespace.name if decoded and decoded.namespace else None,
+            "resource": decoded.resource if decoded else None,
+            "known": known_data(decoded.known) if decoded and decoded.known else None,
             "key": key_data(key, report.decoded, _seen(report.holders), report.holders),
             "held": report.held,
             "verdict": answer,

@@ -105,10 +105,12 @@ class Census:
     flagged: dict[Flag, list[LockEntry]]  # the entries carrying each flag, in order
     software: dict[int, Known]  # the well-known software whose lock each backend holds
     waiters: list[LockEntry]  # locks not granted, in order
-    # advisory locks by (database, namespace: the registry's, a known software's or
-    # "unregistered", "held" or "waiting")
+    # advisory locks by (database, namespace: the registry's, a known software's,
+    # "(extension tag)" or "unregistered", "held" or "waiting")
     advisory: dict[tuple[str, str, str], int]
-    oldest_session_lock: float  # the longest lower bound of a certain session lock, or 0
+    # the longest lower bound of a certain session lock, or 0 (an extension's tag is not
+    # one of the team's session locks)
+    oldest_session_lock: float
 
 
 def census(entries: list[LockEntry]) -> Census:
@@ -123,12 +125,19 @@ def census(entries: list[LockEntry]) -> Census:
         decoded, granted = entry.decoded, entry.lock.granted
         if not granted:
             waiters.append(entry)
-        elif entry.lifetime == "session" and (entry.held_at_least or 0.0) > oldest:
+        elif (
+            entry.lifetime == "session"
+            and (entry.held_at_least or 0.0) > oldest
+            and entry.lock.advisory_tag is None
+        ):
             oldest = entry.held_at_least or 0.0
         if decoded is None:
-            continue
-        namespace, known = decoded.namespace, decoded.known
-        kind = (entry.database, id(namespace), id(known), granted)
+            if entry.lock.advisory_tag is None:
+                continue  # not advisory; an extension's tag is counted as "(extension tag)"
+            namespace, known = None, None
+        else:
+            namespace, known = decoded.namespace, decoded.known
+        kind = (entry.database, id(namespace), id(known), granted, decoded is None)
         count = counted.get(kind)
         if count is None:
             count = counted[kind] = _Count(entry)

@@ -22,6 +22,9 @@ def label(entry: LockEntry, server: ServerInfo | None = None) -> str:
     can tell it (``server``), else in pg_locks' own terms."""
     if entry.decoded is not None:  # a span's: its lowest key's, as the full read's first
         return entry.decoded.first_keys(1)[0].label
+    tag = entry.lock.advisory_tag  # an extension's: its numbers (a span's: its lowest's)
+    if tag is not None:
+        return tag.label
     return describe_lock(entry.lock, server) if server is not None else entry.lock.locktype
 
 
