@@ -22,6 +22,7 @@ from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
+from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
 from lockdiag.registry import Poolers, Registry
 
 # the enrichment files, each used only when its table exists and trust.vet lets it be read
@@ -56,13 +57,15 @@ def capture(
     what an answer needs: :class:`Aggregated`) with its sessions, and the keys of ``names``
     as the server's hashtext() computes them. An aggregated read whose spans could hide a
     key the catalogue names alone (a database's, known only once read) is read again in
-    full."""
+    full. Text that may be in another database's encoding comes as its bytes (raw_text.py); a
+    text no encoding explains is shown with U+FFFD, and a note says where."""
     sql, params = _snapshot_query(connection.info.server_version, scope, registry or Registry())
     started = time.perf_counter()
     locks: list[LockRow] = []
     sessions: dict[int, Session] = {}
     server: dict[str, Any] = {}
-    relations: dict[int, str] = {}
+    relations: dict[int, str] = {}  # their bytes in hex, decoded once the encoding is known
+    texts = Texts()
     make = LockRow._make
     with connection.cursor() as cursor:
         params.update(names=names or [], software_tables=catalogue.SIGN_TABLES)
@@ -80,7 +83,7 @@ def capture(
                 if row[17] is not None:
                     relations[row[3]] = row[17]
             elif kind == "session":
-                session = build_record(Session, row[18], "session")
+                session = build_record(Session, texts.session(row[18]), "session")
                 sessions[session.pid] = session
             else:
                 server = row[18]
@@ -89,6 +92,9 @@ def capture(
     # a read as cheaper than it was (an overstatement only makes them read less often)
     elapsed = time.perf_counter() - started
     hashed = server.pop("hashed", None) or {}
+    own = texts.server(server)
+    for oid, name in relations.items():
+        relations[oid] = texts.decoded(name, own, where=f"relation {oid}") or ""
     info = server_info(dict(server, relations=relations), connection.info.server_version)
     derived = catalogue.derived_keys(
         [("hashtext", name, key) for name, key in hashed.items()], info.database
@@ -101,6 +107,8 @@ def capture(
     taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
         return capture(connection, source, extent, names, registry)
+    if texts.replaced:
+        taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken
 
 
@@ -253,7 +261,7 @@ def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) ->
         reason = error.diag.message_primary or one_line(str(error))
         notes = [*snapshot.notes, f"tables pg_repack is repacking not named: {reason}"]
         return dataclasses.replace(snapshot, notes=notes)
-    relations = {**server.relations, **{int(oid): str(name) for oid, name in rows}}
+    relations = {**server.relations, **relation_names(rows)}
     return dataclasses.replace(snapshot, server=dataclasses.replace(server, relations=relations))
 
 

@@ -16,21 +16,14 @@ verifies them all after connecting (:mod:`lockdiag.pg.session`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.adapt import Buffer, Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from lockdiag.errors import InputError
-
-if TYPE_CHECKING:
-    from lockdiag.core.model import Session, Snapshot
 
 APPLICATION_NAME = "lockdiag"
 # psycopg encodes queries and decodes text in the session's client_encoding, from the first
@@ -106,71 +99,6 @@ def conninfo(dsn: str | None, timeout: float, server_version: int = 0) -> str:
         connect_timeout=connect_timeout(timeout),
         options=f"{user_options} {session_options(timeout, server_version)}".strip(),
     )
-
-
-@dataclass
-class Undecodable:
-    """How many text values from the server were not valid UTF-8 (shown with U+FFFD)."""
-
-    values: int = 0
-
-
-def tolerate_undecodable(connection: psycopg.Connection[Any], seen: Undecodable) -> None:
-    """Text that is not valid UTF-8 is decoded with replacement characters instead of raising,
-    and counted in ``seen``. The server converts text from the database's encoding to the
-    session's, or, from a SQL_ASCII database, validates it (an error, not bytes), so all text
-    is valid UTF-8 except, in a UTF8 database, what it holds unconverted: other databases'
-    strings in pg_stat_activity (a query...: lockdiag reads them as JSON) and the shared
-    catalogs' names (of type name, in the encoding of the database they were created from). A
-    LATIN1 database's 'é' is one byte that UTF-8 refuses.
-
-    So only JSON and name go through these loaders (JSON's is Python anyway): text keeps
-    psycopg's C loader, and the snapshot's lock rows their speed (a Python text loader made
-    the client's part half as slow again at 20k locks)."""
-
-    def text(data: Buffer) -> str:
-        try:
-            return str(data, "utf-8")
-        except UnicodeDecodeError:
-            seen.values += 1
-            return str(data, "utf-8", "replace")
-
-    class Text(Loader):
-        def load(self, data: Buffer) -> str:
-            return text(data)
-
-    class Json(Loader):
-        def load(self, data: Buffer) -> Any:
-            return json.loads(text(data))
-
-    connection.adapters.register_loader("json", Json)
-    connection.adapters.register_loader("name", Text)
-
-
-def undecodable_note(snapshot: Snapshot) -> str:
-    """The note for a snapshot some of whose text was not valid UTF-8, naming the databases
-    of the sessions it came from (once each)."""
-    databases = sorted(
-        {
-            session.database or "?"
-            for session in snapshot.sessions.values()
-            if any(REPLACED in (text or "") for text in _texts(session))
-        }
-    )
-    where = "the server"
-    if databases:
-        where = f"database{'s' if len(databases) > 1 else ''} {', '.join(databases)}"
-    return (
-        f"text from {where} is not valid UTF-8 (another encoding): shown with replacement "
-        f"characters ({REPLACED}, U+FFFD)"
-    )
-
-
-REPLACED = "\ufffd"
-
-
-def _texts(session: Session) -> tuple[str | None, ...]:
-    return (session.query, session.application_name, session.user, session.database)
 
 
 def one_line(message: str) -> str:

@@ -38,6 +38,7 @@ from lockdiag.keys import LockTriple, from_pair
 from lockdiag.pg import deadline, queries
 from lockdiag.pg.connection import one_line
 from lockdiag.pg.pgbouncer import read_console
+from lockdiag.pg.raw_text import UTF8, Texts, codec
 from lockdiag.pg.session import DiagnosticSession, server_error
 from lockdiag.registry import Registry
 
@@ -138,7 +139,10 @@ class PoolTest:
             row = probe.execute(queries.query("pooltest_probe").encode()).fetchone()
         finally:
             self.close(probe)
-        address, database, role = row if row else (None, None, None)
+        address, raw_database, raw_role, encoding = row if row else (None, None, None, None)
+        texts = Texts()  # the names as their bytes, with the database's encoding (raw_text.py)
+        database = texts.decoded(raw_database, UTF8, codec(encoding))
+        role = texts.decoded(raw_role, UTF8, codec(encoding))
         snapshot = self.direct.snapshot("advisory")
         servers: set[int] = set()
         for console_dsn in consoles:

@@ -21,7 +21,6 @@ statements by then): a session whose encoding is not UTF8 even then is refused.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -39,16 +38,14 @@ from lockdiag.pg.capture import capture, complete
 from lockdiag.pg.connection import (
     APPLICATION_NAME,
     CLIENT_ENCODING,
-    Undecodable,
     conninfo,
     one_line,
     scrub,
     session_settings,
-    tolerate_undecodable,
-    undecodable_note,
     version_settings,
 )
 from lockdiag.pg.deadline import BoundedConnection
+from lockdiag.pg.raw_text import UTF8, Texts, codec, relation_names
 
 if TYPE_CHECKING:
     from lockdiag.core.model import DerivedKey, Scope, Snapshot
@@ -78,7 +75,6 @@ class DiagnosticSession:
         self.server_version = 0  # told by the first connection: the settings of that version
         self._told = False
         self.memory = PoolMemory()  # what earlier reads showed of pooled connections
-        self.undecodable = Undecodable()  # text values from the server that were not UTF-8
 
     def __enter__(self) -> DiagnosticSession:
         return self
@@ -142,7 +138,6 @@ class DiagnosticSession:
                 f"cannot connect: {one_line(scrub(str(error), self.dsn))}",
                 hint=_connect_hint(str(error)),
             ) from None
-        tolerate_undecodable(connection, self.undecodable)
         self.server_version = connection.info.server_version  # known before any statement
         query = _settings_query(self.timeout, self.server_version)
         try:
@@ -237,10 +232,7 @@ class DiagnosticSession:
         may take at most (each statement has the session's deadline anyway)."""
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
         with self.conversation(within) as connection:
-            undecodable = self.undecodable.values
             taken = capture(connection, self.describe(), scope, names, self.registry)
-            if self.undecodable.values != undecodable:
-                taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
             if self.registry is None and self.poolers is None:
                 return taken
             taken = complete(connection, taken, self.registry, self.poolers, self.timeout)
@@ -263,9 +255,14 @@ class DiagnosticSession:
             if oids:
                 sql = queries.query("relation_names", version)
                 relations = connection.execute(sql.encode(), {"oids": oids}).fetchall()
-        here = next((int(oid) for oid, _, current in rows if current), None)
-        databases = {int(oid): str(name) for oid, name, _ in rows}
-        return here, databases, {int(oid): str(name) for oid, name in relations}
+        # names as their bytes, with the connected database's encoding (raw_text.py)
+        here = next((int(oid) for oid, _, current, _ in rows if current), None)
+        texts = Texts()
+        databases = {
+            int(oid): texts.decoded(name, UTF8, codec(encoding)) or ""
+            for oid, name, _, encoding in rows
+        }
+        return here, databases, relation_names(relations)
 
     def activity(self, within: float | None = None) -> Activity:
         """The cheap probe of the backends (no lock-manager lock): see core.pacing.Pacer;

@@ -65,6 +65,7 @@ import psycopg
 from psycopg import sql
 
 from lockdiag.pg import queries
+from lockdiag.pg.raw_text import UTF8, Texts, codec
 
 TEXT = ("text", "varchar")
 TIMESTAMP = ("timestamptz", "timestamp")
@@ -120,12 +121,13 @@ def vet(connection: psycopg.Connection[Any], tables: list[str]) -> list[Verdict]
     text = queries.query("trust_tables", connection.info.server_version)
     rows = connection.execute(text.encode(), {"tables": json.dumps(wanted)}).fetchall()
     found = {row[0]: row[1:] for row in rows}
-    verdicts = []
+    verdicts, texts = [], Texts()
     for table in tables:
         if table not in found:
             verdicts.append(Verdict(table, ("no longer exists",)))
             continue
-        kind, row_security, wrong_columns, untrusted = found[table]
+        kind, row_security, wrong_columns, raw_untrusted, encoding = found[table]
+        untrusted = [texts.decoded(u, UTF8, codec(encoding)) or "" for u in raw_untrusted]
         verdicts.append(Verdict(table, reasons(kind, row_security, wrong_columns, untrusted)))
     return verdicts
 

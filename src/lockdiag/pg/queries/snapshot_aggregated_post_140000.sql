@@ -55,11 +55,13 @@ WITH l AS MATERIALIZED (
 SELECT 'lock' AS kind, s.locktype, s.database, s.relation, s.page, s.tuple, s.virtualxid,
        s.transactionid::text AS transactionid, s.classid, s.objid, s.objsubid,
        s.virtualtransaction, s.pid, s.mode, s.granted, s.waitstart, s.blocked_by,
-       -- a relation's name is only known to pg_class of its own database (or shared)
+       -- a relation's name is only known to pg_class of its own database (or shared); sent
+       -- as its bytes, as the full read sends it
        CASE WHEN s.relation IS NOT NULL
              AND s.database IN (0, (SELECT d.oid FROM pg_catalog.pg_database AS d
                                     WHERE d.datname = pg_catalog.current_database()))
-            THEN s.relation::pg_catalog.regclass::text END AS relation_name,
+            THEN pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
+                     s.relation::pg_catalog.regclass::text), 'escape'), 'hex') END AS relation_name,
        NULL::json AS detail
 FROM sorted AS s
 WHERE s.single OR (s.pid, s.database, s.mode, s.classid, s.objsubid) IN (

@@ -8,6 +8,10 @@
 -- %(names)s: names whose keys only hashtext() computes (pg_partman's, the registry's [known]
 -- hashtext and pgmq queues): hashed here, once, for the locks of every database.
 -- The session runs with search_path = pg_catalog: regclass prints other schemas qualified.
+-- Text another database may hold in its own encoding (pg_stat_activity's query, the shared
+-- catalogs' names: datname, usename, CURRENT_USER) and the connected database's relation names
+-- (in SQL_ASCII any bytes) are sent as their bytes, in hex, through quote_literal (byte by
+-- byte), which nothing can fail: raw_text.py decodes them in their database's encoding.
 SELECT 'lock' AS kind, l.locktype, l.database, l.relation, l.page, l.tuple, l.virtualxid,
        l.transactionid::text AS transactionid, l.classid, l.objid, l.objsubid,
        l.virtualtransaction, l.pid, l.mode, l.granted, l.waitstart,
@@ -16,7 +20,8 @@ SELECT 'lock' AS kind, l.locktype, l.database, l.relation, l.page, l.tuple, l.vi
        CASE WHEN l.relation IS NOT NULL
              AND l.database IN (0, (SELECT d.oid FROM pg_catalog.pg_database AS d
                                     WHERE d.datname = pg_catalog.current_database()))
-            THEN l.relation::pg_catalog.regclass::text END AS relation_name,
+            THEN pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
+                     l.relation::pg_catalog.regclass::text), 'escape'), 'hex') END AS relation_name,
        NULL::json AS detail
 FROM pg_catalog.pg_locks AS l
 WHERE (%(all_types)s OR l.locktype = 'advisory')
@@ -25,27 +30,44 @@ UNION ALL
 SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL,
        pg_catalog.json_build_object(
-           'pid', a.pid, 'database', a.datname, 'user', a.usename,
+           'pid', a.pid,
+           'database', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.datname),
+                                                           'escape'), 'hex'),
+           'user', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.usename),
+                                                       'escape'), 'hex'),
            'application_name', a.application_name, 'client_addr', a.client_addr,
            'client_port', a.client_port, 'backend_start', a.backend_start,
            'xact_start', a.xact_start, 'query_start', a.query_start,
            'state_change', a.state_change, 'state', a.state,
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
-           'backend_type', a.backend_type, 'leader_pid', a.leader_pid, 'query', a.query,
+           'backend_type', a.backend_type, 'leader_pid', a.leader_pid,
+           'query', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.query),
+                                                        'escape'), 'hex'),
+           -- the query's database's encoding, and whether the query may be cut short (the
+           -- server keeps track_activity_query_size - 1 bytes, then cuts by the connected
+           -- database's encoding, not the query's: up to 3 bytes of a character may be left)
+           'encoding', pg_catalog.pg_encoding_to_char(d.encoding),
+           'cut', pg_catalog.octet_length(a.query) + 4 >= (
+               SELECT s.setting::pg_catalog.int4 FROM pg_catalog.pg_settings AS s
+               WHERE s.name = 'track_activity_query_size'),
            -- 0 for none, so a file from before this column reads as unknown, not as none
            'backend_xid', COALESCE(a.backend_xid::text::bigint, 0))
 FROM pg_catalog.pg_stat_activity AS a
+LEFT JOIN pg_catalog.pg_database AS d ON d.oid = a.datid
 WHERE a.pid <> pg_catalog.pg_backend_pid()
 UNION ALL
 SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL,
        pg_catalog.json_build_object(
            'now', pg_catalog.now(),
-           'current_user', CURRENT_USER,
+           'current_user', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
+                               CURRENT_USER), 'escape'), 'hex'),
            'backend_pid', pg_catalog.pg_backend_pid(),
            'in_recovery', pg_catalog.pg_is_in_recovery(),
            'read_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
-           'database', pg_catalog.current_database(),
+           'database', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
+                           pg_catalog.current_database()), 'escape'), 'hex'),
+           'encoding', pg_catalog.getdatabaseencoding(),
            'hashed', (SELECT pg_catalog.json_object_agg(s, pg_catalog.hashtext(s))
                       FROM pg_catalog.unnest(%(names)s::text[]) AS s),
            -- tables (in any schema) whose presence confirms a guessed key's software, such
@@ -56,7 +78,9 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                                  AND c.relkind IN ('r', 'p')),
            'extensions', (SELECT pg_catalog.json_agg(e.extname) FROM pg_catalog.pg_extension AS e
                           WHERE e.extname IN ('pg_partman', 'pgmq')),
-           'databases', (SELECT pg_catalog.json_object_agg(d.oid, d.datname)
+           'databases', (SELECT pg_catalog.json_object_agg(d.oid, pg_catalog.encode(
+                                    pg_catalog.decode(pg_catalog.quote_literal(d.datname),
+                                                      'escape'), 'hex'))
                          FROM pg_catalog.pg_database AS d),
            -- tables of well-known software whose rows name advisory keys (known.py), read
            -- from the catalog (to_regclass() raises without USAGE on the schema); a table

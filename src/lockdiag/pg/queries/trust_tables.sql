@@ -93,9 +93,14 @@ SELECT r.name, r.relkind::text,
                 OR t.typname::text NOT IN (SELECT pg_catalog.json_array_elements_text(e.value))
                 OR a.attcollation >= 16384
              ORDER BY e.key) AS wrong_columns,
-       ARRAY(SELECT DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0) || ' that uses '
+       -- each as its bytes (raw_text.py): an owner's name is a shared catalog's, in the encoding
+       -- of the database it was created from, which the server may fail to convert
+       ARRAY(SELECT pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(u.what),
+                                                        'escape'), 'hex')
+             FROM (
+             SELECT DISTINCT pg_catalog.pg_describe_object(x.classid, x.objid, 0) || ' that uses '
                     || pg_catalog.pg_describe_object(x.refclassid, x.refobjid, 0)
-                    || COALESCE(' owned by ' || owner.rolname, '')
+                    || COALESCE(' owned by ' || owner.rolname, '') AS what
              FROM reached AS x
              LEFT JOIN pg_catalog.pg_proc AS p
                ON x.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = x.refobjid
@@ -120,6 +125,7 @@ SELECT r.name, r.relkind::text,
                                     'pg_catalog.pg_opclass'::pg_catalog.regclass,
                                     'pg_catalog.pg_opfamily'::pg_catalog.regclass)
                AND x.refobjid >= 16384
-               AND owner.rolsuper IS NOT TRUE
-             ORDER BY 1) AS untrusted
+               AND owner.rolsuper IS NOT TRUE) AS u
+             ORDER BY u.what) AS untrusted,
+       pg_catalog.getdatabaseencoding() AS encoding
 FROM relation AS r
