@@ -1,0 +1,372 @@
+"""Wait-for chains computed over the graph (issue 44, item 2): each session expanded once,
+exact counts, no recursion a deep chain can overflow, output bounded in depth.
+
+Hand-made snapshots (tests/snapshots.py): a 3000-deep chain through every command that shows
+chains, DAGs whose waiters share blockers, and a property over random wait-for graphs against
+a brute-force reachability. The real 14-layer incident is in tests/test_chains_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from snapshots import advisory, session, snapshot
+
+from lockdiag.cli import cli
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.findings import CheckPolicy, Kind, Threshold
+from lockdiag.core.graph import Blockers, Tree, tree_pids
+from lockdiag.core.model import LockRow, Session, Snapshot
+from lockdiag.core.snapshot_file import save
+from lockdiag.core.termination import preview
+from lockdiag.registry import Registry, parse_registry
+from lockdiag.render import Table, plain
+from lockdiag.views.blockers import JSON_DEPTH, TEXT_DEPTH, blockers_output
+from lockdiag.views.columns import ListRow
+from lockdiag.views.listing import by_urgency
+
+_PARSED, _ = parse_registry("[namespaces.plain]\nid = 7\n")
+assert _PARSED is not None
+REGISTRY: Registry = _PARSED
+PLAIN = 7
+DEPTH = 3000  # Python's recursion limit is 1000
+
+
+def active(pid: int) -> Session:
+    return session(pid, "active", -timedelta(seconds=1))
+
+
+def idle_in_transaction(pid: int, held: float) -> Session:
+    return session(pid, "idle in transaction", -timedelta(seconds=held), in_transaction=True)
+
+
+def held(pid: int, key: int) -> LockRow:
+    return advisory(pid, key, namespace=PLAIN)
+
+
+def waits(pid: int, key: int, blockers: tuple[int, ...], waited: float) -> LockRow:
+    return advisory(pid, key, False, blockers, namespace=PLAIN, waited=waited)
+
+
+def deep_chain(depth: int) -> Snapshot:
+    """pid 10000 holds key 0, idle in transaction; each next pid holds its own key and waits
+    for the one before it: a straight chain ``depth`` sessions deep."""
+    pids = range(10_000, 10_000 + depth + 1)
+    sessions = [idle_in_transaction(pids[0], 3600.0), *map(active, pids[1:])]
+    locks = [held(pid, n) for n, pid in enumerate(pids)]
+    locks += [waits(pid, n - 1, (pid - 1,), float(depth - n + 60)) for n, pid in enumerate(pids)][
+        1:
+    ]
+    return snapshot(sessions, locks)
+
+
+def run(*args: str) -> Any:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+@pytest.fixture
+def deep_file(tmp_path: Path) -> str:
+    path = tmp_path / "deep.json"
+    save(deep_chain(DEPTH), path)
+    return str(path)
+
+
+# -- a 3000-deep chain: every command that shows chains ---------------------------------------
+
+
+def test_check_counts_a_3000_deep_chain(deep_file: str) -> None:
+    result = run("check", "--from", deep_file)
+    assert result.exit_code == 2, result.output
+    assert f"blocks {DEPTH} session(s) (1 directly)" in result.output, result.output
+
+
+def test_blockers_folds_a_3000_deep_chain_and_says_how_many(deep_file: str) -> None:
+    result = run("blockers", "--from", deep_file)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(f"blocks 1 directly, {DEPTH} in total, longest wait 50m59s"), lines[0]
+    rows = lines[1:]
+    assert len(rows) == TEXT_DEPTH + 2, rows  # the root, TEXT_DEPTH levels, one fold row
+    assert rows[0].startswith("pid 10000 w [idle in transaction")
+    assert rows[TEXT_DEPTH].startswith("   " * (TEXT_DEPTH - 1) + f"└─ pid {10_000 + TEXT_DEPTH} ")
+    assert rows[-1] == "   " * TEXT_DEPTH + (
+        f"└─ … {DEPTH - TEXT_DEPTH} more session(s) below pid {10_000 + TEXT_DEPTH}, deeper "
+        f"than {TEXT_DEPTH} levels (--format json has every edge)"
+    )
+
+
+def test_blockers_json_of_a_3000_deep_chain(deep_file: str) -> None:
+    result = run("blockers", "--from", deep_file, "--format", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    (root,) = document["roots"]
+    assert (root["pid"], root["direct"], root["total"]) == (10_000, 1, DEPTH)
+    assert len(document["edges"]) == DEPTH and len(document["nodes"]) == DEPTH + 1
+    node, depth = root["tree"], 0
+    while node["children"]:
+        assert node["folded"] == 0 and node["shown_under"] is None
+        (node,) = node["children"]
+        depth += 1
+    assert (depth, node["pid"]) == (JSON_DEPTH, 10_000 + JSON_DEPTH)
+    assert node["folded"] == DEPTH - JSON_DEPTH
+
+
+def test_watch_frame_of_a_3000_deep_chain(deep_file: str) -> None:
+    result = run("watch", "--once", "--from", deep_file)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    heading = next(line for line in lines if line.startswith("root blocker 1:"))
+    assert f"{DEPTH} in total" in heading, heading
+    assert any(f"{DEPTH - TEXT_DEPTH} more session(s) below" in line for line in lines), lines
+    assert max(map(len, lines)) < 200
+
+
+def test_list_ranks_a_3000_deep_chain() -> None:
+    shot = deep_chain(DEPTH)
+    report = Diagnosis(shot, REGISTRY).listing()
+    rows = [ListRow(None, e, shot.server) for e in report.entries]
+    ordered = by_urgency(rows, {None: report.roots()})
+    # the root's lock first, then each session of the chain in its order: its wait, its lock
+    pids = [row.entry.lock.pid for row in ordered]
+    assert pids[:5] == [10_000, 10_001, 10_001, 10_002, 10_002], pids[:5]
+    assert pids[-1] == 10_000 + DEPTH
+
+
+def test_terminate_preview_lists_a_3000_deep_chain() -> None:
+    plan = preview(Diagnosis(deep_chain(DEPTH), REGISTRY), 10_000)
+    assert plan.blocked == list(range(10_001, 10_001 + DEPTH))  # nearest first
+
+
+# -- shared blockers: each waiter once, counts exact -------------------------------------------
+
+
+def diamond(waited: float = 60.0) -> Snapshot:
+    """10 holds key 1, idle in transaction; 11 and 12 wait for it, each holding key 2 shared;
+    13 waits for key 2, behind both of them."""
+    sessions = [idle_in_transaction(10, 600.0), active(11), active(12), active(13)]
+    locks = [
+        held(10, 1),
+        waits(11, 1, (10,), waited),
+        waits(12, 1, (10, 11), waited),
+        held(11, 2)._replace(mode="ShareLock"),
+        held(12, 2)._replace(mode="ShareLock"),
+        waits(13, 2, (11, 12), waited),
+    ]
+    return snapshot(sessions, locks)
+
+
+def expanded(tree: Tree) -> list[int]:
+    """The pids a tree expands (its leaves that point elsewhere left out)."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if not node.cycle and node.shown_under is None:
+            found.append(node.pid)
+            todo.extend(reversed(node.children))
+    return found
+
+
+def test_a_waiter_behind_two_blockers_is_expanded_once() -> None:
+    graph = Diagnosis(diamond(), REGISTRY).graph
+    (root,) = graph.roots
+    assert (root.pid, root.direct, root.total) == (10, 2, 3)
+    assert tree_pids(root.tree) == [10, 11, 13, 12, 13]
+    assert expanded(root.tree) == [10, 11, 13, 12]
+    (_, twelve) = root.tree.children
+    (again,) = twelve.children
+    assert (again.pid, again.shown_under, again.cycle, again.children) == (13, 10, False, [])
+    text = plain(blockers_output(incident_of(diamond())).blocks())
+    assert "└─ pid 13 w [active 1s]  ↑ already shown above" in text, text
+    assert text.count("pid 13 ") == 2, text
+
+
+def incident_of(shot: Snapshot, policy: CheckPolicy | None = None) -> Any:
+    return Diagnosis(shot, REGISTRY).incident(policy or CheckPolicy())
+
+
+def test_a_crowded_root_counts_each_session_behind_it_once() -> None:
+    """13 is behind 10 through 11 and through 12: three sessions wait, not four."""
+    quiet = CheckPolicy(max_blocked=Threshold(3, 20))
+    report = Diagnosis(diamond(), REGISTRY).findings(quiet)
+    assert not [f for f in report.findings if f.kind is Kind.BLOCKED_MANY]
+    loud = CheckPolicy(max_blocked=Threshold(2, 20))
+    (crowded,) = [
+        f for f in Diagnosis(diamond(), REGISTRY).findings(loud).findings
+        if f.kind is Kind.BLOCKED_MANY
+    ]  # fmt: skip
+    assert "blocks 3 session(s) that have waited 30s or more (3 behind it in all" in (
+        crowded.evidence
+    ), crowded.evidence
+
+
+def test_a_wait_behind_two_roots_is_credited_to_the_worst_everywhere() -> None:
+    """10 and 20 both hold key 1; 30 waits for it (10 minutes): its wait is 10's symptom in
+    the incident and in check's findings alike (check credited it to the last root)."""
+    shot = snapshot(
+        [active(10), active(20), active(30)],
+        [
+            held(10, 1)._replace(mode="ShareLock"),
+            held(20, 1)._replace(mode="ShareLock"),
+            waits(30, 1, (10, 20), 600.0),
+        ],
+    )
+    found = incident_of(shot)
+    first = found.causes[0]
+    assert first.pid == 10 and [f.pid for f in first.symptoms] == [30]
+    (wait,) = [f for f in found.report.findings if f.kind is Kind.LONG_WAIT]
+    assert wait.root == 10
+    graph = found.report.graph
+    assert (graph.chain_of(30), graph.holds_up(10, 30), graph.holds_up(20, 30)) == (10, True, True)
+    second = found.causes[1]
+    assert second.root is not None
+    (leaf,) = second.root.tree.children
+    assert (leaf.pid, leaf.shown_under) == (30, 10)
+
+
+# -- folding: the text and the JSON trees stay bounded in depth ---------------------------------
+
+
+def test_a_chain_just_deep_enough_is_not_folded() -> None:
+    text = plain(blockers_output(incident_of(deep_chain(TEXT_DEPTH))).blocks())
+    assert "more session(s) below" not in text and f"pid {10_000 + TEXT_DEPTH} " in text
+
+
+def test_the_markdown_table_folds_as_the_text_does() -> None:
+    output = blockers_output(incident_of(deep_chain(TEXT_DEPTH + 5)))
+    assert output.document is not None
+    blocks = output.document()
+    (table,) = [b for b in blocks if isinstance(b, Table)]
+    rows = table.rows
+    assert len(rows) == TEXT_DEPTH + 2
+    assert rows[-1][5] == f"… 5 more session(s) deeper than {TEXT_DEPTH} levels"
+    assert rows[-2][1] == ".".join(["1"] * TEXT_DEPTH)
+
+
+# -- random wait-for graphs against brute force ------------------------------------------------
+
+
+@st.composite
+def wait_graphs(draw: st.DrawFn) -> Snapshot:
+    """Up to 10 sessions over 3 keys: each holds some keys and waits for at most one other,
+    pg_blocking_pids() naming some of its holders (hard) and of its other waiters (queued):
+    shared blockers, loops and waiters only queued behind others all come up."""
+    count = draw(st.integers(2, 10))
+    pids = list(range(1, count + 1))
+    holds = {pid: draw(st.sets(st.integers(0, 2), max_size=2)) for pid in pids}
+    wants = {pid: draw(st.sampled_from([None, 0, 1, 2])) for pid in pids}
+    locks = [
+        held(pid, key)._replace(mode="ShareLock") for pid in pids for key in sorted(holds[pid])
+    ]
+    for pid in pids:
+        key = wants[pid]
+        if key is None or key in holds[pid]:
+            continue
+        others = [p for p in pids if p != pid and (key in holds[p] or wants[p] == key)]
+        named = draw(
+            st.lists(st.sampled_from(others), unique=True, min_size=1) if others else st.just([])
+        )
+        waited = draw(st.sampled_from([1.0, 5.0, 40.0, 400.0]))
+        locks.append(waits(pid, key, tuple(named), waited))
+    return snapshot([active(pid) for pid in pids], locks)
+
+
+def brute_children(graph: Blockers) -> dict[int, list[int]]:
+    """The edges trees follow: every hard one; a waiter with none hangs under the first
+    waiter it is queued behind."""
+    hard = {e.waiter for e in graph.edges if e.kind == "holds"}
+    children: dict[int, list[int]] = {}
+    placed: set[int] = set()
+    for e in graph.edges:
+        if e.kind == "holds" or (e.waiter not in hard and e.waiter not in placed):
+            placed.add(e.waiter)
+            children.setdefault(e.blocker, []).append(e.waiter)
+    return children
+
+
+def reach(start: int, follows: dict[int, list[int]]) -> set[int]:
+    found, todo = set(), deque([start])
+    while todo:
+        for nxt in follows.get(todo.popleft(), []):
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return found
+
+
+@settings(max_examples=300)
+@given(wait_graphs(), st.randoms(use_true_random=False))
+def test_chains_match_brute_force_reachability(shot: Snapshot, rng: Any) -> None:
+    graph = Diagnosis(shot, REGISTRY).graph
+    children = brute_children(graph)
+    waiting = {e.waiter for e in graph.edges}
+    roots = {e.blocker for e in graph.edges} - waiting
+    assert {r.pid for r in graph.roots} == roots
+    behind = {r: reach(r, children) - {r} for r in roots}
+    for root in graph.roots:
+        below = behind[root.pid]
+        waited = [w.waited for p in below if (w := graph.nodes[p].waits) and w.waited is not None]
+        assert root.total == len(below)
+        assert root.direct == len(children.get(root.pid, []))
+        assert root.longest_wait == max(waited, default=None)
+        for pid in shot.sessions:
+            assert graph.holds_up(root.pid, pid) == (pid in below)
+        assert graph.count_behind(root.pid, graph.selection([*below, root.pid])) == len(below)
+    keys = [(-r.total, -(r.longest_wait or 0.0), r.pid) for r in graph.roots]
+    assert keys == sorted(keys)
+    for pid in shot.sessions:
+        first = next((r.pid for r in graph.roots if pid in behind[r.pid]), None)
+        assert graph.chain_of(pid) == first
+    order = [r.pid for r in graph.roots]
+    rng.shuffle(order)
+    for forest in (graph.roots, graph.ranked(order)):
+        assert [r.pid for r in forest] in ([r.pid for r in graph.roots], order)
+        every: list[int] = []
+        shown_under: dict[int, int] = {}
+        for root in forest:
+            assert root.tree.pid == root.pid and root.tree.edge is None
+            assert set(tree_pids(root.tree)) <= behind[root.pid] | {root.pid}
+            check_tree(root.tree, children, shown_under, root.pid)
+            every += expanded(root.tree)
+        assert sorted(every) == sorted(set().union(*behind.values(), roots))  # each once
+        for pid, under in shown_under.items():  # a leaf points to the root that expands it
+            assert pid in expanded(next(r.tree for r in forest if r.pid == under))
+    follows: dict[int, list[int]] = {}
+    for e in graph.edges:
+        follows.setdefault(e.waiter, []).append(e.blocker)
+    looping = {p for p in shot.sessions if p in reach(p, follows)}
+    assert set().union(*map(set, graph.cycles)) == looping
+    for loop in graph.cycles:
+        assert loop[0] == min(loop) and len(set(loop)) == len(loop) >= 2
+        for waiter, blocker in zip(loop, [*loop[1:], loop[0]], strict=True):
+            assert blocker in follows[waiter]
+
+
+def check_tree(
+    top: Tree, children: dict[int, list[int]], shown_under: dict[int, int], root: int
+) -> None:
+    """Each expanded node has its pid's children in order; a leaf is a loop back to a node
+    above it or points to the root that expands it."""
+    todo: list[tuple[Tree, tuple[int, ...]]] = [(top, ())]
+    while todo:
+        node, above = todo.pop()
+        if node.cycle:
+            assert node.pid in above and not node.children and node.shown_under is None
+            continue
+        if node.shown_under is not None:
+            assert not node.children
+            shown_under[node.pid] = node.shown_under
+            continue
+        assert [c.pid for c in node.children] == children.get(node.pid, [])
+        for child in node.children:
+            assert child.edge is not None and child.edge.blocker == node.pid
+            todo.append((child, (*above, node.pid)))
