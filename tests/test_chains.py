@@ -3,7 +3,7 @@ exact counts, no recursion a deep chain can overflow, output bounded in depth.
 
 Hand-made snapshots (tests/snapshots.py): a 3000-deep chain through every command that shows
 chains, DAGs whose waiters share blockers, and a property over random wait-for graphs against
-a brute-force reachability. The real 14-layer incident is in tests/test_chains_server.py.
+a brute-force reachability. Then the real incident of the issue: 14 layers of 3 sessions.
 """
 
 from __future__ import annotations
@@ -27,11 +27,15 @@ from lockdiag.core.graph import Blockers, Tree, tree_pids
 from lockdiag.core.model import LockRow, Session, Snapshot
 from lockdiag.core.snapshot_file import save
 from lockdiag.core.termination import preview
+from lockdiag.demo.cluster import Cluster
+from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import Table, plain
 from lockdiag.views.blockers import JSON_DEPTH, TEXT_DEPTH, blockers_output
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency
+
+from conftest import Sessions, Worker
 
 _PARSED, _ = parse_registry("[namespaces.plain]\nid = 7\n")
 assert _PARSED is not None
@@ -370,3 +374,87 @@ def check_tree(
         for child in node.children:
             assert child.edge is not None and child.edge.blocker == node.pid
             todo.append((child, (*above, node.pid)))
+
+
+# -- the real incident of issue 44: 14 layers of 3 sessions ------------------------------------
+
+LAYERS = 14
+NAMED = "[namespaces.tenant_summary]\nid = 4102\n"
+
+
+def layered(sessions: Sessions) -> list[list[Worker]]:
+    """Layer 0 holds pg_advisory_lock_shared(4102, 0), idle; each session of layer i holds
+    (4102, i) shared, then waits for (4102, i - 1) exclusive: behind the three sessions of
+    layer i - 1 (they hold it) and the sessions of its own layer that asked before it."""
+    layers: list[list[Worker]] = []
+    for level in range(LAYERS):
+        layer = []
+        for n in range(3):
+            worker = sessions.open(f"layer{level}-{n}")
+            worker.run(f"SELECT pg_advisory_lock_shared(4102, {level})")
+            if level:
+                worker.start(f"SELECT pg_advisory_lock(4102, {level - 1})")
+                sessions.waiting(worker)
+            layer.append(worker)
+        layers.append(layer)
+    return layers
+
+
+def nodes_of(tree: Tree) -> list[Tree]:
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo += node.children
+    return found
+
+
+def test_the_layered_incident_on_a_real_server_is_linear(
+    cluster: Cluster, sessions: Sessions, tmp_path: Path
+) -> None:
+    """Each session of the 13 waiting layers has 3 blockers: 3^13 paths from each root,
+    which the trees followed (1.4 GB and 15 s for check). Every tree edge is one node now,
+    each session expanded once, and every count exact."""
+    layers = layered(sessions)
+    names, _ = parse_registry(NAMED)
+    assert names is not None
+    graph = Diagnosis(take_snapshot(cluster.dsn(), 5, "all"), names).graph
+    top = [w.pid for w in layers[0]]
+    assert sorted(r.pid for r in graph.roots) == sorted(top)
+    waiting = 3 * (LAYERS - 1)
+    assert {(r.direct, r.total) for r in graph.roots} == {(3, waiting)}
+    hard = [e for e in graph.edges if e.kind == "holds"]
+    assert len(hard) == 9 * (LAYERS - 1)  # each waiter, behind each of the 3 above
+    assert len(graph.edges) - len(hard) == 3 * (LAYERS - 1)  # 2nd behind 1st, 3rd behind both
+    trees = [nodes_of(root.tree) for root in graph.roots]
+    assert sum(map(len, trees)) == len(graph.roots) + len(hard)  # a node a root or an edge
+    assert len(trees[0]) == 1 + 3 + 3 * 3 * (LAYERS - 2)  # the worst root expands them all
+    assert sorted(p for root in graph.roots for p in expanded(root.tree)) == sorted(
+        w.pid for layer in layers for w in layer
+    )
+    assert [len(t) for t in trees[1:]] == [4, 4]  # its 3 waiters, shown under the first
+    deepest = layers[-1][0].pid
+    assert all(graph.holds_up(pid, deepest) for pid in top)
+    assert graph.chain_of(deepest) == graph.roots[0].pid
+
+    (tmp_path / "lockdiag.toml").write_text(NAMED)  # tests run in tmp_path
+    dsn, timeout = cluster.dsn(), ["--timeout", "2s"]
+    check = run("check", "--dsn", dsn, "--wait-age", "1ms,1h", *timeout)
+    assert f"blocks {waiting} session(s) (3 directly)" in check.stdout, check.stdout
+    text = run("blockers", "--dsn", dsn, *timeout)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert len(lines) == 3 + 3 + len(hard), lines  # headings, roots, one row an edge
+    # a row a waiter expanded (once), else a leaf: 6 under the other two roots
+    assert sum("↑ shown under root blocker pid" in line for line in lines) == 6
+    assert sum("↑ already shown above" in line for line in lines) == len(hard) - waiting - 6
+    document = json.loads(run("blockers", "--dsn", dsn, "--format", "json", *timeout).stdout)
+    assert [r["total"] for r in document["roots"]] == [waiting] * 3
+    holder = run("who-holds", "--key", "4102,0", "--dsn", dsn, *timeout)
+    assert holder.exit_code == 0 and "root blocker" in holder.stdout, holder.output
+    watched = run("watch", "--once", "--dsn", dsn, *timeout)
+    assert watched.exit_code == 0 and f"{waiting} in total" in watched.stdout, watched.output
+    path = tmp_path / "layers.json"
+    assert run("snapshot", "--dsn", dsn, "-o", str(path)).exit_code == 0
+    again = run("blockers", "--from", str(path)).stdout.splitlines()  # the file says as much
+    assert len(again) == len(lines) and again[0].split(" · ")[0] == lines[0].split(" · ")[0]
