@@ -237,6 +237,29 @@ def test_a_wait_behind_two_roots_is_credited_to_the_worst_everywhere() -> None:
     assert (leaf.pid, leaf.shown_under) == (30, 10)
 
 
+def test_leaves_shown_elsewhere_share_a_row() -> None:
+    """5 sessions hold key 1 in share mode; 12 wait for it, behind all 5: the first root's
+    tree has the 12, each other root one row naming them (8, then a count)."""
+    holders, waiting = range(10, 15), range(20, 32)
+    shot = snapshot(
+        [*map(active, holders), *map(active, waiting)],
+        [held(pid, 1)._replace(mode="ShareLock") for pid in holders]
+        + [waits(pid, 1, tuple(holders), 60.0) for pid in waiting],
+    )
+    output = blockers_output(incident_of(shot))
+    lines = plain(output.blocks()).splitlines()
+    first = lines[1].split()[1]
+    row = (
+        f"└─ pids 20, 21, 22, 23, 24, 25, 26, 27 and 4 more  ↑ shown under root blocker pid {first}"
+    )
+    assert lines.count(row) == 4, lines
+    assert len(lines) == 5 + 1 + 12 + 4 * 2, lines  # headings, the first tree, 4 of 2 rows
+    assert output.document is not None
+    (table,) = [b for b in output.document() if isinstance(b, Table)]
+    shared = [r for r in table.rows if r[2] == "20, 21, 22, 23, 24, 25, 26, 27 and 4 more"]
+    assert [r[5] for r in shared] == [f"↑ shown under root blocker pid {first}"] * 4
+
+
 # -- folding: the text and the JSON trees stay bounded in depth ---------------------------------
 
 
@@ -444,10 +467,14 @@ def test_the_layered_incident_on_a_real_server_is_linear(
     text = run("blockers", "--dsn", dsn, *timeout)
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
-    assert len(lines) == 3 + 3 + len(hard), lines  # headings, roots, one row an edge
-    # a row a waiter expanded (once), else a leaf: 6 under the other two roots
-    assert sum("↑ shown under root blocker pid" in line for line in lines) == 6
-    assert sum("↑ already shown above" in line for line in lines) == len(hard) - waiting - 6
+    # headings, roots, a row a waiter (expanded once), and a row for the 3 waiters under each
+    # 2nd and 3rd session of a layer, shown above, and for those under the other 2 roots
+    assert len(lines) == 3 + 3 + waiting + 2 * (LAYERS - 2) + 2, lines
+    assert sum(line.endswith("  ↑ already shown above") for line in lines) == 2 * (LAYERS - 2)
+    first = lines[1].split()[1]  # root blocker 1's pid, on its tree's first row
+    others = [line for line in lines if "↑ shown under root blocker pid" in line]
+    listed = ", ".join(str(w.pid) for w in layers[1])
+    assert others == [f"└─ pids {listed}  ↑ shown under root blocker pid {first}"] * 2
     document = json.loads(run("blockers", "--dsn", dsn, "--format", "json", *timeout).stdout)
     assert [r["total"] for r in document["roots"]] == [waiting] * 3
     holder = run("who-holds", "--key", "4102,0", "--dsn", dsn, *timeout)

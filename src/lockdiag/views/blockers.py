@@ -83,14 +83,19 @@ JSON_DEPTH = 100
 
 
 def tree_rows(tree: Tree, report: Blockers) -> list[TreeRow]:
-    """A root's tree as rows in reading order, folded below TEXT_DEPTH (an explicit stack:
-    a chain thousands deep is no deeper for Python)."""
+    """A root's tree as rows in reading order, folded below TEXT_DEPTH, leaves shown
+    elsewhere side by side on one row (an explicit stack: a chain thousands deep is no
+    deeper for Python)."""
     rows = [TreeRow("", _root_text(tree, report), "│  " if tree.children else "   ")]
-    todo = [(child, "", i == len(tree.children) - 1) for i, child in _backwards(tree.children)]
+    todo = _pending(tree, "")
     while todo:
-        node, prefix, last = todo.pop()
+        item, prefix, last = todo.pop()
         glyphs = prefix + ("└─ " if last else "├─ ")
         below = prefix + ("   " if last else "│  ")
+        if isinstance(item, list):
+            rows.append(TreeRow(glyphs, _elsewhere_text(item, tree.pid), below + "   ", 0))
+            continue
+        node = item
         expanded = not node.cycle and node.shown_under is None
         text = _waiter_text(node, report, tree.pid)
         rows.append(
@@ -106,14 +111,45 @@ def tree_rows(tree: Tree, report: Blockers) -> list[TreeRow]:
             )
             rows.append(TreeRow(below + "└─ ", line, below + "   ", folded))
             continue
-        n = len(node.children)
-        todo += [(child, below, i == n - 1) for i, child in _backwards(node.children)]
+        todo += _pending(node, below)
     return rows
 
 
-def _backwards(children: list[Tree]) -> list[tuple[int, Tree]]:
-    """Children last first, for a stack that pops them in order."""
-    return list(reversed(list(enumerate(children))))
+Pending = list[tuple[Tree | list[Tree], str, bool]]  # a row to come: what, its prefix, last
+LISTED = 8  # pids a row of leaves shown elsewhere names, before a count of the rest
+
+
+def _pending(node: Tree, prefix: str) -> Pending:
+    """The rows of a node's children, last first (a stack pops them in order)."""
+    items = _items(node.children)
+    last = len(items) - 1
+    return [(item, prefix, i == last) for i, item in reversed(list(enumerate(items)))]
+
+
+def _items(children: list[Tree]) -> list[Tree | list[Tree]]:
+    """Children, each a row, except that two or more leaves in a row shown in the same
+    place (sessions that wait for several of the same holders) share one."""
+    items: list[Tree | list[Tree]] = []
+    for child in children:
+        run = items[-1] if items and child.shown_under is not None else None
+        if isinstance(run, list) and run[0].shown_under == child.shown_under:
+            run.append(child)
+        elif isinstance(run, Tree) and run.shown_under == child.shown_under:
+            items[-1] = [run, child]
+        else:
+            items.append(child)
+    return items
+
+
+def _elsewhere_text(leaves: list[Tree], root: int) -> str:
+    """``pids 12, 13, 14  ↑ already shown above``: leaves shown in one place."""
+    return f"pids {_listed(leaves)}  {_elsewhere(leaves[0], root)}"
+
+
+def _listed(leaves: list[Tree]) -> str:
+    """``12, 13, 14``, at most LISTED of them, then how many more."""
+    pids = ", ".join(str(leaf.pid) for leaf in leaves[:LISTED])
+    return pids + (f" and {len(leaves) - LISTED} more" if len(leaves) > LISTED else "")
 
 
 def _root_text(tree: Tree, report: Blockers) -> str:
@@ -390,60 +426,71 @@ MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "
 
 def _markdown_blocks(report: Blockers, roots: list[Root], headings: list[str]) -> list[Block]:
     """Every session of every chain as a row of one table: its root, its place in the tree
-    ("root", then 1, 1.2 ...), the lock it holds (a root) or waits for, whom it waits for."""
-    server = report.snapshot.server
+    ("root", then 1, 1.2 ...), the lock it holds (a root) or waits for, whom it waits for;
+    folded and with leaves shown elsewhere side by side, as the text tree."""
     rows: list[list[str]] = []
-
-    def state(pid: int) -> str:
-        node = report.nodes.get(pid)
-        session = node.session if node else None
-        if session is None:
-            return ""
-        if session.hidden:
-            return "[state hidden]"
-        since = ""
-        if session.state and session.state_change is not None:
-            since = f" {format_duration((server.now - session.state_change).total_seconds())}"
-        return f"{clean(session.state)}{since}" if session.state else ""
-
-    def row(tree: Tree, number: int, position: str, root: int) -> list[str]:
-        node = report.nodes.get(tree.pid)
-        session = node.session if node else None
-        app = clean(session.application_name) if session and session.application_name else ""
-        if tree.edge is None:
-            held = node.holds if node else []
-            lock = ", ".join(dict.fromkeys(lock_label(e, server) for e in held))
-            lock = f"holds {lock}" if lock else ""
-            bound = [e.held_at_least for e in held if e.held_at_least is not None]
-            wait = f"held ≥ {format_duration(max(bound))}" if bound else ""
-            by = ""
-        else:
-            waits = node.waits if node else None
-            lock = f"{lock_label(waits, server)} ({waits.lock.mode})" if waits else ""
-            wait = format_duration(waits.waited) if waits and waits.waited is not None else ""
-            by = f"pid {tree.edge.blocker}"
-            if tree.edge.kind == "queued":
-                by += " (queued behind a waiter)"
-            if tree.cycle or tree.shown_under is not None:
-                lock, wait = _elsewhere(tree, root), ""
-        return [str(number), position, str(tree.pid), app, state(tree.pid), lock, by, wait]
-
     for number, root in enumerate(roots, start=1):
-        todo = [(root.tree, "root", 0)]
-        while todo:  # depth first, in reading order, folded below TEXT_DEPTH as the text
-            tree, position, depth = todo.pop()
-            rows.append(row(tree, number, position, root.pid))
-            if depth >= TEXT_DEPTH and tree.children:
-                folded = f"… {sessions_below(tree)} more session(s) deeper than {TEXT_DEPTH} levels"
+        todo: list[tuple[Tree | list[Tree], str, int]] = [(root.tree, "root", 0)]
+        while todo:  # depth first, in reading order
+            item, position, depth = todo.pop()
+            if isinstance(item, list):
+                edge = item[0].edge
+                by = f"pid {edge.blocker}" if edge is not None else ""
+                elsewhere = _elsewhere(item[0], root.pid)
+                rows.append([str(number), position, _listed(item), "", "", elsewhere, by, ""])
+                continue
+            rows.append(_markdown_row(report, item, number, position, root.pid))
+            if depth >= TEXT_DEPTH and item.children:
+                folded = f"… {sessions_below(item)} more session(s) deeper than {TEXT_DEPTH} levels"
                 rows.append([str(number), f"{position}.…", "", "", "", folded, "", ""])
                 continue
-            for index, child in reversed(list(enumerate(tree.children, start=1))):
+            below = []
+            for index, child in enumerate(_items(item.children), start=1):
                 place = str(index) if position == "root" else f"{position}.{index}"
-                todo.append((child, place, depth + 1))
+                below.append((child, place, depth + 1))
+            todo += reversed(below)
     out: list[Block] = [Text([heading], "verdict") for heading in headings]
     out.append(Table(MARKDOWN_HEADERS, rows))
     out += [Text([_cycle_line(cycle)], "error") for cycle in report.cycles]
     return out
+
+
+def _markdown_row(report: Blockers, tree: Tree, number: int, position: str, root: int) -> list[str]:
+    server = report.snapshot.server
+    node = report.nodes.get(tree.pid)
+    session = node.session if node else None
+    app = clean(session.application_name) if session and session.application_name else ""
+    if tree.edge is None:
+        held = node.holds if node else []
+        lock = ", ".join(dict.fromkeys(lock_label(e, server) for e in held))
+        lock = f"holds {lock}" if lock else ""
+        bound = [e.held_at_least for e in held if e.held_at_least is not None]
+        wait = f"held ≥ {format_duration(max(bound))}" if bound else ""
+        by = ""
+    else:
+        waits = node.waits if node else None
+        lock = f"{lock_label(waits, server)} ({waits.lock.mode})" if waits else ""
+        wait = format_duration(waits.waited) if waits and waits.waited is not None else ""
+        by = f"pid {tree.edge.blocker}"
+        if tree.edge.kind == "queued":
+            by += " (queued behind a waiter)"
+        if tree.cycle or tree.shown_under is not None:
+            lock, wait = _elsewhere(tree, root), ""
+    return [str(number), position, str(tree.pid), app, _state(report, tree.pid), lock, by, wait]
+
+
+def _state(report: Blockers, pid: int) -> str:
+    node = report.nodes.get(pid)
+    session = node.session if node else None
+    if session is None:
+        return ""
+    if session.hidden:
+        return "[state hidden]"
+    since = ""
+    if session.state and session.state_change is not None:
+        now = report.snapshot.server.now
+        since = f" {format_duration((now - session.state_change).total_seconds())}"
+    return f"{clean(session.state)}{since}" if session.state else ""
 
 
 def _node_data(node: Node) -> dict[str, Any]:
