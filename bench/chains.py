@@ -1,8 +1,9 @@
 """Deep and shared wait-for chains (issue 44, item 2): what they cost the commands that show
-them, read from snapshot files built by hand (no server).
+them, read from snapshot files built by hand, or from a real server.
 
     python bench/chains.py                          # 14 and 30 layers of 3; a 3000-deep chain
     python bench/chains.py --layers 14 30 60 --width 3 --depth 3000 --runs 3 --json out.json
+    python bench/chains.py --server --layers 14 30  # real sessions on the bench's own cluster
 
 A layered incident: layer 0 holds one advisory key in share mode, idle; each session of layer
 i holds key i in share mode and waits for key i - 1 in exclusive mode, behind the sessions of
@@ -14,12 +15,16 @@ session waits for the one before it.
 For each file, each command (``check``, ``blockers``, ``blockers --format json``,
 ``who-holds``, ``watch --once``, each ``--from`` the file, run as people run it) is timed
 ``--runs`` times: the median wall and CPU seconds, and the largest peak resident memory
-(ru_maxrss of that process alone, from wait4). Output is discarded but counted.
+(ru_maxrss of that process alone, from wait4). Output is discarded but counted. With
+``--server`` the layers are real sessions on a throwaway cluster, the commands read it with
+``--timeout`` (2s), and one exporter scrape is timed too (with the exporter's peak memory,
+VmHWM, and its ``lockdiag_up``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -114,13 +119,15 @@ def straight(depth: int) -> Snapshot:
     return _snapshot(sessions, locks)
 
 
-def commands(path: str) -> dict[str, list[str]]:
+def commands(path: str | None) -> dict[str, list[str]]:
+    """Each command measured, reading the file at ``path`` (None: options said later)."""
+    source = ["--from", path] if path is not None else []
     return {
-        "check": ["check", "--from", path],
-        "blockers": ["blockers", "--from", path],
-        "blockers --format json": ["blockers", "--from", path, "--format", "json"],
-        "who-holds": ["who-holds", "--key", f"{NAMESPACE},0", "--from", path],
-        "watch --once": ["watch", "--once", "--from", path],
+        "check": ["check", *source],
+        "blockers": ["blockers", *source],
+        "blockers --format json": ["blockers", *source, "--format", "json"],
+        "who-holds": ["who-holds", "--key", f"{NAMESPACE},0", *source],
+        "watch --once": ["watch", "--once", *source],
     }
 
 
@@ -145,22 +152,98 @@ def run(arguments: list[str]) -> dict[str, float]:
 def measure(name: str, shot: Snapshot, runs: int, directory: Path) -> list[dict[str, Any]]:
     path = directory / f"{name.replace(' ', '-')}.json"
     save(shot, path)
-    found = []
-    for command, arguments in commands(str(path)).items():
-        times = [run(arguments) for _ in range(runs)]
-        found.append(
-            {
-                "snapshot": name,
-                "file_kb": round(path.stat().st_size / 1024, 1),
-                "command": command,
-                "wall_s": round(statistics.median(t["wall_s"] for t in times), 3),
-                "cpu_s": round(statistics.median(t["cpu_s"] for t in times), 3),
-                "peak_mb": round(max(t["peak_mb"] for t in times), 1),
-                "output_kb": round(times[0]["output_bytes"] / 1024, 1),
-                "exit": int(times[0]["exit"]),
-            }
-        )
-    return found
+    size = path.stat().st_size / 1024
+    return [
+        _row(name, size, command, [run(arguments) for _ in range(runs)])
+        for command, arguments in commands(str(path)).items()
+    ]
+
+
+def _row(name: str, file_kb: float, command: str, times: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "snapshot": name,
+        "file_kb": round(file_kb, 1),
+        "command": command,
+        "wall_s": round(statistics.median(t["wall_s"] for t in times), 3),
+        "cpu_s": round(statistics.median(t["cpu_s"] for t in times), 3),
+        "peak_mb": round(max(t["peak_mb"] for t in times), 1),
+        "output_kb": round(times[0]["output_bytes"] / 1024, 1),
+        "exit": int(times[0]["exit"]),
+    }
+
+
+def on_server(layers: int, width: int, runs: int, timeout: str) -> list[dict[str, Any]]:
+    """The layered incident with real sessions on a throwaway cluster: each command against
+    it, then one exporter scrape."""
+    import psycopg
+    from run import exporter_process, scraper  # bench/run.py, beside this file
+
+    from lockdiag.demo.cluster import create_cluster
+
+    cluster = create_cluster(settings={"max_connections": str(layers * width + 20)})
+    name = f"{layers} layers of {width}, server"
+    sessions: list[psycopg.Connection[Any]] = []  # open while measured: they hold the locks
+    try:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            for level in range(layers):
+                for n in range(width):
+                    dsn = cluster.dsn(application_name=f"layer{level}-{n}")
+                    sessions.append(_layer_session(dsn, level, admin))
+        options = ["--dsn", cluster.dsn(), "--timeout", timeout]
+        found = [
+            _row(name, 0.0, command, [run([*arguments, *options]) for _ in range(runs)])
+            for command, arguments in commands(None).items()
+        ]
+        with exporter_process(cluster, "--interval", "1h", "--timeout", timeout) as (pid, address):
+            scrape = {"wall_s": scraper(address)(), "cpu_s": 0.0, "output_bytes": 0.0, "exit": 0.0}
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            scrape["peak_mb"] = (
+                next(int(s.split()[1]) for s in status if s.startswith("VmHWM")) / 1024
+            )
+            up = _up(address)
+        found.append(_row(name, 0.0, f"exporter scrape (up {up})", [scrape]))
+        return found
+    finally:
+        cluster.destroy()  # ends every session, the waiting ones included
+
+
+def _layer_session(dsn: str, level: int, admin: Any) -> Any:
+    """A session that holds key ``level`` in share mode and, past layer 0, waits (in a thread
+    of its own) for key ``level - 1`` in exclusive mode; returns once pg_locks shows it."""
+    import threading
+
+    import psycopg
+
+    session = psycopg.connect(dsn, autocommit=True)
+    session.execute("SELECT pg_advisory_lock_shared(%s, %s)", (NAMESPACE, level))
+    if not level:
+        return session
+
+    def wait() -> None:
+        with contextlib.suppress(psycopg.Error):  # until the cluster goes
+            session.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, level - 1))
+
+    threading.Thread(target=wait, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not admin.execute(WAITING, (session.info.backend_pid,)).fetchone()[0]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: pid {session.info.backend_pid} never waited")
+        time.sleep(0.01)
+    return session
+
+
+WAITING = "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted AND waitstart IS NOT NULL"
+
+
+def _up(address: str) -> str:
+    """lockdiag_up on the exporter's page: 1 when its scrape answered within its deadline."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=120) as response:
+        page = response.read().decode()
+    return ",".join(
+        line.split()[-1] for line in page.splitlines() if line.startswith("lockdiag_up")
+    )
 
 
 def main() -> None:
@@ -170,28 +253,41 @@ def main() -> None:
     parser.add_argument("--depth", type=int, nargs="*", default=[3000])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", dest="out", help="also write the figures to this file")
+    parser.add_argument("--server", action="store_true", help="real sessions, not files")
+    parser.add_argument("--timeout", default="2s", help="the commands' --timeout (--server)")
     options = parser.parse_args()
-    shapes = [(f"{n} layers of {options.width}", layered(n, options.width)) for n in options.layers]
-    shapes += [(f"chain {d} deep", straight(d)) for d in options.depth]
     results: list[dict[str, Any]] = []
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="lockdiag-chains-") as directory:
-        print(
-            f"{'snapshot':<20} {'file':>8} {'command':<22} {'wall':>7} {'CPU':>7} {'peak':>8} "
-            f"{'output':>9} exit"
-        )
-        for name, shot in shapes:
-            for row in measure(name, shot, options.runs, Path(directory)):
-                results.append(row)
-                print(
-                    f"{row['snapshot']:<20} {row['file_kb']:>6.0f}KB {row['command']:<22} "
-                    f"{row['wall_s']:>6.2f}s {row['cpu_s']:>6.2f}s {row['peak_mb']:>6.1f}MB "
-                    f"{row['output_kb']:>7.1f}KB {row['exit']:>4}",
-                    flush=True,
-                )
+    print(
+        f"{'snapshot':<26} {'file':>8} {'command':<26} {'wall':>7} {'CPU':>7} {'peak':>9} "
+        f"{'output':>9} exit"
+    )
+    if options.server:
+        for layers in options.layers:
+            for row in on_server(layers, options.width, options.runs, options.timeout):
+                results.append(_print(row))
+    else:
+        shapes = [
+            (f"{n} layers of {options.width}", layered(n, options.width)) for n in options.layers
+        ]
+        shapes += [(f"chain {d} deep", straight(d)) for d in options.depth]
+        with tempfile.TemporaryDirectory(prefix="lockdiag-chains-") as directory:
+            for name, shot in shapes:
+                for row in measure(name, shot, options.runs, Path(directory)):
+                    results.append(_print(row))
     print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; {options.runs} runs")
     if options.out:
         Path(options.out).write_text(json.dumps({"runs": options.runs, "results": results}))
+
+
+def _print(row: dict[str, Any]) -> dict[str, Any]:
+    print(
+        f"{row['snapshot']:<26} {row['file_kb']:>6.0f}KB {row['command']:<26} "
+        f"{row['wall_s']:>6.2f}s {row['cpu_s']:>6.2f}s {row['peak_mb']:>7.1f}MB "
+        f"{row['output_kb']:>7.1f}KB {row['exit']:>4}",
+        flush=True,
+    )
+    return row
 
 
 if __name__ == "__main__":
