@@ -279,6 +279,58 @@ def test_the_markdown_table_folds_as_the_text_does() -> None:
     assert rows[-2][1] == ".".join(["1"] * TEXT_DEPTH)
 
 
+def layers(count: int) -> Snapshot:
+    """Layer 0 (pids 100, 101) holds key 0 in share mode; each session of layer i holds key i
+    in share mode and waits for key i - 1, behind both of layer i - 1: in the first root's
+    tree the first of each layer has the layer below, the second a row of leaves shown above."""
+    pids = [(100 + 2 * level, 101 + 2 * level) for level in range(count)]
+    locks = [
+        held(p, level)._replace(mode="ShareLock") for level, two in enumerate(pids) for p in two
+    ]
+    locks += [
+        waits(p, level - 1, pids[level - 1], 60.0) for level in range(1, count) for p in pids[level]
+    ]
+    return snapshot([active(p) for two in pids for p in two], locks)
+
+
+def test_a_fold_never_hides_only_leaves_shown_elsewhere() -> None:
+    """At the fold's depth, a session whose waiters are all shown above keeps its row of
+    them: folding it said '… 0 more session(s)' and hid where they are."""
+    count = TEXT_DEPTH + 5
+    lines = plain(blockers_output(incident_of(layers(count))).blocks()).splitlines()
+    assert not [line for line in lines if "… 0 more" in line], lines
+    deepest = [line for line in lines if "more session(s) below" in line]
+    assert len(deepest) == 1 and f"… {2 * (count - 1 - TEXT_DEPTH)} more" in deepest[0], lines
+    second = 101 + 2 * TEXT_DEPTH  # the second session TEXT_DEPTH levels down
+    at = next(i for i, line in enumerate(lines) if f"pid {second} " in line)
+    leaves = f"└─ pids {second + 1}, {second + 2}  ↑ already shown above"
+    below = lines[at + 1]  # one level below it, its bars kept
+    assert below.endswith(leaves) and len(below) == 3 * TEXT_DEPTH + len(leaves), below
+
+
+def test_the_markdown_fold_keeps_a_row_of_leaves() -> None:
+    count = TEXT_DEPTH + 5
+    output = blockers_output(incident_of(layers(count)))
+    assert output.document is not None
+    (table,) = [b for b in output.document() if isinstance(b, Table)]
+    folds = [r[5] for r in table.rows if r[5].startswith("…")]
+    assert folds == [
+        f"… {2 * (count - 1 - TEXT_DEPTH)} more session(s) deeper than {TEXT_DEPTH} levels"
+    ], folds
+
+
+def test_the_json_fold_keeps_a_row_of_leaves() -> None:
+    count = JSON_DEPTH + 3
+    document = blockers_output(incident_of(layers(count))).data()
+    node = document["roots"][0]["tree"]
+    for _ in range(JSON_DEPTH - 1):
+        node = node["children"][0]
+    first, second = node["children"]  # JSON_DEPTH levels down
+    assert first["folded"] == 2 * (count - 1 - JSON_DEPTH) and first["children"] == []
+    assert second["folded"] == 0
+    assert [leaf["shown_under"] for leaf in second["children"]] == [100, 100]
+
+
 # -- random wait-for graphs against brute force ------------------------------------------------
 
 

@@ -103,7 +103,7 @@ def tree_rows(tree: Tree, report: Blockers) -> list[TreeRow]:
         )
         if not node.children:
             continue
-        if len(below) // 3 >= TEXT_DEPTH:  # its children would start past TEXT_DEPTH
+        if len(below) // 3 >= TEXT_DEPTH and expands(node):  # they would start past it
             folded = sessions_below(node)
             line = (
                 f"… {folded} more session(s) below pid {node.pid}, deeper than {TEXT_DEPTH} "
@@ -190,6 +190,13 @@ def _elsewhere(tree: Tree, root: int) -> str:
     return f"↑ shown under root blocker pid {tree.shown_under}"
 
 
+def expands(tree: Tree) -> bool:
+    """Whether a waiter of the node is expanded under it: a fold only ever hides those (a
+    row of leaves shown elsewhere goes one level deeper and no further; folded, it was
+    '… 0 more session(s)' and hid where they are)."""
+    return any(not child.cycle and child.shown_under is None for child in tree.children)
+
+
 def sessions_below(tree: Tree) -> int:
     """The sessions a tree expands below its top (its leaves shown elsewhere left out)."""
     count, todo = 0, list(tree.children)
@@ -212,7 +219,7 @@ def _tree_data(tree: Tree) -> dict[str, Any]:
     todo = [(tree, top, 0)]
     while todo:
         node, data, depth = todo.pop()
-        if depth >= JSON_DEPTH and node.children:
+        if depth >= JSON_DEPTH and expands(node):
             data["folded"] = sessions_below(node)
             continue
         for child in node.children:
@@ -440,7 +447,7 @@ def _markdown_blocks(report: Blockers, roots: list[Root], headings: list[str]) -
                 rows.append([str(number), position, _listed(item), "", "", elsewhere, by, ""])
                 continue
             rows.append(_markdown_row(report, item, number, position, root.pid))
-            if depth >= TEXT_DEPTH and item.children:
+            if depth >= TEXT_DEPTH and expands(item):
                 folded = f"… {sessions_below(item)} more session(s) deeper than {TEXT_DEPTH} levels"
                 rows.append([str(number), f"{position}.…", "", "", "", folded, "", ""])
                 continue
