@@ -28,6 +28,7 @@ from lockdiag.core.model import LockRow, Session, Snapshot
 from lockdiag.core.snapshot_file import save
 from lockdiag.core.termination import preview
 from lockdiag.demo.cluster import Cluster
+from lockdiag.exporter import Exporter, Target
 from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import Table, plain
@@ -533,6 +534,15 @@ def test_the_layered_incident_on_a_real_server_is_linear(
     assert holder.exit_code == 0 and "root blocker" in holder.stdout, holder.output
     watched = run("watch", "--once", "--dsn", dsn, *timeout)
     assert watched.exit_code == 0 and f"{waiting} in total" in watched.stdout, watched.output
+    # a scrape: on the previous code the target was reported down (lockdiag_up 0) after its
+    # 2 s deadline, its analysis still running behind it
+    scraper = Exporter([Target("layers", dsn)], names, CheckPolicy(), 2.0, 1.0)
+    try:
+        body = scraper.exposition(["layers"]).decode()
+    finally:
+        scraper.close()
+    assert 'lockdiag_up{target="layers"} 1.0' in body, body
+    assert f'lockdiag_most_blocked_sessions{{target="layers"}} {waiting}.0' in body, body
     path = tmp_path / "layers.json"
     assert run("snapshot", "--dsn", dsn, "-o", str(path)).exit_code == 0
     again = run("blockers", "--from", str(path)).stdout.splitlines()  # the file says as much
