@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from snapshots import advisory, session, snapshot
 
 from lockdiag.cli import cli
+from lockdiag.core.chains import loops
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.graph import Blockers, Tree, tree_pids
@@ -450,6 +451,14 @@ def check_tree(
         for child in node.children:
             assert child.edge is not None and child.edge.blocker == node.pid
             todo.append((child, (*above, node.pid)))
+
+
+def test_a_loop_that_meets_the_first_one_away_from_its_start() -> None:
+    """2 waits for 1 and 3, each of which waits for 2: the loop through 3 joins the loop
+    through 1 at 2, not at 1, and closes there (a mutant cut it one node late, 1 → 2 → 3 → 1,
+    where 3 waits for no 1; the random graphs did not find it)."""
+    assert loops({1: [2], 2: [3, 1], 3: [2]}) == [[1, 2], [2, 3]]
+    assert loops({1: [2], 2: [3], 3: [4, 1], 4: [3]}) == [[1, 2, 3], [3, 4]]
 
 
 # -- the real incident of issue 44: 14 layers of 3 sessions ------------------------------------
