@@ -25,3 +25,20 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     assert results["client"]["exporter_scrape_s"] > 0
     assert [c["value"] > 0 for c in results["context"]] == [True, True]
     assert {t["target"][:2] for t in results["targets"]} == {"2.", "3.", "4.", "5.", "6.", "fl"}
+
+
+def test_chains_benchmark_runs(tmp_path: Path) -> None:
+    """bench/chains.py on small shapes: every command answers, from its own files."""
+    out = tmp_path / "chains.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "chains.py"), "--layers", "4", "--depth", "40",
+         "--runs", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert {r["snapshot"] for r in rows} == {"4 layers of 3", "chain 40 deep"}
+    assert {r["command"]: r["exit"] for r in rows if r["snapshot"] == "chain 40 deep"} == {
+        "check": 2, "blockers": 0, "blockers --format json": 0, "who-holds": 0, "watch --once": 0
+    }  # fmt: skip
+    assert all(r["peak_mb"] > 0 and r["output_kb"] > 0 for r in rows)

@@ -192,7 +192,9 @@ def blockers_command(registry: str | None, fmt: str) -> None:
     """Wait-for chains of every lock type: a tree per root blocker, worst first.
 
     A root blocker blocks others and waits for nobody. Waiters only queued behind another
-    waiter are shown as such; a cycle (a deadlock not yet broken) is shown once.
+    waiter are shown as such; a cycle (a deadlock not yet broken) is shown once. A waiter
+    held up by several sessions is shown in full once, elsewhere on a row that says where;
+    a tree folds below 20 levels, saying how many sessions it folds (JSON has every edge).
 
     \b
     Examples:

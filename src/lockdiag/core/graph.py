@@ -4,15 +4,24 @@ Built from ``pg_blocking_pids()`` of the waiting pids only (see the snapshot que
 joining pg_locks with itself. Its answer mixes two kinds of blockers, told apart in analysis:
 *hard* ones hold a conflicting lock; *soft* ones are waiters queued ahead with a conflicting
 request ("queued behind"). Parallel workers are folded into their leader.
+
+Waiters often share blockers (sessions holding one lock in share mode, each held up by the
+same sessions above): chains are computed over the graph, never by following its paths
+(there may be 3^depth of them). Each root's counts and who it holds up come from one pass
+over the graph (:class:`lockdiag.core.chains.Reach`); its tree expands each session once
+(:class:`Forest`). Nothing here recurses: a chain thousands deep is an ordinary input.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Literal
 
 from lockdiag.core.analysis import LockEntry
+from lockdiag.core.chains import Reach, first_reached, loops
 from lockdiag.core.model import Session, Snapshot
 
 EdgeKind = Literal["holds", "queued"]
@@ -36,18 +45,71 @@ class Node:
 
 @dataclass
 class Tree:
+    """A session in a root's chain, with the waiters it holds up. Each session is expanded
+    (has its children) in one place only: the first it takes in reading order, under the
+    first root blocker that holds it up. Elsewhere it is a leaf that says where it is."""
+
     pid: int
     edge: Edge | None  # how this node hangs under its parent (None for a root)
     children: list[Tree] = field(default_factory=list)
-    cycle: bool = False  # the pid already appears above: shown once, not expanded
+    cycle: bool = False  # the pid already appears above, on its own path: a loop of waits
+    shown_under: int | None = None  # expanded elsewhere: in this root blocker's tree
 
 
 @dataclass(frozen=True)
 class Root:
-    tree: Tree
-    direct: int
-    total: int
-    longest_wait: float | None
+    """A root blocker: it holds others up and waits for nobody. Its counts are exact (each
+    session once, however many ways it is held up), whatever its tree leaves to others."""
+
+    pid: int
+    direct: int  # waiters hanging right under it
+    total: int  # sessions it holds up, directly or through others
+    longest_wait: float | None  # the longest of their waits
+    forest: Forest = field(repr=False, compare=False)
+
+    @property
+    def tree(self) -> Tree:
+        return self.forest.trees[self.pid]
+
+
+class Forest:
+    """The trees of some root blockers, in one order: a depth-first walk from each in turn
+    (an explicit stack) expands every session it meets for the first time, so each is
+    expanded once, under the first of them that holds it up, and every edge is one node:
+    O(sessions + edges), built the first time a tree is asked for."""
+
+    def __init__(self, order: Sequence[int], children: Mapping[int, Sequence[Edge]]) -> None:
+        self.order, self._children = tuple(order), children
+
+    @cached_property
+    def trees(self) -> dict[int, Tree]:
+        children = self._children
+        expanded: dict[int, int] = {}  # pid -> the root whose tree expands it
+        trees: dict[int, Tree] = {}
+        for root in self.order:
+            top = trees[root] = Tree(root, None)
+            expanded[root] = root
+            path = {root}  # the pids from the root down to the node being expanded
+            stack = [(top, iter(children.get(root, ())))]
+            while stack:
+                tree, pending = stack[-1]
+                edge = next(pending, None)
+                if edge is None:
+                    stack.pop()
+                    path.discard(tree.pid)
+                    continue
+                pid = edge.waiter
+                if pid in path:
+                    tree.children.append(Tree(pid, edge, cycle=True))
+                elif pid in expanded:
+                    tree.children.append(Tree(pid, edge, shown_under=expanded[pid]))
+                else:
+                    child = Tree(pid, edge)
+                    tree.children.append(child)
+                    expanded[pid] = root
+                    path.add(pid)
+                    stack.append((child, iter(children.get(pid, ()))))
+        return trees
 
 
 @dataclass(frozen=True)
@@ -57,10 +119,46 @@ class Blockers:
     edges: list[Edge]
     roots: list[Root]  # ordered by impact: sessions blocked in total, then longest wait
     cycles: list[list[int]]  # waits that loop back on themselves (a deadlock not yet broken)
+    children: dict[int, list[Edge]] = field(repr=False, compare=False)  # what trees follow
+    reach: Reach = field(repr=False, compare=False)  # what each root holds up
+    owner: dict[int, int] = field(repr=False, compare=False)  # pid -> its chain's root
+    _ranked: dict[tuple[int, ...], list[Root]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def queues(self) -> list[Queue]:
         """Waiters at the head of a lock queue, most sessions queued behind first."""
         return lock_queues(self)
+
+    def holds_up(self, root: int, pid: int) -> bool:
+        """Whether root blocker ``root`` holds ``pid`` up, directly or through others."""
+        return self.reach.reaches(root, pid)
+
+    def chain_of(self, pid: int) -> int | None:
+        """The root blocker whose chain ``pid`` is in: the first (worst) that holds it up."""
+        return self.owner.get(pid)
+
+    def selection(self, pids: Iterable[int]) -> int:
+        """Some sessions, for :meth:`count_behind` (a bitset of the sessions in chains)."""
+        return self.reach.mask(pids)
+
+    def count_behind(self, root: int, among: int | None = None) -> int:
+        """How many sessions root blocker ``root`` holds up (of a :meth:`selection`)."""
+        return self.reach.count(root, among)
+
+    def ranked(self, order: Sequence[int]) -> list[Root]:
+        """The root blockers ``order`` names, in that order, each tree expanding what no
+        root before it in that order expands (the graph's order: :attr:`roots`)."""
+        key = tuple(order)
+        if key == tuple(r.pid for r in self.roots):
+            return self.roots
+        found = self._ranked.get(key)
+        if found is None:
+            forest = Forest(key, self.children)
+            known = {r.pid: r for r in self.roots}
+            found = [replace(known[pid], forest=forest) for pid in key]
+            self._ranked[key] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -116,9 +214,24 @@ def blockers(snapshot: Snapshot, entries: list[LockEntry]) -> Blockers:
     children = _children(edges)
     waiting = {e.waiter for e in edges}
     root_pids = [pid for pid in dict.fromkeys(e.blocker for e in edges) if pid not in waiting]
-    roots = [_root(pid, children, nodes) for pid in root_pids]
-    roots.sort(key=lambda r: (-r.total, -(r.longest_wait or 0.0), r.tree.pid))
-    return Blockers(snapshot, nodes, edges, roots, _cycles(edges))
+    follows = {blocker: [e.waiter for e in below] for blocker, below in children.items()}
+    waited = {
+        pid: node.waits.waited
+        for pid, node in nodes.items()
+        if node.waits is not None and node.waits.waited is not None
+    }
+    reach = Reach(follows, root_pids, waited)
+    root_pids.sort(key=lambda pid: (-reach.count(pid), -(reach.largest[pid] or 0.0), pid))
+    forest = Forest(root_pids, children)
+    roots = [
+        Root(pid, len(children.get(pid, ())), reach.count(pid), reach.largest[pid], forest)
+        for pid in root_pids
+    ]
+    owner = first_reached(follows, root_pids)
+    blocking: dict[int, list[int]] = defaultdict(list)  # every edge: cycles of queued ones too
+    for edge in edges:
+        blocking[edge.waiter].append(edge.blocker)
+    return Blockers(snapshot, nodes, edges, roots, loops(blocking), children, reach, owner)
 
 
 def _leaders(snapshot: Snapshot) -> dict[int, int]:
@@ -144,58 +257,15 @@ def _children(edges: list[Edge]) -> dict[int, list[Edge]]:
     return children
 
 
-def _root(pid: int, children: dict[int, list[Edge]], nodes: dict[int, Node]) -> Root:
-    def grow(pid: int, edge: Edge | None, path: frozenset[int]) -> Tree:
-        if pid in path:
-            return Tree(pid, edge, cycle=True)
-        below = path | {pid}
-        return Tree(pid, edge, [grow(e.waiter, e, below) for e in children.get(pid, [])])
-
-    tree = grow(pid, None, frozenset())
-    below = set(tree_pids(tree)) - {pid}
-    waits = []
-    for waiter in below:
-        entry = nodes[waiter].waits if waiter in nodes else None
-        if entry is not None and entry.waited is not None:
-            waits.append(entry.waited)
-    return Root(tree, len(tree.children), len(below), max(waits) if waits else None)
-
-
 def tree_pids(tree: Tree) -> list[int]:
-    found = [tree.pid]
-    for child in tree.children:
-        found.extend(tree_pids(child))
+    """Every node of a tree in reading order, its leaves that point elsewhere included."""
+    found: list[int] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node.pid)
+        todo.extend(reversed(node.children))
     return found
-
-
-def _cycles(edges: list[Edge]) -> list[list[int]]:
-    """Loops of waits (depth-first: ``path`` is the walk in progress, ``done`` is finished).
-    Every member waits, so none of them is a root."""
-    follows: dict[int, list[int]] = defaultdict(list)
-    for edge in edges:
-        follows[edge.waiter].append(edge.blocker)
-    cycles: list[list[int]] = []
-    known: set[frozenset[int]] = set()
-    done: set[int] = set()
-
-    def walk(pid: int, path: list[int]) -> None:
-        if pid in path:
-            loop = path[path.index(pid) :]
-            key = frozenset(loop)
-            if key not in known:
-                known.add(key)
-                start = loop.index(min(loop))
-                cycles.append(loop[start:] + loop[:start])
-            return
-        if pid in done:
-            return
-        for blocker in follows.get(pid, []):
-            walk(blocker, [*path, pid])
-        done.add(pid)
-
-    for pid in sorted(follows):
-        walk(pid, [])
-    return cycles
 
 
 def behind(graph: Blockers, pid: int) -> list[int]:
@@ -204,9 +274,9 @@ def behind(graph: Blockers, pid: int) -> list[int]:
     for edge in graph.edges:
         waiters[edge.blocker].append(edge.waiter)
     found: dict[int, None] = {}
-    queue = [pid]
+    queue = deque([pid])
     while queue:
-        for waiter in waiters.get(queue.pop(0), []):
+        for waiter in waiters.get(queue.popleft(), []):
             if waiter != pid and waiter not in found:
                 found[waiter] = None
                 queue.append(waiter)

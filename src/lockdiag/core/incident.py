@@ -15,7 +15,7 @@ disagree about what comes first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from lockdiag.core.analysis import LockEntry
@@ -28,7 +28,7 @@ from lockdiag.core.findings import (
     Severity,
     locks_in,
 )
-from lockdiag.core.graph import Root, tree_pids
+from lockdiag.core.graph import Root
 from lockdiag.core.model import IDLE_STATES, ServerInfo, Session, describe_lock
 from lockdiag.core.ownership import Ownership
 from lockdiag.durations import format_duration
@@ -150,19 +150,19 @@ class Incident:
         )
 
     def cause_of(self, pid: int | None) -> Cause | None:
-        """The cause a backend is, or whose chain it is in."""
+        """The cause a backend is, or whose chain it is in (the first in the one order)."""
+        graph = self.report.graph
         for cause in self.causes:
-            if cause.pid == pid or (cause.root is not None and pid in tree_pids(cause.root.tree)):
+            if cause.pid == pid or (
+                cause.root is not None and pid is not None and graph.holds_up(cause.root.pid, pid)
+            ):
                 return cause
         return None
 
 
 def incident(report: CheckReport) -> Incident:
     """The causes of one check report (a Diagnosis's), ranked."""
-    chain_of: dict[int, int] = {}  # every pid inside a root's tree -> that root
-    for root in report.graph.roots:
-        for pid in tree_pids(root.tree)[1:]:
-            chain_of.setdefault(pid, root.tree.pid)
+    chain_of = report.graph.owner  # every pid inside a root's chain -> the worst such root
     about: dict[int | None, list[Finding]] = {}  # findings about a backend in no chain
     symptoms: dict[int, list[Finding]] = {}  # findings inside a root's chains
     unattached: list[Finding] = []
@@ -183,7 +183,7 @@ def incident(report: CheckReport) -> Incident:
         ):
             held.setdefault(entry.lock.pid, []).append(entry)
     waited = {e.lock.pid: e.waited for e in report.census.waiters}
-    roots: dict[int | None, Root] = {root.tree.pid: root for root in report.graph.roots}
+    roots: dict[int | None, Root] = {root.pid: root for root in report.graph.roots}
     causes = [
         _cause(
             report,
@@ -197,6 +197,10 @@ def incident(report: CheckReport) -> Incident:
         for pid in [*roots, *(p for p in about if p not in roots)]
     ]
     causes.sort(key=_rank)
+    # the trees in this order: a session held up by several roots is expanded under the
+    # first of them shown, and is a leaf that says so under the others
+    ranked = iter(report.graph.ranked([c.root.pid for c in causes if c.root is not None]))
+    causes = [replace(c, root=next(ranked)) if c.root is not None else c for c in causes]
     return Incident(report, tuple(causes), tuple(unattached))
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lockdiag.core.findings import figures, queue_evidence, queue_step
-from lockdiag.core.graph import Blockers, Node, Queue, Root, Tree, oldest_wait, tree_pids
+from lockdiag.core.graph import Blockers, Node, Queue, Root, Tree, oldest_wait
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.durations import format_duration
 from lockdiag.render import VERDICT, Block, Output, Table, Text, clean, text_height
@@ -46,11 +46,13 @@ def _node_text(node: Node | None, pid: int, report: Blockers) -> str:
 @dataclass(frozen=True)
 class TreeRow:
     """One session of a chain: the tree's glyphs, its text, and the indent a wrapped line of
-    it keeps (the bars of the tree go on through it)."""
+    it keeps (the bars of the tree go on through it); ``sessions``: how many sessions the row
+    stands for (a leaf shown elsewhere none, a fold those it folds)."""
 
     prefix: str
     text: str
     indent: str
+    sessions: int = 1
 
     @property
     def line(self) -> str:
@@ -72,47 +74,169 @@ class TreeRow:
         ) or [self.line]
 
 
-def tree_rows(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[TreeRow]:
-    node = report.nodes.get(tree.pid)
-    server = report.snapshot.server
-    if tree.edge is None:
-        line = _node_text(node, tree.pid, report)
-        if node and node.holds:
-            held = ", ".join(dict.fromkeys(lock_label(e, server) for e in node.holds))
-            line += f" holds {held}"
-            bound = max((e.held_at_least or 0.0) for e in node.holds)
-            if any(e.held_at_least is not None for e in node.holds):
-                both = figures(bound, oldest_wait(report, node.holds))
-                line += f" ({both or f'≥ {format_duration(bound)}'})"
-        glyphs, child_prefix = "", ""
-    else:
+# Trees fold below this depth: a row's bars take three columns a level, so deeper rows would
+# start past a screen's width. The fold row counts the sessions below it; no incident seen
+# in practice comes near (the JSON tree goes deeper, to JSON_DEPTH, and its edges are all).
+TEXT_DEPTH = 20
+# orjson refuses nesting deeper than 254 (2 a tree level, 4 above the tree in a document)
+JSON_DEPTH = 100
+
+
+def tree_rows(tree: Tree, report: Blockers) -> list[TreeRow]:
+    """A root's tree as rows in reading order, folded below TEXT_DEPTH, leaves shown
+    elsewhere side by side on one row (an explicit stack: a chain thousands deep is no
+    deeper for Python)."""
+    rows = [TreeRow("", _root_text(tree, report), "│  " if tree.children else "   ")]
+    todo = _pending(tree, "")
+    while todo:
+        item, prefix, last = todo.pop()
         glyphs = prefix + ("└─ " if last else "├─ ")
-        line = _node_text(node, tree.pid, report)
-        if tree.cycle:
-            line += "  ↺ cycle: already shown above"
-        elif node is not None and node.waits is not None:
-            waited = node.waits.waited
-            line += f" waits {format_duration(waited)}" if waited is not None else " waits"
-            line += f" for {lock_label(node.waits, server)} ({node.waits.lock.mode})"
-            if tree.edge.kind == "queued":
-                line += f", queued behind waiter {tree.edge.blocker} (not a holder)"
-        child_prefix = prefix + ("   " if last else "│  ")
-    rows = [TreeRow(glyphs, line, child_prefix + ("│  " if tree.children else "   "))]
-    for index, child in enumerate(tree.children):
-        rows += tree_rows(child, report, child_prefix, index == len(tree.children) - 1)
+        below = prefix + ("   " if last else "│  ")
+        if isinstance(item, list):
+            rows.append(TreeRow(glyphs, _elsewhere_text(item, tree.pid), below + "   ", 0))
+            continue
+        node = item
+        expanded = not node.cycle and node.shown_under is None
+        text = _waiter_text(node, report, tree.pid)
+        rows.append(
+            TreeRow(glyphs, text, below + ("│  " if node.children else "   "), int(expanded))
+        )
+        if not node.children:
+            continue
+        if len(below) // 3 >= TEXT_DEPTH and expands(node):  # they would start past it
+            folded = sessions_below(node)
+            line = (
+                f"… {folded} more session(s) below pid {node.pid}, deeper than {TEXT_DEPTH} "
+                "levels (--format json has every edge)"
+            )
+            rows.append(TreeRow(below + "└─ ", line, below + "   ", folded))
+            continue
+        todo += _pending(node, below)
     return rows
 
 
-def tree_lines(tree: Tree, report: Blockers, prefix: str = "", last: bool = True) -> list[str]:
-    return [row.line for row in tree_rows(tree, report, prefix, last)]
+Pending = list[tuple[Tree | list[Tree], str, bool]]  # a row to come: what, its prefix, last
+LISTED = 8  # pids a row of leaves shown elsewhere names, before a count of the rest
+
+
+def _pending(node: Tree, prefix: str) -> Pending:
+    """The rows of a node's children, last first (a stack pops them in order)."""
+    items = _items(node.children)
+    last = len(items) - 1
+    return [(item, prefix, i == last) for i, item in reversed(list(enumerate(items)))]
+
+
+def _items(children: list[Tree]) -> list[Tree | list[Tree]]:
+    """Children, each a row, except that two or more leaves in a row shown in the same
+    place (sessions that wait for several of the same holders) share one."""
+    items: list[Tree | list[Tree]] = []
+    for child in children:
+        run = items[-1] if items and child.shown_under is not None else None
+        if isinstance(run, list) and run[0].shown_under == child.shown_under:
+            run.append(child)
+        elif isinstance(run, Tree) and run.shown_under == child.shown_under:
+            items[-1] = [run, child]
+        else:
+            items.append(child)
+    return items
+
+
+def _elsewhere_text(leaves: list[Tree], root: int) -> str:
+    """``pids 12, 13, 14  ↑ already shown above``: leaves shown in one place."""
+    return f"pids {_listed(leaves)}  {_elsewhere(leaves[0], root)}"
+
+
+def _listed(leaves: list[Tree]) -> str:
+    """``12, 13, 14``, at most LISTED of them, then how many more."""
+    pids = ", ".join(str(leaf.pid) for leaf in leaves[:LISTED])
+    return pids + (f" and {len(leaves) - LISTED} more" if len(leaves) > LISTED else "")
+
+
+def _root_text(tree: Tree, report: Blockers) -> str:
+    node = report.nodes.get(tree.pid)
+    server = report.snapshot.server
+    line = _node_text(node, tree.pid, report)
+    if node and node.holds:
+        held = ", ".join(dict.fromkeys(lock_label(e, server) for e in node.holds))
+        line += f" holds {held}"
+        bound = max((e.held_at_least or 0.0) for e in node.holds)
+        if any(e.held_at_least is not None for e in node.holds):
+            both = figures(bound, oldest_wait(report, node.holds))
+            line += f" ({both or f'≥ {format_duration(bound)}'})"
+    return line
+
+
+def _waiter_text(tree: Tree, report: Blockers, root: int) -> str:
+    node = report.nodes.get(tree.pid)
+    line = _node_text(node, tree.pid, report)
+    if tree.cycle or tree.shown_under is not None:
+        return f"{line}  {_elsewhere(tree, root)}"
+    if node is not None and node.waits is not None and tree.edge is not None:
+        waited = node.waits.waited
+        line += f" waits {format_duration(waited)}" if waited is not None else " waits"
+        line += f" for {lock_label(node.waits, report.snapshot.server)} ({node.waits.lock.mode})"
+        if tree.edge.kind == "queued":
+            line += f", queued behind waiter {tree.edge.blocker} (not a holder)"
+    return line
+
+
+def _elsewhere(tree: Tree, root: int) -> str:
+    """Where a leaf's session is expanded: above it, on its own path (a loop of waits) or
+    not, or in the chain of another root blocker."""
+    if tree.cycle:
+        return "↺ cycle: already shown above"
+    if tree.shown_under == root:
+        return "↑ already shown above"
+    return f"↑ shown under root blocker pid {tree.shown_under}"
+
+
+def expands(tree: Tree) -> bool:
+    """Whether a waiter of the node is expanded under it: a fold only ever hides those (a
+    row of leaves shown elsewhere goes one level deeper and no further; folded, it was
+    '… 0 more session(s)' and hid where they are)."""
+    return any(not child.cycle and child.shown_under is None for child in tree.children)
+
+
+def sessions_below(tree: Tree) -> int:
+    """The sessions a tree expands below its top (its leaves shown elsewhere left out)."""
+    count, todo = 0, list(tree.children)
+    while todo:
+        node = todo.pop()
+        if not node.cycle and node.shown_under is None:
+            count += 1
+            todo += node.children
+    return count
+
+
+def tree_lines(tree: Tree, report: Blockers) -> list[str]:
+    return [row.line for row in tree_rows(tree, report)]
 
 
 def _tree_data(tree: Tree) -> dict[str, Any]:
+    """The tree as nested objects, folded below JSON_DEPTH (``folded``: the sessions below a
+    node left out; ``edges`` has them all)."""
+    top = _node_json(tree)
+    todo = [(tree, top, 0)]
+    while todo:
+        node, data, depth = todo.pop()
+        if depth >= JSON_DEPTH and expands(node):
+            data["folded"] = sessions_below(node)
+            continue
+        for child in node.children:
+            below = _node_json(child)
+            data["children"].append(below)
+            todo.append((child, below, depth + 1))
+    return top
+
+
+def _node_json(tree: Tree) -> dict[str, Any]:
     return {
         "pid": tree.pid,
         "edge": tree.edge.kind if tree.edge else None,
         "cycle": tree.cycle,
-        "children": [_tree_data(c) for c in tree.children],
+        "shown_under": tree.shown_under,
+        "folded": 0,
+        "children": [],
     }
 
 
@@ -194,7 +318,7 @@ def blockers_output(incident: Incident) -> Output:
             ],
             "roots": [
                 {
-                    "pid": r.tree.pid,
+                    "pid": r.pid,
                     "direct": r.direct,
                     "total": r.total,
                     "longest_wait_seconds": r.longest_wait,
@@ -222,7 +346,13 @@ def blockers_output(incident: Incident) -> Output:
     return Output(blocks, data, screen=blocks, document=document)
 
 
-Chain = tuple[list[str], list[list[str]]]  # a heading's screen lines, each tree row's
+class Chain(NamedTuple):
+    """A root's heading as screen lines, each tree row's screen lines, and the sessions each
+    row stands for."""
+
+    heading: list[str]
+    rows: list[list[str]]
+    sessions: list[int]
 
 
 def chain_lines(
@@ -230,20 +360,19 @@ def chain_lines(
 ) -> Chain:
     """A root's heading (and ``notes`` under it, kept with it) and tree rows as screen lines
     ``columns`` wide (0: unwrapped), a wrapped row kept under the tree's indent."""
-    rows = [row.wrapped(columns) for row in tree_rows(root.tree, graph)]
+    rows = tree_rows(root.tree, graph)
     top = [line for text in [heading, *notes] for line in TreeRow("", text, "  ").wrapped(columns)]
-    return top, rows
+    return Chain(top, [row.wrapped(columns) for row in rows], [row.sessions for row in rows])
 
 
 def queue_lines(root: Root, graph: Blockers, queues: list[Queue]) -> tuple[str, ...]:
     """The lock queues in a root's chain, the quick way out first: sessions queued behind a
     waiter are freed by cancelling its wait, without touching the holder."""
-    inside = set(tree_pids(root.tree))
     server = graph.snapshot.server
     return tuple(
         line
         for queue in queues
-        if queue.waiter in inside
+        if queue.waiter == root.pid or graph.holds_up(root.pid, queue.waiter)
         for line in (
             f"  queue: {clean(queue_evidence(queue, server))}",
             f"  first: {clean(queue_step(queue, graph.snapshot))}",
@@ -260,19 +389,20 @@ def fit_chains(
     even for that, each heading (it names the holder) and a count. Returns each chain's heading
     and the lines shown under it, and how many chains were cut."""
     if room is None:
-        return [(heading, [line for row in rows for line in row]) for heading, rows in chains], 0
-    room -= sum(len(heading) for heading, _ in chains)
-    least = [len(rows[0]) + (len(rows) > 1) for _, rows in chains]
+        return [(heading, [line for row in rows for line in row]) for heading, rows, _ in chains], 0
+    room -= sum(len(chain.heading) for chain in chains)
+    least = [len(chain.rows[0]) + (len(chain.rows) > 1) for chain in chains]
     bare = sum(least) > room
     spare = room  # too few lines: what the headings leave, for counts while they fit
     room -= sum(least)
     fitted: list[tuple[list[str], list[str]]] = []
     cut = 0
-    for (heading, rows), reserved in zip(chains, least, strict=True):
+    for (heading, rows, sessions), reserved in zip(chains, least, strict=True):
         room += reserved
         if bare:
             counted = len(rows) > 1 and spare > 0
-            fitted.append((heading, [more_sessions(len(rows) - 1)] if counted else []))
+            more = [more_sessions(sum(sessions[1:]), len(rows) - 1)] if counted else []
+            fitted.append((heading, more))
             spare -= counted
             cut += len(rows) > 1
             continue
@@ -280,7 +410,7 @@ def fit_chains(
         for index, row in enumerate(rows):
             left = len(rows) - index
             if index and len(row) + (left > 1) > room:  # the row, and a count of the rest
-                shown.append(more_sessions(left))
+                shown.append(more_sessions(sum(sessions[index:]), left))
                 room -= 1
                 cut += 1
                 break
@@ -290,7 +420,11 @@ def fit_chains(
     return fitted, cut
 
 
-def more_sessions(count: int) -> str:
+def more_sessions(count: int, rows: int) -> str:
+    """The count of a chain's rows left out: the sessions they stand for, or the rows when
+    they are only leaves shown elsewhere."""
+    if not count:
+        return f"… {rows} more row(s) in this chain, of sessions shown above"
     return f"… {count} more session(s) in this chain"
 
 
@@ -299,53 +433,71 @@ MARKDOWN_HEADERS = ["root", "position", "pid", "application", "state", "lock", "
 
 def _markdown_blocks(report: Blockers, roots: list[Root], headings: list[str]) -> list[Block]:
     """Every session of every chain as a row of one table: its root, its place in the tree
-    ("root", then 1, 1.2 ...), the lock it holds (a root) or waits for, whom it waits for."""
-    server = report.snapshot.server
+    ("root", then 1, 1.2 ...), the lock it holds (a root) or waits for, whom it waits for;
+    folded and with leaves shown elsewhere side by side, as the text tree."""
     rows: list[list[str]] = []
-
-    def state(pid: int) -> str:
-        node = report.nodes.get(pid)
-        session = node.session if node else None
-        if session is None:
-            return ""
-        if session.hidden:
-            return "[state hidden]"
-        since = ""
-        if session.state and session.state_change is not None:
-            since = f" {format_duration((server.now - session.state_change).total_seconds())}"
-        return f"{clean(session.state)}{since}" if session.state else ""
-
-    def walk(tree: Tree, number: int, position: str) -> None:
-        node = report.nodes.get(tree.pid)
-        session = node.session if node else None
-        app = clean(session.application_name) if session and session.application_name else ""
-        if tree.edge is None:
-            held = node.holds if node else []
-            lock = ", ".join(dict.fromkeys(lock_label(e, server) for e in held))
-            lock = f"holds {lock}" if lock else ""
-            bound = [e.held_at_least for e in held if e.held_at_least is not None]
-            wait = f"held ≥ {format_duration(max(bound))}" if bound else ""
-            by = ""
-        else:
-            waits = node.waits if node else None
-            lock = f"{lock_label(waits, server)} ({waits.lock.mode})" if waits else ""
-            wait = format_duration(waits.waited) if waits and waits.waited is not None else ""
-            by = f"pid {tree.edge.blocker}"
-            if tree.edge.kind == "queued":
-                by += " (queued behind a waiter)"
-            if tree.cycle:
-                lock, wait = "↺ cycle: already shown above", ""
-        rows.append([str(number), position, str(tree.pid), app, state(tree.pid), lock, by, wait])
-        for index, child in enumerate(tree.children, start=1):
-            place = str(index) if position == "root" else f"{position}.{index}"
-            walk(child, number, place)
-
     for number, root in enumerate(roots, start=1):
-        walk(root.tree, number, "root")
+        todo: list[tuple[Tree | list[Tree], str, int]] = [(root.tree, "root", 0)]
+        while todo:  # depth first, in reading order
+            item, position, depth = todo.pop()
+            if isinstance(item, list):
+                edge = item[0].edge
+                by = f"pid {edge.blocker}" if edge is not None else ""
+                elsewhere = _elsewhere(item[0], root.pid)
+                rows.append([str(number), position, _listed(item), "", "", elsewhere, by, ""])
+                continue
+            rows.append(_markdown_row(report, item, number, position, root.pid))
+            if depth >= TEXT_DEPTH and expands(item):
+                folded = f"… {sessions_below(item)} more session(s) deeper than {TEXT_DEPTH} levels"
+                rows.append([str(number), f"{position}.…", "", "", "", folded, "", ""])
+                continue
+            below = []
+            for index, child in enumerate(_items(item.children), start=1):
+                place = str(index) if position == "root" else f"{position}.{index}"
+                below.append((child, place, depth + 1))
+            todo += reversed(below)
     out: list[Block] = [Text([heading], "verdict") for heading in headings]
     out.append(Table(MARKDOWN_HEADERS, rows))
     out += [Text([_cycle_line(cycle)], "error") for cycle in report.cycles]
     return out
+
+
+def _markdown_row(report: Blockers, tree: Tree, number: int, position: str, root: int) -> list[str]:
+    server = report.snapshot.server
+    node = report.nodes.get(tree.pid)
+    session = node.session if node else None
+    app = clean(session.application_name) if session and session.application_name else ""
+    if tree.edge is None:
+        held = node.holds if node else []
+        lock = ", ".join(dict.fromkeys(lock_label(e, server) for e in held))
+        lock = f"holds {lock}" if lock else ""
+        bound = [e.held_at_least for e in held if e.held_at_least is not None]
+        wait = f"held ≥ {format_duration(max(bound))}" if bound else ""
+        by = ""
+    else:
+        waits = node.waits if node else None
+        lock = f"{lock_label(waits, server)} ({waits.lock.mode})" if waits else ""
+        wait = format_duration(waits.waited) if waits and waits.waited is not None else ""
+        by = f"pid {tree.edge.blocker}"
+        if tree.edge.kind == "queued":
+            by += " (queued behind a waiter)"
+        if tree.cycle or tree.shown_under is not None:
+            lock, wait = _elsewhere(tree, root), ""
+    return [str(number), position, str(tree.pid), app, _state(report, tree.pid), lock, by, wait]
+
+
+def _state(report: Blockers, pid: int) -> str:
+    node = report.nodes.get(pid)
+    session = node.session if node else None
+    if session is None:
+        return ""
+    if session.hidden:
+        return "[state hidden]"
+    since = ""
+    if session.state and session.state_change is not None:
+        now = report.snapshot.server.now
+        since = f" {format_duration((now - session.state_change).total_seconds())}"
+    return f"{clean(session.state)}{since}" if session.state else ""
 
 
 def _node_data(node: Node) -> dict[str, Any]:

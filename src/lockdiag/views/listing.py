@@ -196,7 +196,7 @@ def _by_urgency(
     """Every row in the incident's order, and the root blockers (target, pid)."""
     roots = {target: report.roots() for target, report in parts}
     rows = by_urgency([ListRow(t, e, s) for t, s, e in _triples(parts)], roots)
-    return rows, {(t, root.tree.pid) for t, found in roots.items() for root in found}
+    return rows, {(t, root.pid) for t, found in roots.items() for root in found}
 
 
 def _figures(rows: list[ListRow]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from lockdiag.core.analysis import Filters, Flag, LockEntry
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, CheckReport, Finding
-from lockdiag.core.graph import Blockers, Root, tree_pids
+from lockdiag.core.graph import Blockers, Root
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Looks, Tracker, identity
@@ -133,11 +134,11 @@ class State:
             return namespace is not None and namespace.name == self.namespace
         return True
 
-    def shows_cause(self, cause: Cause) -> bool:
+    def shows_cause(self, cause: Cause, graph: Blockers) -> bool:
         """Whether a cause belongs to what the user narrowed the view to: the pid is it or in
         its chain; a lock of the namespace is the one others wait for, or its findings'."""
-        chain = tree_pids(cause.root.tree) if cause.root is not None else [cause.pid]
-        if self.pid is not None and self.pid not in chain:
+        outside = cause.root is None or not graph.holds_up(cause.root.pid, self.pid or 0)
+        if self.pid is not None and self.pid != cause.pid and outside:
             return False
         if self.namespace is None:
             return True
@@ -149,22 +150,26 @@ class State:
         namespace = entry.decoded.namespace if entry and entry.decoded else None
         return namespace is not None and namespace.name == self.namespace
 
-    def shows_chain(self, root: Root, graph: Blockers) -> bool:
+    def chains_shown(self, graph: Blockers) -> Callable[[Root], bool]:
         """Whether a wait chain belongs to what the user narrowed the view to: the pid is in
-        it, or a lock of the namespace is held or awaited in it."""
-        pids = tree_pids(root.tree)
-        if self.pid is not None and self.pid not in pids:
-            return False
-        if self.namespace is None:
-            return True
-        nodes = [graph.nodes[pid] for pid in pids if pid in graph.nodes]
-        entries = [e for node in nodes for e in [*node.holds, node.waits] if e is not None]
-        return any(
-            e.decoded is not None
-            and e.decoded.namespace is not None
-            and e.decoded.namespace.name == self.namespace
-            for e in entries
-        )
+        it, or a lock of the namespace is held or awaited in it (the sessions of the
+        namespace found once, each chain asked about them as a set)."""
+        pid, namespace = self.pid, self.namespace
+        named = {
+            p
+            for p, node in (graph.nodes.items() if namespace is not None else ())
+            if any(self._in_namespace(e) for e in [*node.holds, node.waits])
+        }
+        among = graph.selection(named)
+
+        def shown(root: Root) -> bool:
+            if pid is not None and pid != root.pid and not graph.holds_up(root.pid, pid):
+                return False
+            if namespace is None:
+                return True
+            return root.pid in named or graph.count_behind(root.pid, among) > 0
+
+        return shown
 
     def filters(self) -> Filters:
         namespace = self.registry.namespaces.get(self.namespace) if self.namespace else None
@@ -268,7 +273,8 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     incident = state.incident
     assert incident is not None
     most = max(3, screen // 4) if screen is not None else None
-    causes = [c for c in incident.alerting if state.shows_cause(c)]
+    graph = incident.report.graph
+    causes = [c for c in incident.alerting if state.shows_cause(c, graph)]
     unattached = [f for f in incident.unattached if state.shows(f.entry, f.pid)]
     lines: list[tuple[str, Style]] = [_cause_line(c) for c in causes]
     lines += [_unattached_line(f) for f in unattached]
@@ -283,12 +289,12 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
         blocks.append(Text([more], rank=STEP))
     if not lines:
         blocks.append(Text(["no findings"]))
-    graph = incident.report.graph
     kept = {c.pid for c in causes}
+    in_view = state.chains_shown(graph)
     roots = [
         c
         for c in ordered_roots(incident)
-        if c.pid in kept or (c.root is not None and state.shows_chain(c.root, graph))
+        if c.pid in kept or (c.root is not None and in_view(c.root))
     ]
     cycles = [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
     if state.pid is not None or state.namespace is not None:

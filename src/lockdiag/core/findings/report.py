@@ -10,7 +10,7 @@ from lockdiag.core.findings.model import CheckPolicy, CheckReport, Finding, Kind
 from lockdiag.core.findings.names import namespace_rules, unregistered_keys
 from lockdiag.core.findings.stalled import stalled_repacks
 from lockdiag.core.findings.waits import crowded_roots, lock_queues, long_waits
-from lockdiag.core.graph import Blockers, tree_pids
+from lockdiag.core.graph import Blockers
 from lockdiag.core.leaders import contention
 from lockdiag.core.model import Snapshot
 
@@ -57,13 +57,13 @@ CAUSES = [
 
 
 def by_cause(findings: list[Finding], graph: Blockers) -> list[Finding]:
-    """Causes before symptoms. Each wait finding learns the root blocker of its chain; the
+    """Causes before symptoms. Each wait finding learns the root blocker of its chain (the
+    worst that holds it up, as in the incident); the
     first finding about that root (its cause: a stuck owner, a leaked lock...) carries the
     waits it causes. Order: the worst severity a finding has or causes, then how many waits
     it causes, then the kind's place and the value."""
-    root_of = {pid: root.tree.pid for root in graph.roots for pid in tree_pids(root.tree)[1:]}
     findings = [
-        replace(f, root=root_of.get(f.pid)) if f.kind in WAITS and f.pid is not None else f
+        replace(f, root=graph.chain_of(f.pid)) if f.kind in WAITS and f.pid is not None else f
         for f in findings
     ]
     caused: dict[int, list[Finding]] = {}

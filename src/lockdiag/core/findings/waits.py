@@ -11,7 +11,7 @@ from lockdiag.core.findings.words import (
     label,
     who,
 )
-from lockdiag.core.graph import Blockers, Queue, tree_pids
+from lockdiag.core.graph import Blockers, Queue
 from lockdiag.core.model import ServerInfo, Snapshot
 from lockdiag.durations import format_duration
 
@@ -55,24 +55,27 @@ def crowded_roots(graph: Blockers, policy: CheckPolicy, server: ServerInfo) -> I
     --wait-age's warning level: a queue of waits of a few milliseconds is ordinary
     contention, not an incident."""
     floor = policy.wait_age.warning
+    waited = graph.selection(
+        pid
+        for pid, node in graph.nodes.items()
+        if node.waits and (node.waits.waited or 0.0) >= floor
+    )
     for root in graph.roots:
-        behind = [pid for pid in tree_pids(root.tree)[1:] if pid in graph.nodes]
-        waits = [graph.nodes[pid].waits for pid in behind]
-        long = sum(1 for w in waits if w is not None and (w.waited or 0.0) >= floor)
+        long = graph.count_behind(root.pid, waited)  # each session once, however reached
         if long <= policy.max_blocked.warning:
             continue
         critical = policy.max_blocked.critical
         severity: Severity = "critical" if critical is not None and long > critical else "warning"
-        node = graph.nodes.get(root.tree.pid)
+        node = graph.nodes.get(root.pid)
         held = list(dict.fromkeys(label(e, server) for e in node.holds)) if node else []
         app = node.session.application_name if node and node.session else None
         longest = format_duration(root.longest_wait) if root.longest_wait is not None else "?"
         yield Finding(
             Kind.BLOCKED_MANY,
             severity,
-            root.tree.pid,
+            root.pid,
             held[0] + (f" (+{len(held) - 1} more)" if len(held) > 1 else "") if held else "?",
-            f"pid {root.tree.pid}{f' ({app})' if app else ''} blocks {long} session(s) that "
+            f"pid {root.pid}{f' ({app})' if app else ''} blocks {long} session(s) that "
             f"have waited {format_duration(floor)} or more ({root.total} behind it in all, "
             f"{root.direct} directly); longest wait {longest}",
             "see the chain: lockdiag blockers",
