@@ -18,7 +18,7 @@ from lockdiag.core.model import ServerInfo
 from lockdiag.keys import INT4_MAX, INT4_MIN, INT8_MAX, INT8_MIN, UINT4_MAX
 
 Range = tuple[int, int, str]  # lowest, highest, what the field is (for the error)
-_PID = (0, INT4_MAX, "a pid is an int4; 0 stands for a prepared transaction")
+_PID = (0, INT4_MAX, "a pid is an int4")
 _OID = (0, UINT4_MAX, "an oid is 32 bits, unsigned")
 # The real range of each integer field of a record, by its name: what the server's column can
 # hold (pg_locks, pg_stat_activity, pg_blocking_pids); any other integer field must be a
@@ -28,7 +28,7 @@ RANGES: dict[str, Range] = {
     "pid": _PID,
     "leader_pid": _PID,
     "backend_pid": _PID,
-    "blocked_by": _PID,
+    "blocked_by": (0, INT4_MAX, "a pid is an int4; 0 stands for a prepared transaction"),
     "database": _OID,
     "relation": _OID,
     "classid": _OID,
