@@ -3,6 +3,7 @@
     python bench/log.py                 # a 400 MB stderr log (and its csvlog twin with --csv)
     python bench/log.py --mb 50 --csv   # smaller, both formats
     python bench/log.py --real --mb 200 # a wait-dense log written by a real server (cached)
+    python bench/log.py --distinct 2000000  # waits that never end, each its own pid and key
 
 With ``--real`` the log is written by a real PostgreSQL: a throwaway cluster with
 log_lock_waits = on and deadlock_timeout = 10ms, and pgbench sessions that take
@@ -16,6 +17,11 @@ connections and checkpoints, and one lock wait (still waiting + DETAIL + STATEME
 acquired) in every thousand entries, some on registry keys. Measured: lockdiag's throughput
 (MB/s) and peak RSS (from the child's own rusage), beside `grep -c 'still waiting'` on the same
 file (the floor: reading the bytes) and pgBadger when it is installed.
+
+With ``--distinct N`` the log is hostile: N waits (``still waiting`` and its DETAIL) that
+never end, each with a pid, a key and a holder of its own, the most per-wait state a log can
+make lockdiag keep. Measured: time and peak RSS, flat in N past the tally's bound on the waits
+open at once (tally.OPEN_WAITS), and the waits counted (all N) and closed early.
 """
 
 from __future__ import annotations
@@ -225,6 +231,50 @@ def _wait_lines(
     ]
 
 
+def generate_distinct(path: Path, waits: int) -> None:
+    """N waits that never end, each with its own pid (100 up: all under Linux's largest
+    pid_max, 4194304, for N up to 4 million), key and holder."""
+    with path.open("w") as out:
+        chunk: list[str] = []
+        for number in range(waits):
+            pid = 100 + number
+            head = f"{_stamp(3 * 3600 + number / 1000)} [{pid}] app@shop/worker "
+            chunk.append(
+                f"{head}LOG:  process {pid} still waiting for ExclusiveLock on advisory lock "
+                f"[5,4102,{number},2] after 1000.{number % 1000:03d} ms\n{head}DETAIL:  Process "
+                f"holding the lock: {pid + 4_000_000}. Wait queue: {pid}.\n"
+            )
+            if len(chunk) >= 10_000:
+                out.write("".join(chunk))
+                chunk = []
+        out.write("".join(chunk))
+
+
+def _distinct_report(waits: int, keep: bool) -> None:
+    base = Path(tempfile.mkdtemp(prefix="lockdiag-bench-log-"))
+    try:
+        path = base / "distinct.log"
+        generate_distinct(path, waits)
+        size = path.stat().st_size / 2**20
+        output = base / "distinct.json"
+        command = [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"]
+        seconds, rss, status, cpu = measure_cpu(
+            ["sh", "-c", f'exec "$@" > {output}', "-", *command]
+        )
+        if status != 0:
+            raise SystemExit(f"lockdiag log failed with exit status {status}")
+        found = json.loads(output.read_text())
+        counted = sum(key["waits"] for key in found["keys"])
+        print(f"{waits} distinct waits that never end: {size:.0f} MB ({path})")
+        print(
+            f"  lockdiag log: {seconds:.1f}s wall, {cpu:.1f}s CPU, peak RSS {rss / 1024:.0f} MB; "
+            f"{counted} waits counted, {found.get('waits_closed_early')} closed early"
+        )
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
 def measure(command: list[str]) -> tuple[float, int, int]:
     """(seconds, peak RSS in KiB, exit status) of one child process."""
     elapsed, rss, status, _ = measure_cpu(command)
@@ -251,7 +301,13 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--badger-mb", type=int, default=40, help="pgBadger's share of the log")
     parser.add_argument("--real", action="store_true", help="a log written by a real server")
+    parser.add_argument(
+        "--distinct", type=int, metavar="N", help="N waits that never end, each its own pid"
+    )
     args = parser.parse_args()
+    if args.distinct:
+        _distinct_report(args.distinct, args.keep)
+        return
     if args.real:
         _real_report(generate_real(args.mb))
         return

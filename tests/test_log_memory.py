@@ -95,6 +95,41 @@ def test_peak_memory_is_flat_in_the_size_of_the_log(tmp_path: Path) -> None:
     assert grown < 6, f"peak RSS {rss_small / 1024:.0f} MB at 16 MB, {rss_large / 1024:.0f} at 64"
 
 
+def _never_ending(path: Path, waits: int) -> None:
+    """Waits that never end (no "acquired"), each with its own pid, key and holder: the most
+    per-wait state a log can make the reader keep (bench/log.py --distinct)."""
+    with path.open("w") as out:
+        for start in range(0, waits, 10_000):
+            out.write(
+                "".join(
+                    f"2026-05-01 03:10:00.{n % 1000:03d} UTC [{100 + n}] app@shop/worker LOG:  "
+                    f"process {100 + n} still waiting for ExclusiveLock on advisory lock "
+                    f"[5,4102,{n},2] after 1000.5 ms\n2026-05-01 03:10:00.{n % 1000:03d} UTC "
+                    f"[{100 + n}] app@shop/worker DETAIL:  Process holding the lock: "
+                    f"{4_000_000 + n}. Wait queue: {100 + n}.\n"
+                    for n in range(start, min(start + 10_000, waits))
+                )
+            )
+
+
+def test_peak_memory_is_flat_with_waits_that_never_end(tmp_path: Path) -> None:
+    """120,000 and 480,000 waits that never end, each its own pid and key: the same peak
+    within a few MB (every open wait was kept: 2 million took 2.0 GB); every wait counted, the
+    waits closed early (past OPEN_WAITS) said."""
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    _never_ending(small, 120_000)
+    _never_ending(large, 480_000)
+    rss_small, out_small = _peak_rss(small)
+    rss_large, out_large = _peak_rss(large)
+    for waits, out in ((120_000, out_small), (480_000, out_large)):
+        data = json.loads(out)
+        assert sum(key["waits"] for key in data["keys"]) == waits
+        assert data["waits_closed_early"] > waits - 50_000
+        assert any("closed while open" in note for note in data["notes"])
+    grown = (rss_large - rss_small) / 1024
+    assert grown < 8, f"peak RSS {rss_small / 1024:.0f} MB at 120k, {rss_large / 1024:.0f} at 480k"
+
+
 @pytest.fixture(scope="module")
 def contended_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stderr log written by a real server: pgbench sessions queueing on advisory keys."""

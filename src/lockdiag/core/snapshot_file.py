@@ -10,6 +10,7 @@ import json
 import os
 import re
 import stat
+import sys
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from lockdiag.core.model import DerivedKey, LockRow, PoolLink, Session, Snapshot
 from lockdiag.core.records import (
+    RANGES,
     FieldError,
     build_record,
     convert,
@@ -310,6 +312,11 @@ def _read_document(text: str | bytes, name: str) -> dict[str, Any]:
         ) from None
     except RecursionError:  # a backstop: the scan above counts what json recurses on
         raise InputError(deep) from None
+    except ValueError:  # int()'s limit (sys.get_int_max_str_digits): no field is so long
+        raise InputError(
+            f"{name}: not a snapshot file: an integer of more than "
+            f"{sys.get_int_max_str_digits()} digits"
+        ) from None
     if _SURROGATE_ESCAPE.search(text):
         document = _without_surrogates(document)
     if not isinstance(document, dict) or document.get("format") != FILE_FORMAT:
@@ -341,7 +348,9 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
         if not isinstance(source, str):
             raise FieldError("source", "expected a string")
         raw_server = expect_dict(document.get("server"), "server")
-        version_num = convert(raw_server.get("version_num"), int, "server.version_num")
+        version_num = convert(
+            raw_server.get("version_num"), int, "server.version_num", RANGES["version_num"]
+        )
         server = server_info(raw_server, version_num)
         sessions = {}
         for index, raw in enumerate(expect_list(document.get("sessions"), "sessions")):
@@ -363,7 +372,7 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
         pool = {}
         for index, item in enumerate(expect_list(document.get("pool", []), "pool")):
             fields_of_link = dict(expect_dict(item, f"pool[{index}]"))
-            pid = convert(fields_of_link.pop("pid", None), int, f"pool[{index}].pid")
+            pid = convert(fields_of_link.pop("pid", None), int, f"pool[{index}].pid", RANGES["pid"])
             pool[pid] = build_record(PoolLink, fields_of_link, f"pool[{index}]")
     except FieldError as error:
         raise InputError(f"{name}: {error.where}: {error.reason}") from None

@@ -1,17 +1,18 @@
 """PostgreSQL's own log, read after the incident: lock waits, deadlocks and timeouts.
 
 It reads a stream of bytes it is given (a file, a FIFO, standard input; plain or gzip) and
-aggregates as it reads, in memory flat in the log's size. The messages read are PostgreSQL's
-own, in English: a log written with another ``lc_messages`` is detected and said, never
-misread. Three formats: ``stderr`` (with a ``log_line_prefix``, detected or given), ``csvlog``
-and ``jsonlog`` (PostgreSQL 15+).
+aggregates as it reads, in memory flat in the log's size whatever it holds (every per-session,
+per-wait and per-key state is bounded in number; a number out of its range makes an entry one
+that could not be read). The messages read are PostgreSQL's own, in English: a log written
+with another ``lc_messages`` is detected and said, never misread. Three formats: ``stderr``
+(with a ``log_line_prefix``, detected or given), ``csvlog`` and ``jsonlog`` (PostgreSQL 15+).
 
 The modules, in the order the data moves through them; each imports only those before it:
 
 - ``lines``: bytes to lines of text, bounded whatever the input (imports nothing of lockdiag);
 - ``messages``: what the lock messages say (entries, lock tags, waits, deadlock cycles, times);
 - ``formats``: telling the formats apart, the prefix's regular expressions (and where a session's
-  lock lines split), csv and json records;
+  lock lines split), a stderr entry as its lines are joined, csv and json records;
 - ``events``: lines to entries, a stderr entry's DETAIL and STATEMENT joined to it by pid;
 - ``tally``: entries to per-key totals and episodes, deadlocks and cancellations, bounded;
 - ``report``: naming and the report, the only module that reads ``lockdiag.core`` (analysis,
@@ -40,20 +41,33 @@ from lockdiag.logs.messages import (
     Entry,
     Identity,
     LockTag,
+    Malformed,
     parse_tag,
     parse_time,
     parse_wait,
 )
 from lockdiag.logs.report import KeyReport, LogReport, Names, NamespaceTotal, relation_oids, report
-from lockdiag.logs.tally import Cancellation, Deadlock, Episode, KeyTally, Tally
+from lockdiag.logs.tally import (
+    DATABASE_NAMES,
+    OPEN_HOLDERS,
+    OPEN_WAITS,
+    Cancellation,
+    Deadlock,
+    Episode,
+    KeyTally,
+    Tally,
+)
 
 __all__ = [
     "CHUNK",
     "COMMON_PREFIXES",
+    "DATABASE_NAMES",
     "DETECT_BYTES",
     "GZIP_FLOOR",
     "GZIP_RATIO",
     "MAX_LINE",
+    "OPEN_HOLDERS",
+    "OPEN_WAITS",
     "Cancellation",
     "CycleStep",
     "Damage",
@@ -67,6 +81,7 @@ __all__ = [
     "LogLines",
     "LogReader",
     "LogReport",
+    "Malformed",
     "Names",
     "NamespaceTotal",
     "NotALog",

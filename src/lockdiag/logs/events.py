@@ -18,6 +18,7 @@ from lockdiag.logs.formats import (
     CSV_HEAD,
     LogFormat,
     NotALog,
+    Pending,
     clip,
     csv_row,
     detect,
@@ -33,16 +34,20 @@ from lockdiag.logs.lines import DETECT_BYTES, HEAD_BATCHES, MAX_LINE, Damage, Lo
 from lockdiag.logs.messages import (
     CONTINUATIONS,
     ENGLISH_SEVERITIES,
+    NAME_MAX,
+    PID_MAX,
     TEXT_MAX,
     Entry,
     Identity,
+    Malformed,
     holders_of,
+    identity_of,
     interesting,
     parse_time,
 )
 
 DETECT_LINES = 200  # lines looked at to tell the format and the prefix
-PID_MEMORY = 100_000  # sessions whose user and application are remembered (for holders)
+PID_MEMORY = 50_000  # sessions whose user and application are remembered (for holders)
 
 
 @dataclass
@@ -69,89 +74,12 @@ PENDING_LINES = 200
 RECENT_LINES = 4096  # lines after which a holder not found is looked for again
 RECENT_BATCHES = 2  # batches kept to name a lock's holders (their latest line): 4096 lines or more
 SAMPLE_EVERY = 64  # one line in so many is read whole, for the language of the messages
-
-
-_new_tuple = tuple.__new__
-_FIELDS = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context", "QUERY": "context"}
-
-
-class _Pending:
-    """An entry of a stderr log still being read (its DETAIL and STATEMENT may follow).
-
-    ``head`` is the line's text before its severity: the server writes an entry's lines in one
-    go with the same prefix (elog.c send_message_to_server_log), so a line that starts with it
-    continues this entry without the prefix read again (a prefix with %l differs: read whole).
-    """
-
-    __slots__ = (
-        "context",
-        "detail",
-        "head",
-        "identity",
-        "line",
-        "message",
-        "pid",
-        "severity",
-        "size",
-        "statement",
-        "time",
-        "where",
-    )
-
-    def __init__(
-        self,
-        head: str,
-        time: str | None,
-        severity: str,
-        message: str,
-        pid: int,
-        identity: Identity,
-        line: int,
-    ) -> None:
-        self.time, self.severity = time, severity
-        self.pid, self.identity, self.line = pid, identity, line
-        self.message = message[:TEXT_MAX]
-        self.head, self.size = head, len(head)
-        self.detail: str | None = None
-        self.statement: str | None = None
-        self.context: str | None = None
-        self.where: str | None = "message"  # the field the next tab-continued line belongs to
-
-    def add(self, severity: str, line: str, start: int = 0) -> bool:
-        """A DETAIL, STATEMENT or CONTEXT line of this entry, its text from ``start``; False
-        for others (HINT)."""
-        where = _FIELDS.get(severity)
-        if where is None:
-            return False
-        if where == "statement" and self.severity == "LOG":
-            self.where = None  # a wait's statement is not reported: not kept
-            return True
-        setattr(self, where, line[start:].rstrip("\r\n")[:TEXT_MAX])
-        self.where = where
-        return True
-
-    def extend(self, text: str) -> None:
-        if self.where is None:
-            return
-        before = getattr(self, self.where) or ""
-        if len(before) < TEXT_MAX:  # bounded: a statement of a million lines is cut
-            setattr(self, self.where, f"{before}\n{text}"[:TEXT_MAX])
-
-    def entry(self) -> Entry:
-        # what Entry(...) does, without its generated __new__ in between (one per entry)
-        return _new_tuple(
-            Entry,
-            (
-                parse_time(self.time),
-                self.pid,
-                self.identity,
-                self.severity,
-                self.message,
-                self.detail,
-                self.statement,
-                self.context,
-            ),
-        )
+# look-backs for holders look at no more than so many recent lines per line read (and a first
+# LOOK_BACK_SLACK): linear time when every wait names holders never seen (a crafted log took
+# 47 s for 5 MB); a real log's few unknown holders, each looked for once in RECENT_LINES, use
+# a small part of it
+LOOK_BACK_RATIO = 16
+LOOK_BACK_SLACK = 16 * RECENT_LINES
 
 
 class LogReader:
@@ -184,6 +112,7 @@ class LogReader:
         self._identities: dict[tuple[str | None, ...] | str | None, Identity] = {}
         self._identity_groups: tuple[str, ...] = ("pid",)  # and those of the prefix's names
         self._blank_lines = 0  # in the batches of blank lines left out of the head
+        self._scanned = 0  # recent lines looked at for holders (LOOK_BACK_RATIO)
 
     def __iter__(self) -> Iterator[Entry]:
         name = self.counts.name
@@ -247,8 +176,11 @@ class LogReader:
             yield batch
 
     def _recent_lines(self) -> Iterator[str]:
-        """The lines (records) kept for naming holders, the latest first."""
-        return chain.from_iterable(reversed(batch) for batch in reversed(self._recent))
+        """The lines (records) kept for naming holders, the latest first (each batch counted
+        in ``_scanned`` as it is begun)."""
+        for batch in reversed(self._recent):
+            self._scanned += len(batch)
+            yield from reversed(batch)
 
     def _remember(self, pid: int, identity: Identity) -> None:
         known = self.identities
@@ -274,9 +206,9 @@ class LogReader:
         may continue such an entry, the first lines and one line in SAMPLE_EVERY (for the
         language of the messages)."""
         counts = self.counts
-        pending: dict[int, _Pending] = {}
-        last: _Pending | None = None  # the entry the previous line belonged to
-        latest: _Pending | None = None  # the entry read whole last
+        pending: dict[int, Pending] = {}
+        last: Pending | None = None  # the entry the previous line belonged to
+        latest: Pending | None = None  # the entry read whole last
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = first_character(prefix)
         recent = self._recent
@@ -295,7 +227,7 @@ class LogReader:
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
                 if latest is not None and raw.startswith(latest.head):
-                    # a wait's DETAIL, then its STATEMENT (not kept), as _Pending.add takes
+                    # a wait's DETAIL, then its STATEMENT (not kept), as Pending.add takes
                     # them, told without the severity's end found: most lines of a log of waits
                     size, pending_still = latest.size, pending.get(latest.pid) is latest
                     if pending_still and raw.startswith("DETAIL:  ", size):
@@ -345,7 +277,10 @@ class LogReader:
                         if last is not None and not last.add(severity, message):
                             last = None
                         continue
-                    pid = int(pid_text)
+                    pid = int(pid_text)  # 10 digits at most (formats: the pid's pattern)
+                    if pid > PID_MAX:
+                        self._unreadable(raw, number)
+                        continue
                 counts.entries += 1
                 done = pending.pop(pid, None)
                 if severity not in ENGLISH_SEVERITIES:
@@ -358,7 +293,7 @@ class LogReader:
                             splits.learn(found, identity)
                     if self.identities.get(pid) is not identity:
                         self._remember(pid, identity)
-                    last = latest = pending[pid] = _Pending(
+                    last = latest = pending[pid] = Pending(
                         head, time, severity, message, pid, identity, number
                     )
                 if done is not None:
@@ -374,7 +309,7 @@ class LogReader:
         head = quick(raw)
         return int(head.group("pid")) if head is not None and head.group("pid") else None
 
-    def _aged(self, pending: dict[int, _Pending], number: int) -> Iterator[Entry]:
+    def _aged(self, pending: dict[int, Pending], number: int) -> Iterator[Entry]:
         """Entries whose DETAIL and STATEMENT lines had every chance to come (PostgreSQL
         writes them with the message; only a log without the collector interleaves)."""
         for pid in [p for p, entry in pending.items() if number - entry.line > PENDING_LINES]:
@@ -390,21 +325,28 @@ class LogReader:
                 self._identities.clear()
             values = said[1:] if isinstance(said, tuple) else ()
             named = dict(zip(self._identity_groups[1:], values, strict=True))
-            identity = self._identities[said] = Identity(
+            identity = identity_of(
                 *(
                     value.rstrip(" ") if value else value  # a padded value (%-20a) ends in spaces
                     for value in map(named.get, ("user", "database", "application"))
                 )
             )
+            if all(value is None or len(value) <= NAME_MAX for value in values):
+                self._identities[said] = identity  # longer (not a server's): not kept as a key
         return identity
 
     def _named(self, entry: Entry) -> Entry:
         """Before an entry leaves: who its lock's holders are, from their latest lines."""
         if entry.detail:
-            for pid in holders_of(entry.detail):
+            try:
+                holders = holders_of(entry.detail)
+            except Malformed:
+                return entry  # the tally counts it with the lines not read
+            for pid in holders:
                 if (
                     pid not in self.identities
                     and self._lines_read - self._looked.get(pid, -RECENT_LINES) >= RECENT_LINES
+                    and self._scanned <= LOOK_BACK_RATIO * self._lines_read + LOOK_BACK_SLACK
                 ):
                     self._looked[pid] = self._lines_read  # not again until the lines are new
                     if len(self._looked) > PID_MEMORY:
@@ -428,7 +370,7 @@ class LogReader:
             wanted = str(pid)
             for raw in self._recent_lines():
                 if f",{wanted}," in raw and (row := csv_row(raw)) is not None and row[3] == wanted:
-                    self._remember(pid, Identity(row[1] or None, row[2] or None, row[22] or None))
+                    self._remember(pid, identity_of(row[1], row[2], row[22]))
                     return
             return
         if self.counts.format != "stderr" or self._prefix_text is None:
@@ -436,6 +378,8 @@ class LogReader:
         quick, full = pid_pattern(self._prefix_text).match, prefix_pattern(self._prefix_text).match
         wanted = str(pid)
         for raw in self._recent_lines():
+            if wanted not in raw:  # cheap: most recent lines are another pid's
+                continue
             head = quick(raw)
             if head is not None and head.group("pid") == wanted:
                 found = full(raw.rstrip("\r\n"))
@@ -523,7 +467,7 @@ class LogReader:
             return None
         counts.entries += 1
         pid, severity, message = int(row[3]), row[11], row[13]
-        identity = Identity(row[1] or None, row[2] or None, row[22] or None)
+        identity = identity_of(row[1], row[2], row[22])
         self._remember(pid, identity)
         if severity not in ENGLISH_SEVERITIES:
             self._foreign(severity, message)

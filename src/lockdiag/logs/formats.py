@@ -1,8 +1,8 @@
 """The three formats a server writes its log in: ``stderr`` (each line opening with a
 ``log_line_prefix``, detected from the first lines or given), ``csvlog`` and ``jsonlog``
 (PostgreSQL 15+): telling them apart, the prefix's regular expressions (and where a session's
-lock lines split, learnt), and a csvlog or jsonlog record's fields. Imports ``messages`` and
-``lockdiag.errors``.
+lock lines split, learnt), a stderr entry as its lines are joined, and a csvlog or jsonlog
+record's fields. Imports ``messages`` and ``lockdiag.errors``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Literal
 import orjson
 
 from lockdiag.errors import InputError
-from lockdiag.logs.messages import TEXT_MAX, Identity
+from lockdiag.logs.messages import PID_MAX, TEXT_MAX, Entry, Identity, identity_of, parse_time
 
 LogFormat = Literal["stderr", "csvlog", "jsonlog"]
-SPLITS_KEPT = 100_000  # sessions whose lock lines' split is remembered (Splits)
+SPLITS_KEPT = 50_000  # sessions whose lock lines' split is remembered (Splits)
+SPLIT_TEXT_MAX = 512  # characters from a pid to its message remembered (names: 63 bytes each)
 
 
 class NotALog(InputError):
@@ -33,7 +34,7 @@ _ESCAPES = {
     "t": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE})",
     "n": r"(?P<time>\d+\.\d+)",
     "s": rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE}",
-    "p": r"(?P<pid>\d+)",
+    "p": r"(?P<pid>\d{1,10})",  # an int: a longer one is no pid (the line is not read)
     "u": rf"(?P<user>{_VALUE})",
     "d": rf"(?P<database>{_VALUE})",
     "a": rf"(?P<application>{_VALUE})",
@@ -181,11 +182,14 @@ class Splits:
         """A line read whole by the prefix pattern: how the next of its pid may split."""
         if "session" in found.re.groupindex and found.group("session") is None:
             return
+        text = found.string[found.end("pid") : found.start("text")]
+        if len(text) > SPLIT_TEXT_MAX:
+            return  # longer than a server's values make it: read whole each time
         if len(self._known) >= SPLITS_KEPT:
             self._known.clear()  # bounded: the oldest sessions are forgotten together
         pid = found.group("pid")
         self._known[pid] = (
-            found.string[found.end("pid") : found.start("text")],
+            text,
             found.group("severity"),
             int(pid),
             identity,
@@ -251,7 +255,10 @@ def csv_row(record: str) -> list[str] | None:
         row = next(csv.reader([record]), None)
     except csv.Error:
         return None
-    if row is None or len(row) < 23 or not row[3].isdigit():
+    if row is None or len(row) < 23:
+        return None
+    pid = row[3]  # an int of ASCII digits (isdigit() alone takes '²', which int() refuses)
+    if not (0 < len(pid) <= 10 and pid.isascii() and pid.isdigit()) or int(pid) > PID_MAX:
         return None
     return row
 
@@ -261,13 +268,16 @@ def json_record(line: str) -> dict[str, object] | None:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+    if not isinstance(record, dict):
+        return None
+    pid = record.get("pid")  # orjson reads an integer past 64 bits as a float
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= PID_MAX:
         return None
     return record
 
 
 def json_identity(record: dict[str, object]) -> Identity:
-    return Identity(
+    return identity_of(
         text_of(record.get("user")),
         text_of(record.get("dbname")),
         text_of(record.get("application_name")),
@@ -281,3 +291,86 @@ def text_of(value: object) -> str | None:
 def clip(value: object) -> str | None:
     """A DETAIL, STATEMENT or CONTEXT as kept: bounded (events are kept by the thousand)."""
     return value[:TEXT_MAX] if isinstance(value, str) and value else None
+
+
+_new_tuple = tuple.__new__
+_FIELDS = {"DETAIL": "detail", "STATEMENT": "statement", "CONTEXT": "context", "QUERY": "context"}
+
+
+class Pending:
+    """An entry of a stderr log still being read (its DETAIL and STATEMENT may follow).
+
+    ``head`` is the line's text before its severity: the server writes an entry's lines in one
+    go with the same prefix (elog.c send_message_to_server_log), so a line that starts with it
+    continues this entry without the prefix read again (a prefix with %l differs: read whole).
+    """
+
+    __slots__ = (
+        "context",
+        "detail",
+        "head",
+        "identity",
+        "line",
+        "message",
+        "pid",
+        "severity",
+        "size",
+        "statement",
+        "time",
+        "where",
+    )
+
+    def __init__(
+        self,
+        head: str,
+        time: str | None,
+        severity: str,
+        message: str,
+        pid: int,
+        identity: Identity,
+        line: int,
+    ) -> None:
+        self.time, self.severity = time, severity
+        self.pid, self.identity, self.line = pid, identity, line
+        self.message = message[:TEXT_MAX]
+        self.head, self.size = head, len(head)
+        self.detail: str | None = None
+        self.statement: str | None = None
+        self.context: str | None = None
+        self.where: str | None = "message"  # the field the next tab-continued line belongs to
+
+    def add(self, severity: str, line: str, start: int = 0) -> bool:
+        """A DETAIL, STATEMENT or CONTEXT line of this entry, its text from ``start``; False
+        for others (HINT)."""
+        where = _FIELDS.get(severity)
+        if where is None:
+            return False
+        if where == "statement" and self.severity == "LOG":
+            self.where = None  # a wait's statement is not reported: not kept
+            return True
+        setattr(self, where, line[start:].rstrip("\r\n")[:TEXT_MAX])
+        self.where = where
+        return True
+
+    def extend(self, text: str) -> None:
+        if self.where is None:
+            return
+        before = getattr(self, self.where) or ""
+        if len(before) < TEXT_MAX:  # bounded: a statement of a million lines is cut
+            setattr(self, self.where, f"{before}\n{text}"[:TEXT_MAX])
+
+    def entry(self) -> Entry:
+        # what Entry(...) does, without its generated __new__ in between (one per entry)
+        return _new_tuple(
+            Entry,
+            (
+                parse_time(self.time),
+                self.pid,
+                self.identity,
+                self.severity,
+                self.message,
+                self.detail,
+                self.statement,
+                self.context,
+            ),
+        )

@@ -14,9 +14,21 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 
-from lockdiag.keys import UINT2_MAX, UINT4_MAX, AdvisoryTag, LockTriple, is_key_form
+from lockdiag.keys import INT4_MAX, UINT4_MAX, AdvisoryTag, LockTriple, is_key_form
 
 TEXT_MAX = 16 << 10  # characters kept of a message, DETAIL, STATEMENT or CONTEXT
+# The numbers a lock message carries, bounded as the server writes them: a pid is an int
+# (every platform's; Linux's pid_max is at most 4194304), an oid 32 bits unsigned, a wait's
+# figure milliseconds of a wait shorter than 30 years. A number past its bound is no
+# PostgreSQL message's: the entry is Malformed, skipped and counted with the lines that could
+# not be read (int() refuses more than 4300 digits, float() gives inf, timedelta overflows).
+PID_MAX = INT4_MAX
+OID_MAX = UINT4_MAX
+SUBID_MAX = 2**16 - 1  # a lock tag's field4 (objsubid) is 16 bits
+WAITED_MAX_MS = 1e12  # about 31.7 years
+TAG_MAX = 200  # characters of a lock tag (lmgr.c DescribeLockTag writes a few dozen)
+EARLIEST_YEAR = 1000  # a time before is read as none: a wait's start is its time less its figure
+NAME_MAX = 64  # characters kept of a user, database or application name (63 bytes: NAMEDATALEN)
 
 ENGLISH_SEVERITIES = frozenset(
     (
@@ -44,10 +56,37 @@ ENGLISH_SEVERITIES = frozenset(
 CONTINUATIONS = frozenset(("DETAIL", "HINT", "STATEMENT", "CONTEXT", "QUERY", "LOCATION"))
 
 
+class Malformed(ValueError):
+    """A lock entry with a number out of its range (see PID_MAX): not the server's."""
+
+
+def pid_of(digits: str) -> int:
+    """A pid written in a message (digits, as the patterns read them), or Malformed."""
+    if len(digits) > 10 or (pid := int(digits)) > PID_MAX:
+        raise Malformed(f"pid {digits[:20]} is past {PID_MAX}")
+    return pid
+
+
+def oid_of(digits: str) -> int:
+    """An oid written in a lock tag (digits), or Malformed."""
+    if len(digits) > 10 or (oid := int(digits)) > OID_MAX:
+        raise Malformed(f"oid {digits[:20]} is past {OID_MAX}")
+    return oid
+
+
 class Identity(NamedTuple):
     user: str | None
     database: str | None
     application: str | None
+
+
+def identity_of(user: str | None, database: str | None, application: str | None) -> Identity:
+    """A session's names as kept: an empty one as None, a long one (no server's) cut."""
+    return Identity(
+        user[:NAME_MAX] if user else None,
+        database[:NAME_MAX] if database else None,
+        application[:NAME_MAX] if application else None,
+    )
 
 
 class Entry(NamedTuple):
@@ -66,9 +105,11 @@ class Entry(NamedTuple):
 _SECOND = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _DIGITS = re.compile(r"\d+")
 # proc.c: "process %d still waiting for %s on %s after %ld.%03d ms" and its siblings
+# the pid is an int (10 digits at most), the mode a word of 64 characters at most (the longest,
+# ShareUpdateExclusiveLock, has 24): a message with more is no wait message (Malformed)
 _WAIT_HEAD = (
-    r"process (\d+) (still waiting for|acquired|avoided deadlock for|detected deadlock while "
-    r"waiting for|could not obtain) (\S+) on "
+    r"process (\d{1,10}) (still waiting for|acquired|avoided deadlock for|detected deadlock "
+    r"while waiting for|could not obtain) (\S{1,64}) on "
 )
 _WAIT = re.compile(
     _WAIT_HEAD + r"(.+?)(?: by rearranging queue order)?(?: after (\d+(?:\.\d+)?) ms)?"
@@ -138,18 +179,23 @@ _TAGS: list[tuple[str, re.Pattern[str]]] = [
 
 @lru_cache(maxsize=4096)  # a busy log names the same few locks again and again
 def parse_tag(text: str) -> LockTag:
+    """The lock a tag's text names; Malformed when a number is past its range, or the text
+    longer than TAG_MAX (a tag kept as written is kept with each open wait)."""
+    if len(text) > TAG_MAX:
+        raise Malformed(f"a lock tag of {len(text)} characters")
     for kind, pattern in _TAGS:
         found = pattern.match(text)
         if found is None:
             continue
         named = found.groupdict()
-        database = int(named["db"]) if named.get("db") else None
-        relation = int(named["rel"]) if named.get("rel") else None
+        database = oid_of(named["db"]) if named.get("db") else None
+        relation = oid_of(named["rel"]) if named.get("rel") else None
         if kind != "advisory":
             return LockTag(kind, text, database, relation)
-        classid, objid, objsubid = (int(found.group(i)) for i in (2, 3, 4))
-        if classid > UINT4_MAX or objid > UINT4_MAX or objsubid > UINT2_MAX:
-            return LockTag("advisory (other)", text, database)  # no lock tag holds these
+        classid, objid, subid = oid_of(found.group(2)), oid_of(found.group(3)), found.group(4)
+        objsubid = int(subid) if len(subid) <= 5 else SUBID_MAX + 1
+        if objsubid > SUBID_MAX:
+            raise Malformed(f"objsubid {subid[:20]} is past {SUBID_MAX}")
         if not is_key_form(objsubid):  # an extension's C code took it: its numbers only
             return LockTag(kind, text, database, tag=AdvisoryTag.of_row(classid, objid, objsubid))
         return LockTag(kind, text, database, None, LockTriple.of_row(classid, objid, objsubid))
@@ -165,21 +211,28 @@ class CycleStep(NamedTuple):
 
 
 def parse_cycle(detail: str) -> tuple[CycleStep, ...]:
-    """The steps of a deadlock's cycle, from its DETAIL (deadlock.c DeadLockReport)."""
-    queries = {int(p): q for p, q in _QUERY.findall(detail)}
+    """The steps of a deadlock's cycle, from its DETAIL (deadlock.c DeadLockReport);
+    Malformed when a number is past its range."""
+    queries = dict(_QUERY.findall(detail))
     return tuple(
-        CycleStep(int(pid), mode, parse_tag(tag), int(by), queries.get(int(pid)))
+        CycleStep(pid_of(pid), mode, parse_tag(tag), pid_of(by), queries.get(pid))
         for pid, mode, tag, by in _CYCLE.findall(detail)
     )
 
 
 def _pids(text: str) -> tuple[int, ...]:
-    return tuple(map(int, text.replace(",", " ").split()))
+    try:
+        pids = tuple(map(int, text.replace(",", " ").split()))  # in C: not pid_of for each
+    except ValueError:  # more than 4300 digits
+        raise Malformed("a pid of thousands of digits") from None
+    if pids and max(pids) > PID_MAX:
+        raise Malformed(f"a pid past {PID_MAX}")
+    return pids
 
 
 @lru_cache(maxsize=1024)  # asked twice of each DETAIL (naming holders, then the tally)
 def holders_of(detail: str) -> tuple[int, ...]:
-    """The pids a wait's DETAIL lists as holding the lock."""
+    """The pids a wait's DETAIL lists as holding the lock; Malformed for one past PID_MAX."""
     listed = _HOLDERS.search(detail)
     return () if listed is None else _pids(listed.group(1))
 
@@ -195,9 +248,10 @@ def parse_time(text: str | None) -> datetime | None:
     moment = _second(text[:19])
     if moment is None:
         try:  # a date that is not one fails here too
-            return datetime.fromtimestamp(float(text))  # %n: epoch seconds
+            epoch = datetime.fromtimestamp(float(text))  # %n: epoch seconds
         except (ValueError, OverflowError, OSError):
             return None
+        return epoch if epoch.year >= EARLIEST_YEAR else None
     if text[19:20] != ".":
         return moment
     # the moment is a whole second, so adding the fraction gives what replace(microsecond=...)
@@ -216,6 +270,7 @@ def _second(whole: str) -> datetime | None:
     if _SECOND.fullmatch(whole) is None:
         return None
     try:
-        return datetime.strptime(whole.replace("T", " "), "%Y-%m-%d %H:%M:%S")
+        moment = datetime.strptime(whole.replace("T", " "), "%Y-%m-%d %H:%M:%S")
     except ValueError:
         return None
+    return moment if moment.year >= EARLIEST_YEAR else None

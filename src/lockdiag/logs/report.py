@@ -62,6 +62,8 @@ class LogReport:
     timeline: list[TimelineEvent]
     labels: dict[tuple[object, ...], str]  # every tag's label, for deadlocks and timeouts
     timeline_left_out: int = 0  # events past KEPT_TIMELINE
+    waits_closed_early: int = 0  # closed while open: more than OPEN_WAITS (or OPEN_HOLDERS)
+    database_names_left_out: int = 0  # lock entries whose database's name was past DATABASE_NAMES
 
     def label(self, tag: LockTag | None) -> str:
         if tag is None:
@@ -161,6 +163,8 @@ def report(tally: Tally, registry: Registry, names: Names = Names()) -> LogRepor
         timeline=sorted(tally.timeline, key=lambda e: e.time or datetime.min),
         labels=labels,
         timeline_left_out=tally.timeline_left_out,
+        waits_closed_early=tally.closed_early,
+        database_names_left_out=tally.database_names_left_out,
     )
 
 

@@ -5,23 +5,30 @@ timeline of one advisory key.
 Memory is flat in the log's size: per key its totals and episodes, bounded in number (a log
 where every wait is on its own key, such as ``transaction N``, folds the least waited keys into
 one total per lock type, and keeps the episodes with the most wait); only the waits open at
-once are held one by one. Imports ``messages`` and ``events``.
+once are held one by one, at most OPEN_WAITS of them (and OPEN_HOLDERS holders among them):
+past that, the oldest are closed as the log's end closes those still open, and counted. An
+entry with a number out of its range (messages.Malformed) is counted with the lines that
+could not be read. Imports ``messages`` and ``events``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Literal, NamedTuple
 
 from lockdiag.keys import AdvisoryTag, LockTriple
 from lockdiag.logs.events import LogReader, ReadCounts
 from lockdiag.logs.messages import (
     INTERESTING_ERRORS,
+    PID_MAX,
+    WAITED_MAX_MS,
     CycleStep,
     Entry,
     Identity,
     LockTag,
+    Malformed,
     holders_of,
     parse_cycle,
     parse_tag,
@@ -43,6 +50,15 @@ KEPT_EVENTS = 1000  # deadlocks and timeouts kept in full; the rest are counted
 KEPT_KEYS = 1000  # keys tallied one by one; past twice this, the least waited half is folded
 KEPT_EPISODES = 1000  # episodes kept whole; past twice this, the closed ones least waited go
 KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the rest are counted
+# Waits open at once, held one by one until their end is logged: a server has fewer sessions
+# (max_connections is at most 262143 and in practice a few thousand), so more are waits whose
+# end the log did not tell (a crash, a log cut) and whose pid did not wait again. Past it, the
+# oldest tenth (first logged first) are closed as "no end logged", as the log's end closes the
+# rest, and counted (Tally.closed_early): should the end of one come after all, it counts as a
+# wait of its own. The holders listed by the open waits are bounded alike.
+OPEN_WAITS = 50_000
+OPEN_HOLDERS = 500_000
+DATABASE_NAMES = 100_000  # database names (by oid, from %d) kept; the next are left out
 TIMELINE_EVENTS = {  # a wait message's verb, as the --key timeline says it (with the mode)
     "still waiting for": "waiting for {}",
     "avoided deadlock for": "avoided deadlock (queue rearranged)",
@@ -171,6 +187,11 @@ class Tally:
         self.episode_count = 0  # kept, across keys
         self._episode_limit = 2 * kept_episodes
         self.open: dict[int, Wait] = {}
+        # holders listed by waits since the open waits' were counted: at least as many as
+        # they list, counted again when past OPEN_HOLDERS (not a subtraction at every close)
+        self.holders_added = 0
+        self.closed_early = 0  # waits closed while open, past OPEN_WAITS or OPEN_HOLDERS
+        self.database_names_left_out = 0  # past DATABASE_NAMES
         self.deadlocks: list[Deadlock] = []
         self.deadlock_count = 0
         self.cancellations: list[Cancellation] = []
@@ -187,21 +208,30 @@ class Tally:
     # reading
 
     def read(self, reader: LogReader) -> None:
+        """Every entry of ``reader``; one with a number out of its range is counted with the
+        lines that could not be read."""
+        counts = reader.counts
         reader.identities = self.identities
-        self.reads.append(reader.counts)
+        self.reads.append(counts)
+        add = self.add
         if self.since is None and self.until is None:
-            add = self.add
             for entry in reader:
-                add(entry)
+                try:  # costs nothing until it catches
+                    add(entry)
+                except Malformed:
+                    counts.unparsed += 1
             return
         for entry in reader:
             if entry.time is not None and (
                 (self.since is not None and entry.time < self.since)
                 or (self.until is not None and entry.time > self.until)
             ):
-                reader.counts.outside += 1
+                counts.outside += 1
                 continue
-            self.add(entry)
+            try:
+                add(entry)
+            except Malformed:
+                counts.unparsed += 1
 
     def finish(self) -> None:
         """Close the waits whose end the log does not tell (their last figure is a lower
@@ -209,30 +239,35 @@ class Tally:
         for wait in list(self.open.values()):
             self._close(wait, "no end logged", None)
         self.open.clear()
+        self.holders_added = 0
 
     def add(self, entry: Entry) -> None:
+        """One entry; Malformed (nothing counted) when a number in it is out of its range."""
+        if entry.severity == "LOG":  # a lock message (events: messages.interesting)
+            said = parse_wait(entry.message)
+            if said is None:
+                raise Malformed("a lock message that is not one")
+            self._wait_message(entry, said)
+        else:
+            kind = INTERESTING_ERRORS.get(entry.message)
+            if kind == "deadlock":
+                self._deadlock(entry)
+            elif kind is not None:
+                self._cancelled(entry, kind)
         time = entry.time
         if time is not None:
             if self.first is None or time < self.first:
                 self.first = time
             if self.last is None or time > self.last:
                 self.last = time
-        if entry.severity == "LOG":
-            said = parse_wait(entry.message)
-            if said is not None:
-                self._wait_message(entry, said)
-            return
-        kind = INTERESTING_ERRORS.get(entry.message)
-        if kind == "deadlock":
-            self._deadlock(entry)
-        elif kind is not None:
-            self._cancelled(entry, kind)
 
     def _wait_message(self, entry: Entry, said: tuple[str, str, str, str, str | None]) -> None:
         pid_text, verb, mode, tag_text, after = said
-        pid = int(pid_text)
+        pid = int(pid_text)  # 10 digits at most, the mode 64 characters (messages._WAIT_HEAD)
+        waited = float(after) if after else 0.0  # inf for a long one, never an error
+        if pid > PID_MAX or not waited <= WAITED_MAX_MS:  # compared, not called: twice a wait
+            raise Malformed(f"pid {pid_text} or a wait of {(after or '')[:20]} ms")
         tag = parse_tag(tag_text)
-        waited = float(after) if after else 0.0
         time = entry.time
         holders = holders_of(entry.detail) if entry.detail else ()
         database = tag.database
@@ -242,7 +277,10 @@ class Tally:
             and entry.identity.database
             and tag.kind != "other"
         ):
-            self.database_names[database] = entry.identity.database
+            if len(self.database_names) < DATABASE_NAMES:
+                self.database_names[database] = entry.identity.database
+            else:
+                self.database_names_left_out += 1
         wait = self.open.get(pid)
         if wait is not None and wait.tag is not tag and key_of(wait.tag) != key_of(tag):
             self._close(wait, "no end logged", None)  # a wait whose end went unlogged
@@ -258,11 +296,16 @@ class Tally:
             start = time - timedelta(0, 0, 0, waited) if time else None
             wait = Wait(pid, tag, mode, start, time, waited, entry.identity)
             self.open[pid] = wait
+            if len(self.open) > OPEN_WAITS:
+                self._close_oldest()
         else:
             wait.seen = time
             wait.waited_ms = max(wait.waited_ms, waited)
         if holders and holders != wait.holders:
             wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
+            self.holders_added += len(holders)  # as many as it adds, or more
+            if self.holders_added > OPEN_HOLDERS:
+                self._close_oldest()
         if verb == "avoided deadlock for":
             wait.avoided_deadlock = True
         if self.timeline_key is not None and verb in TIMELINE_EVENTS:
@@ -271,6 +314,20 @@ class Tally:
         if verb == "acquired":
             self._close(wait, "acquired", waited)
         # "detected deadlock while waiting": the ERROR that follows closes the wait
+
+    def _close_oldest(self) -> None:
+        """Past OPEN_WAITS or OPEN_HOLDERS: the oldest open waits closed, as ends not logged,
+        until a tenth of each bound is free (counted in ``closed_early``)."""
+        waits, holders = OPEN_WAITS - OPEN_WAITS // 10, OPEN_HOLDERS - OPEN_HOLDERS // 10
+        listed = sum(len(wait.holders) for wait in self.open.values())
+        while len(self.open) > waits or listed > holders:
+            for wait in list(islice(self.open.values(), OPEN_WAITS // 10)):
+                listed -= len(wait.holders)
+                self._close(wait, "no end logged", None)
+                self.closed_early += 1
+                if len(self.open) <= waits and listed <= holders:
+                    break
+        self.holders_added = listed
 
     def _note(
         self, tag: LockTag, entry: Entry, event: str, waited: float | None, holders: tuple[int, ...]
@@ -382,8 +439,8 @@ class Tally:
         where[pid] = who or Identity(None, None, None)
 
     def _deadlock(self, entry: Entry) -> None:
-        self.deadlock_count += 1
         cycle = parse_cycle(entry.detail or "")
+        self.deadlock_count += 1
         for tag in {key_of(step.tag): step.tag for step in cycle}.values():
             self._tally(tag).deadlocks += 1
             self._note(tag, entry, "deadlock detected", None, ())

@@ -13,8 +13,11 @@ from typing import Any
 
 from lockdiag.keys import AdvisoryTag
 from lockdiag.logs import (
+    DATABASE_NAMES,
     GZIP_RATIO,
     MAX_LINE,
+    OPEN_HOLDERS,
+    OPEN_WAITS,
     Cancellation,
     Damage,
     Deadlock,
@@ -107,6 +110,18 @@ def _notes(report: LogReport) -> list[str]:
                 f"{clean(read.foreign_sample)!r}: lockdiag reads English messages only; set "
                 "lc_messages = 'C' (or 'en_US.UTF-8') so that the next incident can be read"
             )
+    if report.waits_closed_early:
+        notes.append(
+            f"{report.waits_closed_early} wait(s) closed while open, as 'no end logged' (their "
+            f"last figure, a lower bound): more than {OPEN_WAITS:,} waits were open at once (or "
+            f"{OPEN_HOLDERS:,} holders listed by them), more than a server has sessions: the "
+            "oldest were closed first; an end of one logged later counts as another wait"
+        )
+    if report.database_names_left_out:
+        notes.append(
+            f"{report.database_names_left_out} lock entr(ies) on databases past the first "
+            f"{DATABASE_NAMES:,} named: those databases are shown by OID"
+        )
     if report.unnamed_lock_timeouts:
         notes.append(
             f"{report.unnamed_lock_timeouts} lock timeout(s) fired before deadlock_timeout: "
@@ -449,6 +464,8 @@ def log_data(report: LogReport) -> dict[str, Any]:
             for e in report.timeline
         ],
         "timeline_left_out": report.timeline_left_out,
+        "waits_closed_early": report.waits_closed_early,
+        "database_names_left_out": report.database_names_left_out,
         "notes": _notes(report),
     }
 
