@@ -202,8 +202,9 @@ def test_every_command_reads_them_from_a_file(saved: Path) -> None:
 @pytest.mark.parametrize(
     ("numbers", "reason"),
     [
-        ({"objsubid": 65536}, "locks[0].objsubid: 65536 is outside 0..65535"),
-        ({"objsubid": -1}, "locks[0].objsubid: -1 is outside 0..65535"),
+        ({"objsubid": 65536}, "locks[0].objsubid: 65536 is outside -32768..65535"),
+        # pg_locks.objsubid is an int2: a field4 past 32767 shows negative, never below
+        ({"objsubid": -32769}, "locks[0].objsubid: -32769 is outside -32768..65535"),
         ({"classid": 2**32}, "locks[0].classid: 4294967296 is outside 0..4294967295"),
     ],
 )
@@ -235,7 +236,7 @@ def test_decode_says_what_a_tag_is_in_one_line() -> None:
     assert wrong.exit_code == 2
     assert (
         wrong.stderr
-        == "lockdiag: error: objsubid 70000 is outside 0..65535 (as pg_locks shows it)\n"
+        == "lockdiag: error: objsubid 70000 is outside -32768..65535\n"
     )
 
 

@@ -150,11 +150,9 @@ class AdvisoryTag(_Numbers):
     __slots__ = ()
 
     def __new__(cls, classid: int, objid: int, objsubid: int) -> AdvisoryTag:
-        _in_range(
-            ("classid", classid, UINT4_MAX),
-            ("objid", objid, UINT4_MAX),
-            ("objsubid", objsubid, UINT2_MAX),
-        )
+        _in_range(("classid", classid, UINT4_MAX), ("objid", objid, UINT4_MAX))
+        if not -(2**15) <= objsubid <= UINT2_MAX:  # pg_locks' int2 shows past 32767 negative
+            raise InvalidKey(f"objsubid {objsubid} is outside -32768..{UINT2_MAX}")
         if is_key_form(objsubid):
             raise InvalidKey(f"objsubid {objsubid} is a SQL key's form, not an extension's tag")
         return _Numbers.__new__(cls, classid, objid, objsubid)

@@ -383,19 +383,20 @@ def _snapshot(document: dict[str, Any], name: str) -> Snapshot:
 
 def _advisory_in_range(locks: list[LockRow]) -> None:
     """An advisory lock's numbers as a lock tag holds them: classid and objid are uint32,
-    objsubid a uint16 (1 and 2 are the SQL functions' keys, any other an extension's tag).
-    Any other number is no lock PostgreSQL can show: the file was edited."""
+    objsubid 16 bits (1 and 2 are the SQL functions' keys, any other an extension's tag;
+    pg_locks shows it as an int2, so a field4 past 32767 reads negative there). Any other
+    number is no lock PostgreSQL can show: the file was edited."""
     for index, lock in enumerate(locks):
         if lock.locktype != "advisory":
             continue
-        for name, value, top in (
-            ("classid", lock.classid, UINT4_MAX),
-            ("objid", lock.objid, UINT4_MAX),
-            ("objid_last", lock.objid_last, UINT4_MAX),
-            ("objsubid", lock.objsubid, UINT2_MAX),
+        for name, value, bottom, top in (
+            ("classid", lock.classid, 0, UINT4_MAX),
+            ("objid", lock.objid, 0, UINT4_MAX),
+            ("objid_last", lock.objid_last, 0, UINT4_MAX),
+            ("objsubid", lock.objsubid, -(2**15), UINT2_MAX),
         ):
-            if value is not None and not 0 <= value <= top:
-                raise FieldError(f"locks[{index}].{name}", f"{value} is outside 0..{top}")
+            if value is not None and not bottom <= value <= top:
+                raise FieldError(f"locks[{index}].{name}", f"{value} is outside {bottom}..{top}")
 
 
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(b'[]{}",')))
