@@ -234,10 +234,7 @@ def test_decode_says_what_a_tag_is_in_one_line() -> None:
     assert data["extension_tag"] is True and data["objsubid"] == 11 and data["args"] is None
     wrong = CliRunner().invoke(cli, ["decode", "1", "2", "70000"])
     assert wrong.exit_code == 2
-    assert (
-        wrong.stderr
-        == "lockdiag: error: objsubid 70000 is outside -32768..65535\n"
-    )
+    assert wrong.stderr == "lockdiag: error: objsubid 70000 is outside -32768..65535\n"
 
 
 def test_a_span_of_tags() -> None:
