@@ -111,13 +111,15 @@ class Texts:
     def session(self, detail: Any) -> Any:
         """A session row's JSON with its texts decoded: the query in its database's encoding
         (``encoding``, taken out; ``cut``, taken out: whether the query may have been cut at
-        track_activity_query_size), its database's and role's names as names."""
+        track_activity_query_size), its database's and role's names as names, its
+        application_name and backend_type too (a background worker's C code sets them:
+        pg_auto_failover 2.0's launcher shows bytes that are no text)."""
         if not isinstance(detail, dict):
             return detail  # what build_record refuses, with where
         own = codec(detail.pop("encoding", None))
         cut = detail.pop("cut", None) is True
         detail["query"] = self.decoded(detail.get("query"), own, where="session.query", cut=cut)
-        for field in ("database", "user"):
+        for field in ("database", "user", "application_name", "backend_type"):
             detail[field] = self.decoded(detail.get(field), UTF8, own, where=f"session.{field}")
         return detail
 
@@ -165,4 +167,10 @@ def undecodable_note(snapshot: Snapshot) -> str:
 
 
 def _texts(session: Session) -> tuple[str | None, ...]:
-    return (session.query, session.application_name, session.user, session.database)
+    return (
+        session.query,
+        session.application_name,
+        session.user,
+        session.database,
+        session.backend_type,
+    )

@@ -35,12 +35,18 @@ SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
                                                            'escape'), 'hex'),
            'user', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.usename),
                                                        'escape'), 'hex'),
-           'application_name', a.application_name, 'client_addr', a.client_addr,
+           -- a background worker's names are set by its C code: pg_auto_failover 2.0's
+           -- launcher and pg_partman 4.7's worker show bytes that are no text at all
+           'application_name', pg_catalog.encode(pg_catalog.decode(
+               pg_catalog.quote_literal(a.application_name), 'escape'), 'hex'),
+           'client_addr', a.client_addr,
            'client_port', a.client_port, 'backend_start', a.backend_start,
            'xact_start', a.xact_start, 'query_start', a.query_start,
            'state_change', a.state_change, 'state', a.state,
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
-           'backend_type', a.backend_type, 'leader_pid', a.leader_pid,
+           'backend_type', pg_catalog.encode(pg_catalog.decode(
+               pg_catalog.quote_literal(a.backend_type), 'escape'), 'hex'),
+           'leader_pid', a.leader_pid,
            'query', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.query),
                                                         'escape'), 'hex'),
            -- the query's database's encoding, and whether the query may be cut short (the
