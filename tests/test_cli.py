@@ -327,3 +327,18 @@ def test_real_subprocess(cluster: Cluster, sessions: Sessions, registry_file: Pa
         [sys.executable, "-m", "lockdiag", "--version"], capture_output=True, text=True, check=True
     )
     assert version.stdout.startswith("lockdiag, version ")
+
+
+def test_a_librarys_log_line_speaks_as_lockdiag() -> None:
+    """psycopg logs "query cancellation failed: ..." when a cancel cannot reach a frozen server
+    (the exporter printed it bare, through Python's last-resort handler): lockdiag's commands
+    write it as their own lines, inert."""
+    code = (
+        "import logging, lockdiag.cli as c; c._libraries_speak_as_lockdiag(); "
+        "logging.getLogger('psycopg').warning('query cancellation failed: %s', 'gone\\x1b[2J'); "
+        "logging.getLogger('psycopg').info('not shown')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.stderr == "lockdiag: warning: query cancellation failed: gone\\e[2J\n"
