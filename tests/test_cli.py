@@ -334,7 +334,7 @@ def test_a_librarys_log_line_speaks_as_lockdiag() -> None:
     (the exporter printed it bare, through Python's last-resort handler): lockdiag's commands
     write it as their own lines, inert."""
     code = (
-        "import logging, lockdiag.cli as c; c._libraries_speak_as_lockdiag(); "
+        "import logging, lockdiag.cli.common; "
         "logging.getLogger('psycopg').warning('query cancellation failed: %s', 'gone\\x1b[2J'); "
         "logging.getLogger('psycopg').info('not shown')"
     )

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import logging
-import sys
 from typing import IO, Any
 
 import click
@@ -246,25 +244,4 @@ def main() -> None:
     # for nothing: it halved `list` at 100k locks. The long-running commands (watch, sample)
     # run it themselves now and then (pacing.collect_now_and_then).
     gc.disable()
-    _libraries_speak_as_lockdiag()
     cli(prog_name="lockdiag")
-
-
-class _AsLockdiag(logging.Handler):
-    """A library's log record (psycopg's "query cancellation failed: ..." when a frozen
-    server ignores a cancel) as one of lockdiag's lines, made inert: Python's last-resort
-    handler printed it bare."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from lockdiag.render.inert import clean
-
-        level = "error" if record.levelno >= logging.ERROR else "warning"
-        message = clean(" ".join(self.format(record).split()))
-        print(f"lockdiag: {level}: {message}", file=sys.stderr, flush=True)
-
-
-def _libraries_speak_as_lockdiag() -> None:
-    handler = _AsLockdiag(logging.WARNING)
-    logger = logging.getLogger("psycopg")
-    logger.addHandler(handler)
-    logger.propagate = False
