@@ -342,3 +342,15 @@ def test_a_librarys_log_line_speaks_as_lockdiag() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.stderr == "lockdiag: warning: query cancellation failed: gone\\e[2J\n"
+
+
+def test_exporter_listen_takes_prometheus_forms() -> None:
+    from lockdiag.cli.exporter import parse_listen
+    from lockdiag.errors import InputError
+
+    assert parse_listen(":9714") == ("0.0.0.0", 9714)  # every interface, as Prometheus' own
+    assert parse_listen("[::1]:9714") == ("::1", 9714)
+    assert parse_listen("127.0.0.1:9714") == ("127.0.0.1", 9714)
+    for wrong in ("9714", ":", ":0", "host:", "[::1:9714"):
+        with pytest.raises(InputError):
+            parse_listen(wrong)
