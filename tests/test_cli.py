@@ -348,9 +348,22 @@ def test_exporter_listen_takes_prometheus_forms() -> None:
     from lockdiag.cli.exporter import parse_listen
     from lockdiag.errors import InputError
 
-    assert parse_listen(":9714") == ("0.0.0.0", 9714)  # every interface, as Prometheus' own
+    assert parse_listen(":9714") == ("0.0.0.0", 9714)  # noqa: S104 - every interface, asked
     assert parse_listen("[::1]:9714") == ("::1", 9714)
     assert parse_listen("127.0.0.1:9714") == ("127.0.0.1", 9714)
     for wrong in ("9714", ":", ":0", "host:", "[::1:9714"):
         with pytest.raises(InputError):
             parse_listen(wrong)
+
+
+def test_every_help_fits_80_columns() -> None:
+    """Every --help line within 80 columns on an 80-column terminal: click wraps the prose,
+    not the blocks it must keep as written (examples, exit codes, choices)."""
+    from lockdiag.cli.reference import commands
+
+    for name, _ in commands():
+        args = [*name.split()[1:], "--help"]
+        result = CliRunner().invoke(cli, args, terminal_width=80)
+        assert result.exit_code == 0, (name, result.output)
+        wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+        assert not wide, (name, wide)

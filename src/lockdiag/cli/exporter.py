@@ -87,7 +87,7 @@ def exporter_command(
 
     \b
     Examples:
-      lockdiag exporter --dsn postgresql://monitor@db1/app --dsn postgresql://monitor@db2/app
+      lockdiag exporter --dsn postgresql://db1/app --dsn postgresql://db2/app
       lockdiag exporter --targets fleet.txt --listen 0.0.0.0:9714
     """
     host, port = parse_listen(listen)
