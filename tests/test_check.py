@@ -309,6 +309,23 @@ def test_terminate_refusals_change_nothing(cluster: Cluster, sessions: Sessions)
         preview(Diagnosis(snapshot, registry), snapshot.server.backend_pid)
 
 
+def test_ctrl_c_at_terminates_prompt_is_an_interruption(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """Ctrl-C at the confirmation: exit 130 and lockdiag's one line, as Ctrl-C anywhere else
+    (click's prompt printed 'Aborted!' and exited 1); nothing is signalled."""
+    holder = sessions.open("holder")
+    holder.run("SELECT pg_advisory_lock(4102, 16)")
+    child = terminate_prompt(cluster, holder.pid)
+    child.expect_exact(f"terminate pid {holder.pid}? [y/N]:")
+    child.sendintr()
+    child.expect_exact("lockdiag: interrupted")
+    rest = child.read().decode()
+    assert "Aborted" not in rest
+    assert exit_status(child) == 130
+    assert holder.run("SELECT 1") == [(1,)]
+
+
 def test_terminate_refuses_a_session_whose_start_it_cannot_see(
     cluster: Cluster, sessions: Sessions
 ) -> None:

@@ -327,3 +327,43 @@ def test_real_subprocess(cluster: Cluster, sessions: Sessions, registry_file: Pa
         [sys.executable, "-m", "lockdiag", "--version"], capture_output=True, text=True, check=True
     )
     assert version.stdout.startswith("lockdiag, version ")
+
+
+def test_a_librarys_log_line_speaks_as_lockdiag() -> None:
+    """psycopg logs "query cancellation failed: ..." when a cancel cannot reach a frozen server
+    (the exporter printed it bare, through Python's last-resort handler): lockdiag's commands
+    write it as their own lines, inert."""
+    code = (
+        "import logging, lockdiag.cli.common; "
+        "logging.getLogger('psycopg').warning('query cancellation failed: %s', 'gone\\x1b[2J'); "
+        "logging.getLogger('psycopg').info('not shown')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.stderr == "lockdiag: warning: query cancellation failed: gone\\e[2J\n"
+
+
+def test_exporter_listen_takes_prometheus_forms() -> None:
+    from lockdiag.cli.exporter import parse_listen
+    from lockdiag.errors import InputError
+
+    assert parse_listen(":9714") == ("0.0.0.0", 9714)  # noqa: S104 - every interface, asked
+    assert parse_listen("[::1]:9714") == ("::1", 9714)
+    assert parse_listen("127.0.0.1:9714") == ("127.0.0.1", 9714)
+    for wrong in ("9714", ":", ":0", "host:", "[::1:9714"):
+        with pytest.raises(InputError):
+            parse_listen(wrong)
+
+
+def test_every_help_fits_80_columns() -> None:
+    """Every --help line within 80 columns on an 80-column terminal: click wraps the prose,
+    not the blocks it must keep as written (examples, exit codes, choices)."""
+    from lockdiag.cli.reference import commands
+
+    for name, _ in commands():
+        args = [*name.split()[1:], "--help"]
+        result = CliRunner().invoke(cli, args, terminal_width=80)
+        assert result.exit_code == 0, (name, result.output)
+        wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+        assert not wide, (name, wide)

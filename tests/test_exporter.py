@@ -431,3 +431,27 @@ def test_name_filters_the_families_on_metrics_and_on_probe(exporter: Running) ->
     }
     unknown = f"{exporter.url}/probe?target=evil.example:5432&name[]=lockdiag_up"
     assert fetch(unknown, {"Accept": OPENMETRICS})[0] == 404  # the routing stays lockdiag's
+
+
+def test_the_metrics_reference_lists_every_served_series(exporter: Running) -> None:
+    """docs/reference/metrics.md names every family /metrics serves, and each sample name a
+    family adds (a counter's and a histogram's ``_created``, a histogram's ``_bucket``...)
+    is explained: a series a dashboard finds and the reference does not name is a guess."""
+    until(
+        lambda: "lockdiag_hold_seconds_bucket" in get(f"{exporter.url}/metrics")[1],
+        30,
+        "a hold episode to be sampled",
+    )
+    body = get(f"{exporter.url}/metrics")[1]
+    families = {f.name: f for f in text_families(body.encode())}
+    reference = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    served = reference.split("## `lockdiag exporter`", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in families if f"`{name}" not in served]
+    assert not missing, f"served but not in docs/reference/metrics.md: {missing}"
+    suffixes = {
+        sample.name.removeprefix(family.name)
+        for family in families.values()
+        for sample in family.samples
+    } - {""}
+    unexplained = [suffix for suffix in sorted(suffixes) if f"`{suffix}`" not in served]
+    assert not unexplained, f"sample suffixes the reference does not explain: {unexplained}"

@@ -9,7 +9,7 @@ paste it, in a sandbox folder that holds what the examples name:
 - the server is the test cluster: libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE)
   points at it, and each DSN an example spells (``postgresql://monitor@db1/app``...) becomes
   its DSN, as does each line of ``fleet.txt``;
-- HOME and XDG_CONFIG_HOME are in the sandbox (the completion folders exist there), EDITOR is
+- HOME and XDG_CONFIG_HOME are in the sandbox (zsh's completion folder exists there), EDITOR is
   ``true``; files written outside it (``/var/lib/node_exporter``, zsh's ``${fpath[1]}``) are
   written into it; the server logs the log examples name are copies of the cluster's log;
 - ADAPTED says what else changes for each example and which exit codes it may end with (those
@@ -64,11 +64,8 @@ ADAPTED: dict[str, Adapted] = {
         frozenset({0, 1, 2}),
         None,
     ),
-    "lockdiag completion bash > ~/.local/share/bash-completion/completions/lockdiag": (
-        {},
-        OK,
-        None,
-    ),
+    'eval "$(lockdiag completion bash)"    # in ~/.bashrc': ({}, OK, None),
+    "mkdir -p ~/.config/fish/completions": ({}, OK, None),
     'lockdiag completion zsh > "${fpath[1]}/_lockdiag"': ({"${fpath[1]}": "$HOME/zfunc"}, OK, None),
     "lockdiag completion fish > ~/.config/fish/completions/lockdiag.fish": ({}, OK, None),
     "lockdiag decode 4102 73 2": ({}, OK, None),
@@ -84,7 +81,7 @@ ADAPTED: dict[str, Adapted] = {
         "The demo keeps running",
     ),
     "lockdiag demo --stop          # from another terminal": ({}, OK, None),
-    "lockdiag exporter --dsn postgresql://monitor@db1/app --dsn postgresql://monitor@db2/app": (
+    "lockdiag exporter --dsn postgresql://db1/app --dsn postgresql://db2/app": (
         {"db2/app": "db2/app --listen 127.0.0.1:{port}"},
         frozenset({130}),
         "/metrics for 2 target(s)",
@@ -108,10 +105,11 @@ ADAPTED: dict[str, Adapted] = {
     "lockdiag log postgresql.csv.1.gz postgresql.csv --since '2026-05-01 03:00'": ({}, OK, None),
     "zcat postgresql-*.log.gz | lockdiag log - --key 'tenant_summary 73'": ({}, OK, None),
     "lockdiag log postgresql.json --format markdown > incident.md": ({}, OK, None),
-    (
-        'lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" '
-        '--direct "host=db dbname=app"'
-    ): ({}, OK, None),  # both servers the test cluster: no pooler in between
+    'lockdiag pooltest --pooled "port=6432 dbname=app" --direct "dbname=app"': (
+        {},
+        OK,
+        None,
+    ),  # both servers the test cluster: no pooler in between
     "lockdiag registry check": ({}, OK, None),
     "lockdiag registry show --registry ops/lockdiag.toml": ({}, OK, None),
     "lockdiag registry check --registry ops/lockdiag.toml": ({}, OK, None),
@@ -194,8 +192,7 @@ def sandbox(tmp_path: Path, cluster: Cluster) -> dict[str, str]:
     for name in ("postgresql.csv.1.gz", "postgresql-1.log.gz"):
         (tmp_path / name).write_bytes(gzip.compress(log))
     home = tmp_path / "home"
-    for folder in (".local/share/bash-completion/completions", ".config/fish/completions", "zfunc"):
-        (home / folder).mkdir(parents=True)
+    (home / "zfunc").mkdir(parents=True)  # zsh's ${fpath[1]}: the others make their folder
     server = conninfo_to_dict(cluster.dsn())
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PG", "LOCKDIAG_"))},
@@ -265,7 +262,11 @@ def run_adapted(
         return line, codes, 0, ""  # it ran while its demo kept running
     for old, new in changes.items():
         line = line.replace(old, new)
-    for spelled in ("postgresql://monitor@db1/app", "postgresql://monitor@db2/app"):
+    for spelled in (
+        "postgresql://monitor@db1/app",
+        "postgresql://db1/app",
+        "postgresql://db2/app",
+    ):
         line = line.replace(spelled, f"'{cluster.dsn()}'")
     line = line.replace("{holder}", str(holder)).replace("{port}", str(free_port()))
     if line.startswith("lockdiag pooltest"):

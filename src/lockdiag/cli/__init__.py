@@ -227,9 +227,9 @@ def cli(ctx: click.Context) -> None:
       lockdiag key tenant_summary 73        lockdiag decode 4102 73 2
 
     \b
-    Exit codes: 0 ok; 1 negative answer (who-holds: nobody holds it; registry check: errors);
-    2 bad input (usage, key, namespace, registry, snapshot or settings file); 3 server
-    unreachable or query refused; 130 interrupted.
+    Exit codes: 0 ok; 1 negative answer (who-holds: nobody holds it; registry
+    check: errors); 2 bad input (usage, key, namespace, registry, snapshot or
+    settings file); 3 server unreachable or query refused; 130 interrupted.
     """
     name = ctx.invoked_subcommand
     if name is not None and name != "settings":  # settings init|show read it themselves

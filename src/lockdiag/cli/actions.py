@@ -98,9 +98,10 @@ def terminate_command(
     follows is said as seen: ended, not exited within --wait, or unknown.
 
     \b
-    Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the session shown,
-    or signalled but not seen to exit or stop); 2 refused; 3 server error or missing
-    privilege (pg_signal_backend, or membership in the owner's role).
+    Exit codes: 0 done; 1 not done (declined, the pid gone or no longer the
+    session shown, or signalled but not seen to exit or stop); 2 refused; 3 server
+    error or missing privilege (pg_signal_backend, or membership in the owner's
+    role).
 
     \b
     Examples:
@@ -240,7 +241,7 @@ def pooltest_command(
 
     \b
     Examples:
-      lockdiag pooltest --pooled "host=pgbouncer port=6432 dbname=app" --direct "host=db dbname=app"
+      lockdiag pooltest --pooled "port=6432 dbname=app" --direct "dbname=app"
     """
     key = parse_numbers([raw_key])
     names = get_registry(registry)

@@ -5,6 +5,7 @@ what they import costs nothing to ``--help`` and ``--version``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from lockdiag.registry import (
     find_registry,
     load_registry,
 )
-from lockdiag.render import Output, render
+from lockdiag.render import Output, clean, render
 from lockdiag.settings import Settings, SettingsError, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,6 +49,29 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
+
+
+class _AsLockdiag(logging.Handler):
+    """A library's log record (psycopg's "query cancellation failed: ..." when a frozen
+    server ignores a cancel) as one of lockdiag's lines, made inert: Python's last-resort
+    handler printed it bare."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "error" if record.levelno >= logging.ERROR else "warning"
+        message = clean(" ".join(self.format(record).split()))
+        click.echo(f"lockdiag: {level}: {message}", err=True)
+
+
+def libraries_speak_as_lockdiag() -> None:
+    """psycopg's log records, from the commands that may talk to a server (this module is
+    theirs: ``--help`` never loads it, nor logging)."""
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(handler, _AsLockdiag) for handler in logger.handlers):
+        logger.addHandler(_AsLockdiag(logging.WARNING))
+        logger.propagate = False
+
+
+libraries_speak_as_lockdiag()
 
 
 # -- common options ----------------------------------------------------------------------------

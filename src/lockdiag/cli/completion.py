@@ -23,8 +23,9 @@ def completion_command(shell: str) -> None:
 
     \b
     Examples:
-      lockdiag completion bash > ~/.local/share/bash-completion/completions/lockdiag
+      eval "$(lockdiag completion bash)"    # in ~/.bashrc
       lockdiag completion zsh > "${fpath[1]}/_lockdiag"
+      mkdir -p ~/.config/fish/completions
       lockdiag completion fish > ~/.config/fish/completions/lockdiag.fish
     """
     if shell not in SHELLS:

@@ -30,7 +30,7 @@ from lockdiag.registry import Poolers
     show_default=True,
     metavar="HOST:PORT",
     help="Where to serve /metrics, /probe, / and /-/healthy. Loopback unless you name another "
-    "address (every series and the page show session details).",
+    "address (every series and the page show session details); :PORT is every interface.",
 )
 @click.option(
     "--interval",
@@ -87,10 +87,11 @@ def exporter_command(
 
     \b
     Examples:
-      lockdiag exporter --dsn postgresql://monitor@db1/app --dsn postgresql://monitor@db2/app
+      lockdiag exporter --dsn postgresql://db1/app --dsn postgresql://db2/app
       lockdiag exporter --targets fleet.txt --listen 0.0.0.0:9714
     """
     host, port = parse_listen(listen)
+    listen = f"{host}:{port}" if listen.startswith(":") else listen  # said as it is bound
     if interval <= 0:
         raise InputError("--interval must be more than zero")
     names = get_registry(registry)
@@ -139,9 +140,12 @@ def exporter_command(
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` of --listen (an IPv6 address in brackets: ``[::1]:9714``) as the host to
-    bind, brackets removed, and a port from 1 to 65535; else an InputError in one line."""
+    bind, brackets removed, and a port from 1 to 65535; else an InputError in one line.
+    ``:PORT`` alone is every interface (0.0.0.0), as Prometheus' own --web.listen-address."""
     usage = f"--listen {listen!r}: give HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}"
-    host, _, port_text = listen.rpartition(":")
+    host, colon, port_text = listen.rpartition(":")
+    if colon and not host:
+        host = "0.0.0.0"  # noqa: S104 - asked for: ':PORT' is every interface, and said so
     if host.startswith("[") != host.endswith("]"):
         raise InputError(f"{usage} (an IPv6 address in brackets: [::1]:{DEFAULT_PORT})")
     host = host[1:-1] if host.startswith("[") else host

@@ -37,6 +37,6 @@ class LockdiagGroup(click.Group):
             if error.hint:
                 click.echo(f"lockdiag: hint: {error.hint}", err=True)
             ctx.exit(error.exit_code)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, click.Abort):  # click's prompts turn Ctrl-C into Abort
             click.echo("lockdiag: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)

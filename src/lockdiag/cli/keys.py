@@ -93,7 +93,9 @@ def registry_show(registry: str | None, fmt: str) -> None:
         ]
         + ["pg_advisory_unlock", "pg_advisory_unlock_shared"]
     ),
-    help="The SQL function to show.",
+    metavar="FUNCTION",
+    help="The SQL function to show: pg_[try_]advisory_[xact_]lock[_shared], or "
+    "pg_advisory_unlock[_shared].",
 )
 @registry_option
 @format_option
