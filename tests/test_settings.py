@@ -454,3 +454,37 @@ def test_a_target_without_a_settings_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert run("list", "--target", "prod").stderr == (
         "lockdiag: error: no target 'prod': LOCKDIAG_SETTINGS is empty, no settings file is read\n"
     )
+
+
+def test_settings_show_names_the_registry_file_found(tmp_path: Path) -> None:
+    """With no registry named, `settings show` says which file every command would find (the
+    working directory's, then the config directory's), or where it looked."""
+
+    def registry_row() -> dict[str, str]:
+        shown = json.loads(run("settings", "show", "--format", "json").stdout)["settings"]
+        rows: dict[str, str] = next(
+            row for row in shown if (row["command"], row["option"]) == ("list", "registry")
+        )
+        return rows
+
+    none = registry_row()
+    assert none["value"] == "" and none["from"].startswith("default (none found: ")
+    assert str(tmp_path / "lockdiag.toml") in none["from"]
+    (tmp_path / "lockdiag.toml").write_text("[namespaces.t]\nid = 1\n")  # the working directory
+    found = registry_row()
+    assert found == {
+        "command": "list",
+        "option": "registry",
+        "value": str(tmp_path / "lockdiag.toml"),
+        "from": "default (found in the working directory)",
+    }
+    missing = run("who-holds", "nope", "1")  # a namespace of a file not found: how to give one
+    assert "unknown namespace 'nope' in " in missing.stderr
+    (tmp_path / "lockdiag.toml").unlink()
+    missing = run("who-holds", "nope", "1")
+    assert missing.exit_code == 2
+    assert missing.stderr.splitlines() == [
+        "lockdiag: error: unknown namespace 'nope' (no registry file found)",
+        "lockdiag: hint: name the registry file with --registry FILE or LOCKDIAG_REGISTRY, or put "
+        "it in the working directory as lockdiag.toml",
+    ]

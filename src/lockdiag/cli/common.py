@@ -31,6 +31,7 @@ from lockdiag.registry import (
     find_registry,
     load_registry,
 )
+from lockdiag.registry.discovery import WORKING_DIRECTORY, found_unnamed
 from lockdiag.render import Output, clean, render
 from lockdiag.settings import Settings, SettingsError, load_settings
 
@@ -388,7 +389,8 @@ def _found_in(path: str | None, found: Path) -> str | None:
     directory), or None when --registry, LOCKDIAG_REGISTRY or the settings file named it."""
     if _registry_given(path) is not None or os.environ.get(ENV_VAR):
         return None
-    return "the working directory" if found.parent == Path.cwd() else "your config directory"
+    unnamed = found_unnamed()
+    return unnamed[1] if unnamed is not None and unnamed[0] == found else None
 
 
 def _implicit(registry: Registry, found: Path, where: str) -> Registry:
@@ -398,7 +400,7 @@ def _implicit(registry: Registry, found: Path, where: str) -> Registry:
     to (a planted DSN would collect a password from ~/.pgpass) unless the file is named."""
     _note(f"registry {found} (found in {where}; --registry FILE to name one)")
     consoles = registry.poolers.pgbouncer
-    if where != "the working directory" or not consoles:
+    if where != WORKING_DIRECTORY or not consoles:
         return registry
     _note(
         f"its [poolers] PgBouncer console(s) not read ({len(consoles)}): lockdiag connects to "

@@ -19,6 +19,7 @@ from click.core import ParameterSource
 
 from lockdiag.cli.group import LockdiagGroup
 from lockdiag.errors import EXIT_UNKNOWN, InputError
+from lockdiag.registry.discovery import found_unnamed, unnamed_candidates
 from lockdiag.render import Output, Table, render
 from lockdiag.settings import (
     DEFAULTS,
@@ -306,7 +307,18 @@ def _origin(
         return _text(defaults[option.name or key]), f"settings file line {line} [{'.'.join(table)}]"
     if key == "target":
         return "", "default (libpq's environment: PGHOST, PGSERVICE...)"
+    if key == "registry":
+        return _found_registry()
     return _text(option.default is True if option.is_flag else option.default), "default"
+
+
+def _found_registry() -> tuple[str, str]:
+    """The registry file a command would find with none named, and where it was found."""
+    found = found_unnamed()
+    if found is not None:
+        return str(found[0]), f"default (found in {found[1]})"
+    looked = ", ".join(str(path) for path, _ in unnamed_candidates())
+    return "", f"default (none found: {looked})"
 
 
 def _text(value: Any) -> str:

@@ -30,10 +30,25 @@ def find_registry(explicit: str | None = None, missing_ok: bool = False) -> Path
             source = "" if explicit else f" (from {ENV_VAR})"
             raise RegistryError(f"registry file {path}{source} does not exist")
         return path
-    for candidate in (Path.cwd() / FILE_NAME, config_dir() / FILE_NAME):
-        if candidate.is_file():
-            return candidate
-    return None
+    found = found_unnamed()
+    return found[0] if found is not None else None
+
+
+WORKING_DIRECTORY, CONFIG_DIRECTORY = "the working directory", "your config directory"
+
+
+def unnamed_candidates() -> list[tuple[Path, str]]:
+    """Where a registry file nobody named is looked for, in order, and how each is said."""
+    return [
+        (Path.cwd() / FILE_NAME, WORKING_DIRECTORY),
+        (config_dir() / FILE_NAME, CONFIG_DIRECTORY),
+    ]
+
+
+def found_unnamed() -> tuple[Path, str] | None:
+    """The registry file found when none is named, and where (WORKING_DIRECTORY or
+    CONFIG_DIRECTORY); None when neither has one."""
+    return next(((path, where) for path, where in unnamed_candidates() if path.is_file()), None)
 
 
 def config_dir() -> Path:

@@ -190,7 +190,7 @@ class Registry:
         try:
             return self.namespaces[name]
         except KeyError:
-            raise UnknownNamespace(self._unknown_message(name)) from None
+            raise UnknownNamespace(self._unknown_message(name), hint=self._how_to_give()) from None
 
     def key(self, name: str, *resource: object) -> AdvisoryKey:
         """The key of NAME's resource: one integer, or the namespace's parts in order
@@ -217,6 +217,15 @@ class Registry:
     @cached_property
     def _spaces(self) -> frozenset[tuple[str, int]]:
         return frozenset((form, namespace_id) for form, namespace_id, _ in self._exact)
+
+    def _how_to_give(self) -> str | None:
+        """With no registry file, how to give one (the namespace may be in a file not found)."""
+        if self.path is not None:
+            return None
+        return (
+            "name the registry file with --registry FILE or LOCKDIAG_REGISTRY, or put it in "
+            "the working directory as lockdiag.toml"
+        )
 
     def _unknown_message(self, name: str) -> str:
         where = f" in {self.path}" if self.path else " (no registry file found)"
