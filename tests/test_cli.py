@@ -367,3 +367,17 @@ def test_every_help_fits_80_columns() -> None:
         assert result.exit_code == 0, (name, result.output)
         wide = [line for line in result.stdout.splitlines() if len(line) > 80]
         assert not wide, (name, wide)
+
+
+def test_watch_once_offers_no_keys() -> None:
+    """`watch --once` prints one frame and exits: a footer of keys to press (q quit, p pause...)
+    would offer what it does not take."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    result = CliRunner().invoke(
+        cli,
+        ["watch", "--once", "--from", str(examples / "incident.json"),
+         "--registry", str(examples / "lockdiag.toml")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "tenant_summary 73" in result.stdout
+    assert "q quit" not in result.stdout and " ms" not in result.stdout.splitlines()[-1]

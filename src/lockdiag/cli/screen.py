@@ -202,7 +202,7 @@ def run(
             taken = source.next()  # the first refresh reads
             assert taken is not None
             state.take(taken)
-            stream.write(plain(frame(state)))
+            stream.write(plain(frame(state, keys=False)))  # printed once: no keys to offer
         finally:
             source.close()
         return

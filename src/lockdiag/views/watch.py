@@ -218,13 +218,16 @@ class State:
         self.prompt, self.typed = None, ""
 
 
-def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Block]:
+def frame(
+    state: State, screen: int | None = None, columns: int = 0, keys: bool = True
+) -> list[Block]:
     """A banner when the connection is lost, findings first (causes before symptoms), then
     root blockers, then holders and waiters in the incident's order. ``screen``: the height of
     the screen it is for; findings and chains then take a quarter of it each, and no more lock
     rows are built than it has (the table says how many it left out). None: everything, as
     text. ``columns``: its width, which chain lines wrap at (under the tree's indent, as in
-    `blockers`); 0: unwrapped."""
+    `blockers`); 0: unwrapped. ``keys``: the footer of the keys a live screen takes (not for
+    `watch --once`, which takes none)."""
     snapshot = state.snapshot
     blocks: list[Block] = []
     if state.lost is not None:
@@ -255,10 +258,11 @@ def frame(state: State, screen: int | None = None, columns: int = 0) -> list[Blo
     if snapshot is not None and state.incident is not None:
         blocks += _findings_and_chains(state, screen, columns)
         blocks += _lock_table(state, snapshot, screen)
-    footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
-    footer += f" · {state.cost * 1000:.1f} ms"  # a read's cost, and how often one is made
-    footer += f", every {format_duration(state.read_every)}" if state.read_every else ""
-    blocks.append(Text([footer], "note", VERDICT))
+    if keys:  # a live screen: the keys it takes, a read's cost and how often one is made
+        footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
+        footer += f" · {state.cost * 1000:.1f} ms"
+        footer += f", every {format_duration(state.read_every)}" if state.read_every else ""
+        blocks.append(Text([footer], "note", VERDICT))
     if state.message:
         blocks.append(Text([clean(state.message)], "warning", VERDICT))
     # what does not fit gives way: details, then lock rows, then the worst cause's line
