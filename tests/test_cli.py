@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +383,62 @@ def test_watch_once_offers_no_keys() -> None:
     assert result.exit_code == 0, result.output
     assert "tenant_summary 73" in result.stdout
     assert "q quit" not in result.stdout and " ms" not in result.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--format", "plain"],
+        ["list", "--format", "json"],
+        ["list", "--format", "table"],
+        ["list", "--format", "markdown"],
+        ["list", "--format", "csv"],
+    ],
+    ids=" ".join,
+)
+def test_a_reader_that_goes_away_ends_the_output_the_same_way(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """`lockdiag ... | head`: the reader leaves after 100 bytes of some MB. One rule for every
+    format: lockdiag stops silently with 141 (128 + SIGPIPE), as `yes | head` does. Before,
+    plain and markdown said 0, table 1 (rich's own exit), json and csv 1 (click's), and a
+    snapshot with PYTHONUNBUFFERED set (as containers often have it) exited 0 having written
+    64 KiB of 7 MB: unbuffered, Python dropped the rest of a partial write without an error."""
+    from snapshots import advisory, session, snapshot
+
+    from lockdiag.core import snapshot_file
+
+    sessions = [session(pid, "idle", timedelta(minutes=-5)) for pid in range(100, 110)]
+    locks = [advisory(100 + key % 10, key) for key in range(20000)]
+    path = tmp_path / "many.json"
+    path.write_text(snapshot_file.dumps(snapshot(sessions, locks)))
+    for extra in ([], ["--all"]) if args[-1] == "plain" else ([],):
+        child = subprocess.Popen(
+            [sys.executable, "-m", "lockdiag", *args, *extra, "--from", str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        assert child.stdout is not None and child.stderr is not None
+        assert len(child.stdout.read(100)) == 100
+        child.stdout.close()
+        assert child.wait(60) == 141
+        said = child.stderr.read()
+        assert b"error" not in said and b"Traceback" not in said, said
+
+
+def test_a_snapshot_to_a_reader_that_goes_away_is_not_said_whole(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    """`snapshot -o - | head` with PYTHONUNBUFFERED set exited 0 having written 64 KiB."""
+    holder = sessions.open("many")
+    holder.run("SELECT count(pg_advisory_lock(g)) FROM generate_series(1, 20000) AS g")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "lockdiag", "snapshot", "-o", "-", "--dsn", cluster.dsn()],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert child.stdout is not None and child.stderr is not None
+    assert len(child.stdout.read(100)) == 100
+    child.stdout.close()
+    assert child.wait(60) == 141
+    assert child.stderr.read() == b""

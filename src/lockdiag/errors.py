@@ -11,6 +11,7 @@ EXIT_INPUT = 2  # bad input: usage, key, namespace, registry file, snapshot file
 EXIT_SERVER = 3  # could not connect, or the server refused or cancelled the snapshot
 EXIT_UNKNOWN = 3  # `check` only: the monitoring-plugin UNKNOWN
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of standard output went away
 
 
 class LockdiagError(Exception):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+import io
+import sys
 from typing import IO, Any
 
 import click
@@ -244,4 +246,20 @@ def main() -> None:
     # for nothing: it halved `list` at 100k locks. The long-running commands (watch, sample)
     # run it themselves now and then (pacing.collect_now_and_then).
     gc.disable()
+    _buffered_stdout()
     cli(prog_name="lockdiag")
+
+
+def _buffered_stdout() -> None:
+    """Standard output buffered, whatever PYTHONUNBUFFERED says (containers often set it):
+    unbuffered, a write to a pipe whose reader went away returned a partial count and the
+    rest was dropped without an error (`snapshot -o - | head` exited 0, having written 64 KiB
+    of 7 MB). Lines still go out as they are written."""
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and isinstance(out.buffer, io.RawIOBase):
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(out.buffer),
+            encoding=out.encoding,
+            errors=out.errors,
+            line_buffering=True,
+        )

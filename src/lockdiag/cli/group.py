@@ -4,12 +4,16 @@ mean". Light on purpose: the root group loads it for ``--help``."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import sys
 from typing import Any
 
 import click
 from click.exceptions import NoSuchCommand
 
-from lockdiag.errors import EXIT_INTERRUPTED, LockdiagError
+from lockdiag.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, LockdiagError
 
 
 class LockdiagGroup(click.Group):
@@ -30,7 +34,9 @@ class LockdiagGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader gone before the last bytes: said here, as below
+            return result
         except LockdiagError as error:
             for line in str(error).splitlines() or [type(error).__name__]:
                 click.echo(f"lockdiag: error: {line}", err=True)
@@ -40,3 +46,19 @@ class LockdiagGroup(click.Group):
         except (KeyboardInterrupt, click.Abort):  # click's prompts turn Ctrl-C into Abort
             click.echo("lockdiag: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as error:
+            if error.errno != errno.EPIPE:
+                raise
+            stopped_reading()
+            ctx.exit(EXIT_BROKEN_PIPE)
+
+
+def stopped_reading() -> None:
+    """The reader of standard output went away (``lockdiag list | head``): nothing more is
+    written, silently, and what Python would still flush at exit goes nowhere. The exit code
+    is a process's killed by SIGPIPE (141), whatever was being written: the output is cut
+    short, and a pipeline with pipefail says so, as it does for ``yes | head``."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -3,6 +3,7 @@ the renderers that imports it, and only when a table is drawn)."""
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING, Any, TextIO
 
 from lockdiag.render.model import Block, Output, Text
@@ -25,7 +26,14 @@ TEXT_STYLES = {  # a text block's style as rich draws it
 def write_table(output: Output, stream: TextIO) -> None:
     from rich.console import Console
 
-    console = Console(file=stream, highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """rich exits 1 of its own when the reader goes away: the CLI's one rule
+            (lockdiag.cli.group) decides what a broken pipe ends in, for every format."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+
+    console = _Console(file=stream, highlight=False, soft_wrap=False)
     lines = console.height if stream.isatty() else 0
     blocks = output.screen(console.width, lines) if output.screen else output.blocks()
     if lines:  # a screenful, and the shell's prompt after it
