@@ -209,20 +209,24 @@ def create_cluster(
     cluster = Cluster(bindir, _new_base(user), free_port(), user, dict(settings or {}))
     base = cluster.base
     initdb = [str(bindir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "-A", "trust"]
-    result = subprocess.run(
-        [*initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
-        capture_output=True,
-        text=True,
-        user=user,
-        cwd=base,
-        check=False,
-    )
-    if result.returncode != 0:
+    try:  # whatever ends it (a failure, Ctrl-C in the middle of initdb): nothing is left
+        result = subprocess.run(
+            [*initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
+            capture_output=True,
+            text=True,
+            user=user,
+            cwd=base,
+            check=False,
+        )
+        if result.returncode != 0:
+            output = result.stderr.strip() or result.stdout.strip()
+            raise ClusterError(f"initdb failed:\n{output}")
+        rules = [*(hba or []), "local all all trust", "host all all 127.0.0.1/32 trust"]
+        rules += ["local replication all trust", "host replication all 127.0.0.1/32 trust"]
+        (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
+    except BaseException:
         shutil.rmtree(base, ignore_errors=True)
-        raise ClusterError(f"initdb failed:\n{result.stderr.strip() or result.stdout.strip()}")
-    rules = [*(hba or []), "local all all trust", "host all all 127.0.0.1/32 trust"]
-    rules += ["local replication all trust", "host replication all 127.0.0.1/32 trust"]
-    (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
+        raise
     return _started(cluster) if start else cluster
 
 
@@ -249,10 +253,14 @@ def create_standby(primary: Cluster) -> Cluster:
 def _new_base(user: str | None) -> Path:
     """A fresh directory for one server, owned by the user it runs as."""
     base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(base, entry.pw_uid, entry.pw_gid)
-    base.chmod(0o755)  # the server's user must reach its socket and data in it
+    try:
+        if user is not None:
+            entry = pwd.getpwnam(user)
+            os.chown(base, entry.pw_uid, entry.pw_gid)
+        base.chmod(0o755)  # the server's user must reach its socket and data in it
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     return base
 
 
