@@ -245,6 +245,35 @@ def test_pooltest_refuses_to_destroy_a_leaked_lock(
     assert lock["pid"] == backend  # still held: nothing was touched
 
 
+def test_pooltest_folds_the_locks_it_refuses_to_destroy(
+    cluster: Cluster, transaction_pool: Bouncer
+) -> None:
+    """20,000 locks leaked on one pooled connection were 20,002 lines: they are one line per
+    backend and key space, as list folds them, naming the first few and the count."""
+    with psycopg.connect(
+        transaction_pool.dsn(application_name="leaky-worker"), autocommit=True,
+        prepare_threshold=None,
+    ) as worker:  # fmt: skip
+        row = worker.execute(
+            "SELECT count(pg_advisory_lock(g)), pg_backend_pid() "
+            "FROM generate_series(2000000, 2019999) AS g"
+        ).fetchone()
+    assert row is not None and row[0] == 20000
+    result = CliRunner().invoke(
+        cli, ["pooltest", "--pooled", transaction_pool.dsn(), "--direct", cluster.dsn()]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) < 10, lines[:12]
+    assert any(
+        f"  pid {row[1]} holds 20000 locks: unregistered bigint 2000000, " in line
+        and "and 19997 more (lockdiag who-holds --key 0,2000000,1)" in line
+        for line in lines
+    ), lines
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (row[1],))
+
+
 def test_check_shows_every_note_in_every_format(cluster: Cluster) -> None:
     """A console that cannot be read is a note of the snapshot: check says so in text, JSON
     and the Nagios line, so an OK never hides that part of the picture was missing."""
