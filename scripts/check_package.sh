@@ -3,7 +3,7 @@
 #   scripts/check_package.sh
 # builds the sdist and the wheel into dist/ (python -m build), checks their metadata
 # (twine check --strict), installs the wheel into a fresh virtualenv in a directory outside the
-# checkout and runs `lockdiag --version` and `lockdiag demo` from there. Needs build and twine
+# checkout and runs `lockdiag --version`, `lockdiag demo` and `lockdiag demo --offline` from there. Needs build and twine
 # (the test extra) and PostgreSQL server binaries for the demo (as root the server runs as an
 # unprivileged user, as it does for the tests).
 set -euo pipefail
@@ -35,4 +35,10 @@ grep -q '^\$ lockdiag ' demo.out || {
     cat demo.out >&2
     exit 1
 }
-echo "check_package: $(basename "$wheel") and the sdist built and checked; installed outside the checkout, --version and the demo run"
+./venv/bin/lockdiag demo --offline >offline.out
+grep -q 'tenant_summary 73 (4102, 73, 2) is held by pid 4163' offline.out || {
+    echo "check_package: the installed wheel's offline demo did not read its bundled incident:" >&2
+    cat offline.out >&2
+    exit 1
+}
+echo "check_package: $(basename "$wheel") and the sdist built and checked; installed outside the checkout, --version, the demo and the offline demo run"

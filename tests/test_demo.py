@@ -135,3 +135,24 @@ def test_ctrl_c_while_the_server_is_made_leaves_nothing(scratch: Path, after: fl
     child.close()
     assert child.exitstatus in (0, 130), child.before
     assert not left_in(scratch)
+
+
+def test_offline_reads_the_bundled_incident_without_a_server(tmp_path: Path) -> None:
+    """`demo --offline` needs no server and no checkout: the incident and its registry are
+    package data, walked through as the README does, with the paths to try more."""
+    result = subprocess.run(
+        demo_command("--offline"), capture_output=True, text=True, cwd=tmp_path, check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PG", "LOCKDIAG_"))},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "tenant_summary 73 (4102, 73, 2) is held by pid 4163 (billing-worker)" in out
+    assert "root blocker 1: tenant_summary 73" in out
+    assert out.count("CRITICAL session-lock: tenant_summary 73") == 1
+    tried = [line.strip() for line in out.splitlines() if line.strip().startswith("lockdiag list")]
+    assert len(tried) == 1
+    again = subprocess.run(
+        [sys.executable, "-m", "lockdiag", *shlex.split(tried[0])[1:]],
+        capture_output=True, text=True, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0 and "tenant_summary 73" in again.stdout, again.stderr

@@ -81,6 +81,7 @@ ADAPTED: dict[str, Adapted] = {
         "The demo keeps running",
     ),
     "lockdiag demo --stop          # from another terminal": ({}, OK, None),
+    "lockdiag demo --offline       # no server needed": ({}, OK, None),
     "lockdiag exporter --dsn postgresql://db1/app --dsn postgresql://db2/app": (
         {"db2/app": "db2/app --listen 127.0.0.1:{port}"},
         frozenset({130}),

@@ -122,6 +122,8 @@ def test_the_wheel_carries_the_queries_types_and_licence(built: Path) -> None:
         names = set(wheel.namelist())
     assert {name.rsplit("/", 1)[-1] for name in names if name.endswith(".sql")} == queries
     assert "lockdiag/py.typed" in names
+    # the bundled incident of `demo --offline` (examples/ in a checkout links to it)
+    assert {"lockdiag/demo/data/incident.json", "lockdiag/demo/data/lockdiag.toml"} <= names
     assert f"lockdiag-{VERSION}.dist-info/licenses/LICENSE" in names
     assert not any(name.startswith("tests/") for name in names)
 

