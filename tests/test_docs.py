@@ -67,6 +67,17 @@ def test_transcripts_in_readme_and_docs_are_what_the_commands_print() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_exporter_page_screenshot_shows_the_page_of_today() -> None:
+    """The README's picture of the exporter's page is of the page as it is: its text
+    (docs/exporter-page.txt, drawn with it) compared with the page's text today; python
+    scripts/exporter_page.py (or the docs build) draws both again."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "exporter_page.py"), "--check"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_docs_build_strictly(tmp_path: Path) -> None:
     """--strict turns every broken link, missing anchor and page left out of the nav into an
     error, so the site cannot rot unseen."""

@@ -2,98 +2,41 @@
 each saying what `check` says in the order it says it; a down target is unknown, never "no
 findings"; every server string is escaped; and a real headless browser renders it so.
 
-The screenshot in docs/ is written by ``python tests/test_exporter_page.py docs/exporter-page.png``.
+The screenshot in docs/ and its text are drawn by ``python scripts/exporter_page.py`` (and the
+docs build); tests/test_docs.py fails when the page's text is no longer the screenshot's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.incident import Incident
-from lockdiag.core.model import Snapshot
-from lockdiag.core.snapshot_file import load
-from lockdiag.registry import load_registry
 from lockdiag.views.check import cause_detail, cause_heading
-from lockdiag.views.exporter import TargetState, page
+from lockdiag.views.exporter import page
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(ROOT / "scripts"))
+import exporter_page  # noqa: E402 - the script that draws the docs' screenshot
+from exporter_page import (  # noqa: E402
+    DOWN_ERROR,
+    FakeTarget,
+    bundled_snapshot,
+    bundled_targets,
+    incident_of,
+    text_of,
+)
+
 HOSTILE = '<script>alert("x")</script>\'&amp;'
-DOWN_ERROR = 'cannot connect to 127.0.0.1:1: <refused> & "gone"'
-
-
-@dataclasses.dataclass
-class FakeTarget:
-    """What the page reads of the exporter's Target."""
-
-    name: str
-    report: Incident | None
-    error: str | None = None
-    seconds: float = 0.0123
-    taken_at: float = dataclasses.field(default_factory=time.monotonic)
-    down_since: float | None = None
-    stalled: bool = False
-
-
-def bundled_snapshot() -> Snapshot:
-    return load(EXAMPLES / "incident.json")
-
-
-def incident_of(snapshot: Snapshot) -> Incident:
-    policy = CheckPolicy()
-    registry = load_registry(str(EXAMPLES / "lockdiag.toml"))
-    return Diagnosis(snapshot, registry, policy.analysis_policy()).incident(policy)
-
-
-def bundled_targets() -> list[TargetState]:
-    """The bundled incident, up, and a second target that is down."""
-    return [
-        FakeTarget("db1.example:5432/shop", incident_of(bundled_snapshot())),
-        FakeTarget("db2.example:5432/shop", None, DOWN_ERROR, seconds=2.0),
-    ]
-
-
-class Text(HTMLParser):
-    """The text a reader sees, in document order (no style, no title)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self.skip = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.skip += tag in ("style", "title", "script")
-
-    def handle_endtag(self, tag: str) -> None:
-        self.skip -= tag in ("style", "title", "script")
-
-    def handle_data(self, data: str) -> None:
-        if not self.skip:
-            self.parts.append(data)
-
-
-def text_of(markup: str) -> str:
-    parser = Text()
-    parser.feed(markup)
-    return " ".join(" ".join(parser.parts).split())
 
 
 def squeeze(line: str) -> str:
@@ -184,27 +127,12 @@ def test_an_up_target_without_findings_says_so() -> None:
 # -- a real browser ----------------------------------------------------------------------------
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:  # never a skip: the page must be seen rendered
-        pytest.fail("chromium not found: apt-get install -y chromium", pytrace=False)
-    return found
-
-
 def browse(url: str, profile: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    flags = ["--headless", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={profile}", "--disable-dev-shm-usage"]  # fmt: skip
-    if os.geteuid() == 0:
-        flags.append("--no-sandbox")
-    done = subprocess.run(
-        [chromium(), *flags, *options, url],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done
+    """The page in a real headless Chromium: never a skip, the page must be seen rendered."""
+    try:
+        return exporter_page.browse(url, profile, *options)
+    except exporter_page.BrowserMissing as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture
@@ -250,16 +178,3 @@ def test_a_headless_browser_renders_the_causes_first(served: str, tmp_path: Path
     shot = tmp_path / "page.png"
     browse(served, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,900")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
-
-
-def screenshot(path: Path) -> None:
-    """The bundled incident's page, as a browser shows it at 1280x900."""
-    with tempfile.TemporaryDirectory() as scratch:
-        page_file = Path(scratch) / "page.html"
-        page_file.write_text(page(bundled_targets(), 1.0))
-        browse(page_file.as_uri(), Path(scratch) / "profile", f"--screenshot={path.resolve()}",
-               "--window-size=1280,900")  # fmt: skip
-
-
-if __name__ == "__main__":
-    screenshot(Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "docs" / "exporter-page.png"))
