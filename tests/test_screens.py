@@ -77,6 +77,19 @@ def test_list_keeps_pid_status_and_name_on_screen(size: tuple[int, int]) -> None
     assert any("11 lock(s), 3 waiting" in line for line in screen), "\n".join(screen)
 
 
+@pytest.mark.parametrize("size", [(24, 60), (24, 80)], ids=lambda s: f"{s[1]}x{s[0]}")
+def test_a_narrow_list_says_whom_the_root_blocks_before_its_flags(size: tuple[int, int]) -> None:
+    """At 60 and 80 columns each lock is one line: the verdict (name, whom it blocks, its
+    state) comes first and whole, its flags after, folded to the first and a count (they cut
+    `blocks ...` off the root blocker's line: `[max-hold,expect-xact,long-session-lock…`)."""
+    screen = screen_of(["list", "--from", str(INCIDENT), "--registry", str(REGISTRY)], size)
+    root = next(line for line in screen if line.startswith("4163 ") and "tenant_summary 73" in line)
+    assert "tenant_summary 73  blocks 9933,13302" in root, "\n".join(screen)
+    if size[1] >= 80:  # the worst flag first (its count may meet the edge)
+        assert "blocks 9933,13302 · idle · [max-hold" in root, root
+    assert not any("[max-hold,expect-xact" in line for line in screen), "\n".join(screen)
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
 def test_who_holds_keeps_its_verdict_and_pids_on_screen(size: tuple[int, int]) -> None:
     args = ["who-holds", "tenant_summary", "73", "--from", str(INCIDENT), "--registry",

@@ -402,14 +402,16 @@ def _extent(members: list[LockEntry], spans: Mapping[Space, Span] | None) -> tup
 
 
 def compact_line(row: ListRow, label: str, fleet: bool) -> str:
-    """One lock on one line, for a screen too narrow for the table: the essentials first and
-    whole (pid, status, age, the lock's whole name) and its flags, the one that matters most
-    first; then whom it blocks or waits for and the session's state (a root's line says what
-    it does to others before anything optional), then who and how, cut at the edge."""
+    """One lock on one line, for a screen too narrow for the table: the verdict first and
+    whole (pid, status, age, the lock's whole name, whom it blocks or waits for, the
+    session's state: a root's line says what it does to others before anything else), then
+    its flags folded (the one that matters most, and how many more: the legend below names
+    them, --format plain lists them all), then who and how, cut at the edge."""
     entry = row.entry
     essentials = f"{pid_text(entry.lock)}  {status(entry)} {age(entry)}  {label}"
-    essentials += f"  [{flags(entry)}]" if entry.flags else ""
-    parts = (relation(entry), state(entry), application(entry), entry.lifetime or "")
+    named = flags(entry).split(",") if entry.flags else []
+    folded = f"[{named[0]}{f' +{len(named) - 1}' if len(named) > 1 else ''}]" if named else ""
+    parts = (relation(entry), state(entry), folded, application(entry), entry.lifetime or "")
     text = f"{essentials}  {' · '.join(part for part in parts if part)}"
     return f"{clean(row.target)}: {text}" if fleet else text
 
