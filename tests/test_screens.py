@@ -114,6 +114,13 @@ def test_watch_shows_whole_rows_and_its_footer(size: tuple[int, int], tmp_path: 
     assert any(line.startswith("lockdiag watch") for line in screen[:2]), text
     assert any("q quit" in line for line in screen), text  # the footer, whole
     assert rows_are_whole(screen, locks("list")) >= 1, text
+    # the incident's 5 causes (2 critical, 3 warnings): every critical one is on screen
+    # before any warning, and those left out are counted (at 80x24 it showed 1, said nothing)
+    headings = [line for line in screen if line.startswith(("CRITICAL ", "WARNING "))]
+    critical = [line for line in headings if line.startswith("CRITICAL ")]
+    assert len(critical) == 2 and headings.index(critical[-1]) == 1, text
+    said = re.search(r"… (\d+) more cause\(s\) not shown", text)
+    assert len(headings) + (int(said.group(1)) if said else 0) == 5, text
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")

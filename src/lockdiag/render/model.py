@@ -70,6 +70,17 @@ class Text:
     lines: list[str]
     style: Literal["plain", "verdict", "note", "error", "critical", "warning"] = "plain"
     rank: int = DETAIL  # how long it stays on a screen too small for everything (fit_screen)
+    group: str | None = None  # blocks a screen counts when it leaves lines of them out (More)
+
+
+@dataclass(frozen=True)
+class More:
+    """How a screen says what it left out of a group of text blocks (the causes of `watch`),
+    as a table says its rows: ``template`` with ``{n}``, the lines left out, ``before`` of
+    them by the view itself (a cap), the rest by the screen."""
+
+    template: str
+    before: int = 0
 
 
 Block = Table | Text

@@ -4,10 +4,10 @@ fits its columns (:func:`fit`), counted as rich draws them; pure, no rich import
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from lockdiag.render.model import ROWS, VERDICT, Block, Table, Text
+from lockdiag.render.model import ROWS, VERDICT, Block, More, Table, Text
 
 ELLIPSIS_WIDTH = 60  # plain text keeps long cells whole; tables on a terminal cut them
 
@@ -24,13 +24,28 @@ class Plan:
     cut: bool
 
 
-def fit_screen(blocks: list[Block], columns: int, lines: int, cut: str | None = CUT) -> list[Block]:
+def fit_screen(
+    blocks: list[Block],
+    columns: int,
+    lines: int,
+    cut: str | None = CUT,
+    more: Mapping[str, More] | None = None,
+) -> list[Block]:
     """``blocks`` cut to ``lines`` screen lines ``columns`` wide (see :func:`plan_screen`), the
-    tables to their rows kept (saying how many they left out), ``cut`` said when text was."""
-    return apply_plan(blocks, plan_screen(blocks, columns, lines, cut), cut)
+    tables to their rows kept (saying how many they left out), each group of text blocks of
+    ``more`` too (one line after the group: how many of its lines are not shown), ``cut``
+    said when other text was."""
+    more = more or {}
+    return apply_plan(blocks, plan_screen(blocks, columns, lines, cut, more), cut, more)
 
 
-def plan_screen(blocks: list[Block], columns: int, lines: int, cut: str | None = CUT) -> Plan:
+def plan_screen(
+    blocks: list[Block],
+    columns: int,
+    lines: int,
+    cut: str | None = CUT,
+    more: Mapping[str, More] | None = None,
+) -> Plan:
     """What of ``blocks`` fits ``lines`` lines ``columns`` wide, counted as rich draws them (a
     text line wrapped between words, a table row on one line, a table's title, header, rule,
     legend and "more rows" line). What does not fit gives way by rank, the highest first and
@@ -49,6 +64,8 @@ def plan_screen(blocks: list[Block], columns: int, lines: int, cut: str | None =
 
     def used(was_cut: bool) -> int:
         total = height_of(cut) if was_cut and cut else 0
+        for line in _more_lines(blocks, kept, more or {}).values():
+            total += height_of(line)
         for i, block in enumerate(blocks):
             if isinstance(block, Text):
                 total += sum(map(height_of, kept[i]))
@@ -57,6 +74,7 @@ def plan_screen(blocks: list[Block], columns: int, lines: int, cut: str | None =
         return total
 
     was_cut = False
+    grouped = {i for i, b in enumerate(blocks) if isinstance(b, Text) and b.group in (more or {})}
     while (over := used(was_cut) - lines) > 0:
         texts = [(b.rank, i) for i, b in enumerate(blocks) if isinstance(b, Text) and kept[i]]
         texts = [(rank, i) for rank, i in texts if rank != VERDICT]
@@ -82,17 +100,43 @@ def plan_screen(blocks: list[Block], columns: int, lines: int, cut: str | None =
             continue
         last = max(i for r, i in texts if r == rank)
         kept[last].pop()
-        was_cut = True
+        was_cut = was_cut or last not in grouped  # a group says so itself
     return Plan(kept, rows, was_cut)
 
 
-def apply_plan(blocks: list[Block], plan: Plan, cut: str | None = CUT) -> list[Block]:
-    """The blocks as ``plan`` keeps them."""
+def _more_lines(
+    blocks: list[Block], kept: Mapping[int, list[str]], more: Mapping[str, More]
+) -> dict[int, str]:
+    """For each group of ``more`` some of whose lines are left out: the line that says so,
+    by the position of the group's last block."""
+    found: dict[int, str] = {}
+    for group, how in more.items():
+        members = [i for i, b in enumerate(blocks) if isinstance(b, Text) and b.group == group]
+        left = how.before + sum(len(_lines(blocks[i])) - len(kept[i]) for i in members)
+        if members and left:
+            found[members[-1]] = how.template.format(n=left)
+    return found
+
+
+def _lines(block: Block) -> list[str]:
+    return block.lines if isinstance(block, Text) else []
+
+
+def apply_plan(
+    blocks: list[Block],
+    plan: Plan,
+    cut: str | None = CUT,
+    more: Mapping[str, More] | None = None,
+) -> list[Block]:
+    """The blocks as ``plan`` keeps them, each group of ``more`` followed by what it left out."""
+    counted = _more_lines(blocks, plan.kept, more or {})
     out: list[Block] = []
     for i, block in enumerate(blocks):
         if isinstance(block, Text):
             if plan.kept[i] or not block.lines:
                 out.append(replace(block, lines=plan.kept[i]))
+            if i in counted:
+                out.append(Text([counted[i]], "note", VERDICT))
             continue
         out.append(_subset(block, plan.rows[i]))
     if plan.cut and cut:

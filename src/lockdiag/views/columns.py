@@ -100,6 +100,15 @@ def flags(entry: LockEntry) -> str:
     return ",".join(sorted(entry.flags, key=lambda flag: FLAG_ORDER.get(flag, len(FLAG_ORDER))))
 
 
+def folded_flags(entry: LockEntry) -> str:
+    """A lock's flags for a line of a narrow screen: the one that matters most, and how many
+    more (``[max-hold +2]``); the legend names them, a wide table lists them."""
+    if not entry.flags:
+        return ""
+    named = flags(entry).split(",")
+    return f"[{named[0]}{f' +{len(named) - 1}' if len(named) > 1 else ''}]"
+
+
 # -- list: a row is (target, entry, server) ------------------------------------------------
 
 
@@ -235,15 +244,16 @@ def watch_label(r: WatchRow) -> str:
 
 
 def watch_line(r: WatchRow) -> str:
-    """A lock of the live view on one line, for a narrow screen: the essentials first."""
+    """A lock of the live view on one line, for a narrow screen: the verdict first (as
+    `list`'s: the name, whom it blocks or waits for), then its flags folded."""
     entry = r.entry
     seen = f"seen {format_duration(r.seen)}" if r.seen else ""
     parts = [
         f"{r.mark}{entry.lock.pid}",
         f"{status(entry)} {age(entry)}",
         watch_label(r),
-        f"[{flags(entry)}]" if entry.flags else "",
         relation(entry),
+        folded_flags(entry),
         seen,
         application(entry),
     ]

@@ -23,7 +23,7 @@ from lockdiag.views.columns import (
     ListRow,
     application,
     cells_of,
-    flags,
+    folded_flags,
     state,
     status,
     table,
@@ -409,9 +409,13 @@ def compact_line(row: ListRow, label: str, fleet: bool) -> str:
     them, --format plain lists them all), then who and how, cut at the edge."""
     entry = row.entry
     essentials = f"{pid_text(entry.lock)}  {status(entry)} {age(entry)}  {label}"
-    named = flags(entry).split(",") if entry.flags else []
-    folded = f"[{named[0]}{f' +{len(named) - 1}' if len(named) > 1 else ''}]" if named else ""
-    parts = (relation(entry), state(entry), folded, application(entry), entry.lifetime or "")
+    parts = (
+        relation(entry),
+        state(entry),
+        folded_flags(entry),
+        application(entry),
+        entry.lifetime or "",
+    )
     text = f"{essentials}  {' · '.join(part for part in parts if part)}"
     return f"{clean(row.target)}: {text}" if fleet else text
 

@@ -24,7 +24,17 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.observe import Looks, Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
-from lockdiag.render import DETAIL, STEP, VERDICT, Block, Text, clean, fit_screen, pick
+from lockdiag.render import (
+    DETAIL,
+    STEP,
+    VERDICT,
+    Block,
+    More,
+    Text,
+    clean,
+    fit_screen,
+    pick,
+)
 from lockdiag.views.blockers import (
     TreeRow,
     chain_lines,
@@ -49,6 +59,8 @@ if TYPE_CHECKING:
 
 CHECK = CheckPolicy()  # the findings a refresh shows: check's defaults
 HELP = "q quit · p pause · n namespace · i pid · c clear"
+CAUSES = "causes"  # the frame's group of cause lines (render.More)
+MORE_CAUSES = "… {n} more cause(s) not shown (lockdiag check lists every one)"
 MORE_ROWS = "n namespace or i pid narrows the table"  # watch's own keys, not list's options
 
 
@@ -255,8 +267,10 @@ def frame(
     if narrowed:
         header += " · only " + ", ".join(narrowed)
     blocks.append(Text([header], "verdict", VERDICT))
+    more: dict[str, More] = {}
     if snapshot is not None and state.incident is not None:
-        blocks += _findings_and_chains(state, screen, columns)
+        found, more[CAUSES] = _findings_and_chains(state, screen, columns)
+        blocks += found
         blocks += _lock_table(state, snapshot, screen)
     if keys:  # a live screen: the keys it takes, a read's cost and how often one is made
         footer = HELP if state.prompt is None else f"{state.prompt}: {clean(state.typed)}_"
@@ -265,15 +279,24 @@ def frame(
         blocks.append(Text([footer], "note", VERDICT))
     if state.message:
         blocks.append(Text([clean(state.message)], "warning", VERDICT))
-    # what does not fit gives way: details, then lock rows, then the worst cause's line
-    return fit_screen(blocks, columns, screen, cut=None) if screen and columns else blocks
+    # what does not fit gives way: warnings and details, then lock rows, then the critical
+    # causes' lines; the causes left out are counted as the rows are
+    if screen and columns:
+        return fit_screen(blocks, columns, screen, cut=None, more=more)
+    if CAUSES in more and more[CAUSES].before:  # capped by the view itself
+        return [*blocks, Text([more[CAUSES].template.format(n=more[CAUSES].before)], "note")]
+    return blocks
 
 
-def _findings_and_chains(state: State, screen: int | None, columns: int) -> list[Block]:
+def _findings_and_chains(
+    state: State, screen: int | None, columns: int
+) -> tuple[list[Block], More]:
     """The causes in the incident's order, each by its `check` heading, then every root's
     chain under its heading: on a screen, causes and chain lines take at most a quarter of it
     each (the lock table and the footer must stay on it); every root's heading stays, the rest
-    of a chain is counted."""
+    of a chain is counted. The causes are one group for the screen (More): a critical one
+    stays longer than the lock rows, a warning gives way before them, and what the screen and
+    the cap leave out is counted, with where to see it."""
     incident = state.incident
     assert incident is not None
     most = max(3, screen // 4) if screen is not None else None
@@ -284,13 +307,13 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     lines += [_unattached_line(f) for f in unattached]
     blocks: list[Block] = []
     shown = lines if most is None else lines[:most]
-    # the worst cause's line (its impact and next step) stays longest; lines wrap, whole
+    # the worst cause's line (its impact and next step) and every critical one stay longest;
+    # lines wrap, whole
     blocks += [
-        Text([text], style, STEP if not n else DETAIL) for n, (text, style) in enumerate(shown)
+        Text([text], style, STEP if not n or style == "critical" else DETAIL, CAUSES)
+        for n, (text, style) in enumerate(shown)
     ]
-    if len(lines) > len(shown):
-        more = f"... {len(lines) - len(shown)} more cause(s) (lockdiag check)"
-        blocks.append(Text([more], rank=STEP))
+    more = More(MORE_CAUSES, before=len(lines) - len(shown))
     if not lines:
         blocks.append(Text(["no findings"]))
     kept = {c.pid for c in causes}
@@ -303,7 +326,7 @@ def _findings_and_chains(state: State, screen: int | None, columns: int) -> list
     cycles = [f"cycle: {' → '.join(map(str, c))}" for c in graph.cycles]
     if state.pid is not None or state.namespace is not None:
         cycles = []
-    return blocks + _chain_lines(roots, graph, cycles, columns, most)
+    return blocks + _chain_lines(roots, graph, cycles, columns, most), more
 
 
 def _chain_lines(
