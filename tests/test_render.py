@@ -121,10 +121,16 @@ def test_a_table_whose_title_wraps_still_fits_the_screen() -> None:
 def test_a_screen_counts_the_lines_of_a_group_it_leaves_out() -> None:
     """A group of text blocks (watch's causes) is counted as a table's rows are: one line
     after the group says how many of its lines the screen and the view's own cap left out."""
-    from lockdiag.render import DETAIL, STEP, VERDICT, More, Text, fit_screen
+    from lockdiag.render import DETAIL, STEP, VERDICT, Block, More, Text, fit_screen
 
-    group = [Text([f"cause {n}"], "warning", STEP if n < 2 else DETAIL, "c") for n in range(5)]
-    blocks = [Text(["heading"], "verdict", VERDICT), *group, Text(["footer"], rank=VERDICT)]
+    group: list[Block] = [
+        Text([f"cause {n}"], "warning", STEP if n < 2 else DETAIL, "c") for n in range(5)
+    ]
+    blocks: list[Block] = [
+        Text(["heading"], "verdict", VERDICT),
+        *group,
+        Text(["footer"], rank=VERDICT),
+    ]
     more = {"c": More("… {n} more cause(s)", before=1)}
     fitted = fit_screen(blocks, 80, 5, cut=None, more=more)
     lines = [line for block in fitted if isinstance(block, Text) for line in block.lines]
