@@ -628,3 +628,22 @@ def test_a_silent_host_leaves_time_for_the_next(cluster: Cluster, silent_hosts: 
     result, took = lockdiag("list", "--dsn", dsn, "--timeout", "5s")
     assert result.returncode == 0, result.stderr
     assert took < 5 + deadline.margin(5) + 1.5, f"{took:.1f}s"
+
+
+def test_a_frozen_proxy_spins_no_core(cluster: Cluster, proxy: FreezingProxy) -> None:
+    """The test's frozen server costs no CPU: a frozen link's socket stays readable (the bytes
+    are left in the kernel), and the relay used to wake on it 20,000 times a second. Measured
+    as this process's CPU while a frozen query waits."""
+    connection = psycopg.connect(proxy.dsn(cluster.dsn()), autocommit=True)
+    proxy.freeze()  # the query's bytes stay in the kernel, the socket readable
+    waiting = threading.Thread(target=connection.execute, args=("SELECT 1",), daemon=True)
+    waiting.start()
+    time.sleep(0.3)  # the query is sent, frozen in the proxy
+    before = time.process_time()
+    time.sleep(1.0)
+    spent = time.process_time() - before
+    proxy.thaw()  # the query is answered
+    waiting.join(5)
+    assert not waiting.is_alive()
+    connection.close()
+    assert spent < 0.3, f"{spent:.2f}s of CPU in 1s while frozen"
