@@ -69,6 +69,7 @@ from lockdiag.core.catalogue.families import (
     name_keys,
 )
 from lockdiag.core.catalogue.formulas import crc32, java_hash
+from lockdiag.core.catalogue.index import extension_names, row_sources, row_tables
 from lockdiag.core.catalogue.libraries import (
     DIGEST_HELPERS,
     DIGESTS,
@@ -97,7 +98,7 @@ from lockdiag.core.catalogue.queues import (
     pg_boss_keys,
 )
 from lockdiag.core.catalogue.schedulers import dbos_background_key, dbos_key, tooz_key, tooz_keys
-from lockdiag.core.catalogue.server_keys import SERVER_HASHED, derived_keys, hashed_names
+from lockdiag.core.catalogue.server_keys import derived_keys, hashed_names, row_parts
 
 __all__ = [
     "BY_APPLICATION",
@@ -114,7 +115,6 @@ __all__ = [
     "QUERY_PREFIX",
     "REPACK_LOCK_PREFIX",
     "SAQ_QUEUE",
-    "SERVER_HASHED",
     "SIGNS",
     "SIGN_TABLES",
     "SLONIK_TABLES",
@@ -139,6 +139,7 @@ __all__ = [
     "dbos_key",
     "derived_keys",
     "digest_keys",
+    "extension_names",
     "flyway_key",
     "flyway_keys",
     "goodjob_key",
@@ -152,6 +153,9 @@ __all__ = [
     "plugin_keys",
     "repack_known",
     "repack_table_oid",
+    "row_parts",
+    "row_sources",
+    "row_tables",
     "slonik_migrator_key",
     "snapshot_catalogue",
     "software_of_session",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from lockdiag.core.catalogue.entry import Family, Known, Program, Software
+from lockdiag.core.catalogue.entry import Family, Hashed, Known, Program, Software, Space
 from lockdiag.keys import LockTriple
 
 # pg_repack's pg_try_advisory_lock(REPACK_LOCK_PREFIX, table OID - 2^31) (pg_repack
@@ -58,6 +58,8 @@ EXTENSIONS = Family(
             # its second connection, idle in transaction on purpose for the whole repack,
             # holds no key of it
             sessions={"pg_repack": "repack (its second connection)"},
+            spaces=(Space("pair", range(REPACK_LOCK_PREFIX, REPACK_LOCK_PREFIX + 1), "repacks"),),
+            extension="pg_repack",
         ),
         Program(
             "pg_partman",
@@ -66,6 +68,10 @@ EXTENSIONS = Family(
                 "pg_try_advisory_xact_lock",
                 "held by one maintenance call (some calls take session locks)",
             ),
+            # tried whether or not the extension is here: it may live in another database of
+            # the cluster, and hashtext() gives the same number in every database
+            hashed=tuple(Hashed(name, name.removeprefix("pg_partman ")) for name in PARTMAN_NAMES),
+            extension="pg_partman",
         ),
     )
 )

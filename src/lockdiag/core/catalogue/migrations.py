@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from lockdiag.core.catalogue.entry import Family, Known, Program, Software
+from lockdiag.core.catalogue.entry import Family, Known, Program, Software, Space
 from lockdiag.core.catalogue.formulas import crc32, java_hash
 from lockdiag.keys import LockTriple, from_bigint, from_pair
-from lockdiag.registry import Candidates
+from lockdiag.registry import Candidates, KnownList
 
 FLYWAY_BASE = 77431708279161  # "Flyway" in ASCII: 0x466C79776179
 FLYWAY_CLASSIDS = range(18027, 18030)  # FLYWAY_BASE + any int4, in the high 32 bits
@@ -54,25 +54,36 @@ def slonik_keys(tables: Iterable[str]) -> dict[LockTriple, Known]:
     }
 
 
-def database_keys(database: str) -> dict[LockTriple, Known]:
-    """Rails, sqlx, golang-migrate and Grafana derive their key from the database's name."""
-    found: dict[LockTriple, Known] = {}
-    checksum = crc32(database)
-    of_database = f"migration lock of database {database}"
-    found[from_bigint(2053462845 * checksum)] = Known("Ruby on Rails", of_database, "derived")
-    found[from_bigint(1026731422 * checksum)] = Known("sqlx", of_database, "derived")
-    for name in (database, "/" + database):  # opened from a URL, the driver keeps the "/"
-        key = (crc32(f"public\x00schema_migrations\x00{name}") * 1486364155) % 2**32
-        found[from_bigint(key)] = Known("golang-migrate", of_database, "derived")
-    found[grafana_key(database)] = Known("Grafana", of_database, "derived")
-    return found
+def _of_database(
+    software: str, key: Callable[[str], int]
+) -> Callable[[str], dict[LockTriple, Known]]:
+    """A migration lock whose key is ``key(database name)``."""
+
+    def keys(database: str) -> dict[LockTriple, Known]:
+        meaning = f"migration lock of database {database}"
+        return {from_bigint(key(database)): Known(software, meaning, "derived")}
+
+    return keys
 
 
-def candidate_keys(candidates: Candidates) -> dict[LockTriple, Known]:
-    """Flyway's lock for each listed schema; @slonik/migrator's for each table (and the
-    README's)."""
-    tables = (*SLONIK_TABLES, *candidates.slonik_migrator_tables)
-    return {**flyway_keys(candidates.flyway_schemas), **slonik_keys(tables)}
+def golang_migrate_keys(database: str) -> dict[LockTriple, Known]:
+    """golang-migrate: with and without the leading "/" a URL leaves on the name."""
+    meaning = f"migration lock of database {database}"
+    return {
+        from_bigint((crc32(f"public\x00schema_migrations\x00{name}") * 1486364155) % 2**32): Known(
+            "golang-migrate", meaning, "derived"
+        )
+        for name in (database, "/" + database)
+    }
+
+
+def flyway_listed(candidates: Candidates) -> dict[LockTriple, Known]:
+    return flyway_keys(candidates.names("flyway_schemas"))
+
+
+def slonik_listed(candidates: Candidates) -> dict[LockTriple, Known]:
+    """The README's tables, and those listed."""
+    return slonik_keys((*SLONIK_TABLES, *candidates.names("slonik_migrator_tables")))
 
 
 MIGRATIONS = Family(
@@ -120,21 +131,30 @@ MIGRATIONS = Family(
                 ): "changelog lock (schema public)"
             },
         ),
+        # activerecord migration.rb: MIGRATOR_SALT * Zlib.crc32(current_database)
         Program(
             "Ruby on Rails",
             Software("migration", "pg_try_advisory_lock", "held for the whole db:migrate"),
+            database_keys=_of_database("Ruby on Rails", lambda name: 2053462845 * crc32(name)),
         ),
         Program(
-            "sqlx", Software("migration", "pg_advisory_lock", "held for the whole migrate run")
+            "sqlx",
+            Software("migration", "pg_advisory_lock", "held for the whole migrate run"),
+            database_keys=_of_database("sqlx", lambda name: 1026731422 * crc32(name)),
         ),
         Program(
-            "golang-migrate", Software("migration", "pg_advisory_lock", "held for the whole run")
+            "golang-migrate",
+            Software("migration", "pg_advisory_lock", "held for the whole run"),
+            database_keys=golang_migrate_keys,
         ),
         Program(
             "Flyway",
             Software(
                 "migration", "pg_try_advisory_xact_lock", "held by each migration's transaction"
             ),
+            lists=(KnownList("flyway_schemas", "schemas of Flyway's history table", ("public",)),),
+            listed_keys=flyway_listed,
+            spaces=(Space("bigint", FLYWAY_CLASSIDS, "migration lock"),),
         ),
         # "GRAPHILE MIGRATE" on a phone keypad (graphile-migrate src/pgReal.ts,
         # ADVISORY_LOCK_MIGRATE)
@@ -167,6 +187,10 @@ MIGRATIONS = Family(
                 "held for the whole up or down by one pooled connection that stays idle while "
                 "the migrations run on another connection of the pool",
             ),
+            lists=(
+                KnownList("slonik_migrator_tables", "@slonik/migrator migrationTableName values"),
+            ),
+            listed_keys=slonik_listed,
         ),
         # grafana pkg/services/sqlstore/migrator/migrator.go RunMigrations: a dedicated sql.Conn
         # takes pg_try_advisory_lock(GenerateAdvisoryLockId(dbName)) while the migrations run
@@ -179,6 +203,7 @@ MIGRATIONS = Family(
                 "held while a Grafana server migrates its database at start, by a connection of "
                 "its own left idle while the migrations run on other connections",
             ),
+            database_keys=_of_database("Grafana", lambda name: grafana_key(name).bigint),
         ),
         # jackc/tern migrate/migrate.go: lockNum 9628173550095224 on the migrator's own
         # connection, "arbitrary random number", copied by projects that vendor tern
@@ -192,6 +217,4 @@ MIGRATIONS = Family(
             exact={from_bigint(9628173550095224): "migration lock"},
         ),
     ),
-    database_keys,
-    candidate_keys,
 )
