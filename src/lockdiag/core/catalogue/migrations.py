@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 
-from lockdiag.core.catalogue.entry import Family, Known, Program, Software, Space
+from lockdiag.core.catalogue.entry import Family, Hold, Known, Program, Software, Space
 from lockdiag.core.catalogue.formulas import crc32, java_hash
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, KnownList
@@ -102,6 +102,19 @@ MIGRATIONS = Family(
                 "transaction (LOCK TABLE changes) and psql applies each change in another backend",
             ),
             exact={from_bigint(75474063): "deploy lock"},
+            # App/Sqitch/Engine.pm lock_destination, Engine/pg.pm try_lock and wait_lock (1.3.1,
+            # run on PostgreSQL 15: tests/test_known_programs.py)
+            holds=(
+                Hold(
+                    "deploy",
+                    ("pg_try_advisory_lock", "pg_advisory_lock"),
+                    "waits",
+                    note="held by Sqitch's own connection (no application_name), idle in "
+                    "transaction while a psql child (application_name psql, a backend of its "
+                    "own) applies each change; a second deploy tries once, then waits in "
+                    "pg_advisory_lock until its --lock-timeout (60 s by default)",
+                ),
+            ),
         ),
         Program(
             "goose",
@@ -136,6 +149,18 @@ MIGRATIONS = Family(
             "Ruby on Rails",
             Software("migration", "pg_try_advisory_lock", "held for the whole db:migrate"),
             database_keys=_of_database("Ruby on Rails", lambda name: 2053462845 * crc32(name)),
+            # migration.rb with_advisory_lock (6.1.7, run: tests/test_known_programs.py)
+            holds=(
+                Hold(
+                    "db:migrate",
+                    ("pg_try_advisory_lock",),
+                    "fails",
+                    note="Rails 6.1 and 7.0 hold it on a connection of their own, idle (no "
+                    "transaction) while the migrations run on the application's connection "
+                    "(the same application_name and client address); 7.1 on that connection "
+                    "itself. A second db:migrate fails at once (ConcurrentMigrationError)",
+                ),
+            ),
         ),
         Program(
             "sqlx",
@@ -178,6 +203,18 @@ MIGRATIONS = Family(
                 "a transaction of its own",
             ),
             exact={from_bigint(-8525285245963000605): "migration lock"},
+            # src/with-lock.ts (5.3.0, run: tests/test_known_programs.py)
+            holds=(
+                Hold(
+                    "migrate",
+                    ("pg_try_advisory_lock",),
+                    "polls",
+                    note="a second migrate tries again every second, idle between its tries "
+                    "('SELECT pg_try_advisory_lock(-8525285245963000605);'), and never gives "
+                    "up: it never shows in pg_locks",
+                    interval=1.0,
+                ),
+            ),
         ),
         Program(
             "@slonik/migrator",
