@@ -111,7 +111,8 @@ class Texts:
     def session(self, detail: Any) -> Any:
         """A session row's JSON with its texts decoded: the query in its database's encoding
         (``encoding``, taken out; ``cut``, taken out: whether the query may have been cut at
-        track_activity_query_size), its database's and role's names as names."""
+        track_activity_query_size), its database's and role's names as names, its backend
+        type as UTF-8."""
         if not isinstance(detail, dict):
             return detail  # what build_record refuses, with where
         own = codec(detail.pop("encoding", None))
@@ -119,6 +120,10 @@ class Texts:
         detail["query"] = self.decoded(detail.get("query"), own, where="session.query", cut=cut)
         for field in ("database", "user"):
             detail[field] = self.decoded(detail.get(field), UTF8, own, where=f"session.{field}")
+        # the server's own words, but a background worker's may be any bytes (never set)
+        detail["backend_type"] = self.decoded(
+            detail.get("backend_type"), UTF8, where="session.backend_type"
+        )
         return detail
 
     def server(self, detail: Any) -> str:

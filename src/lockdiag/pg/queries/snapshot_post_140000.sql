@@ -40,7 +40,11 @@ SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
            'xact_start', a.xact_start, 'query_start', a.query_start,
            'state_change', a.state_change, 'state', a.state,
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
-           'backend_type', a.backend_type, 'leader_pid', a.leader_pid,
+           -- as its bytes too: a background worker's is whatever its C code left there
+           -- (pg_partman 4.7's and pg_auto_failover 2.0's are never set: random bytes)
+           'backend_type', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
+                               a.backend_type), 'escape'), 'hex'),
+           'leader_pid', a.leader_pid,
            'query', pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(a.query),
                                                         'escape'), 'hex'),
            -- the query's database's encoding, and whether the query may be cut short (the
