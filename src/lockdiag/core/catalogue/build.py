@@ -70,6 +70,11 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
     pairs = set(map(_TYPE_AND_DATABASE, snapshot.locks))
     databases = {names[d] for t, d in pairs if t == "advisory" and d in names}
     catalogue = build_catalogue(candidates, databases, snapshot.derived)
+    for program in PROGRAMS:  # the tags of the extensions installed here (the connected
+        # database's: pg_extension is per database)
+        if program.tags and program.extension in snapshot.server.extensions:
+            for objsubid in program.tags:
+                catalogue.tagged[(snapshot.server.database, objsubid)] = program
     guesses = {k: v for k, v in catalogue.anywhere.items() if v.confidence == "guess"}
     # a guessed key's objid or pg_repack's classid: an int's test tells nearly every lock
     # apart before a key is made of it (0.1 s of 0.2 s at a hundred thousand locks)
