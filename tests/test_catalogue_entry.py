@@ -215,3 +215,13 @@ def test_a_worker_that_imports_the_registry_alone_keeps_known_unchecked() -> Non
     assert names is None
     assert [p.line for p in problems] == [5]
     assert problems[0].message.startswith("[known]: unknown key 'not_a_list' (allowed: ")
+
+
+def test_the_guide_lists_every_known_list() -> None:
+    """The known-locks guide's ``[known]`` example names every list the entries declare."""
+    from lockdiag.registry import KNOWN_LISTS
+
+    guide = (Path(__file__).parents[1] / "docs" / "guides" / "known-locks.md").read_text()
+    block = guide.split("[known]\n", 1)[1].split("```", 1)[0]
+    written = {line.split(" =", 1)[0] for line in block.splitlines() if " = " in line}
+    assert written == set(KNOWN_LISTS)
