@@ -130,6 +130,10 @@ def test_a_key_claimed_twice_or_a_list_declared_twice_is_refused(acme: Program) 
         Program("Copycat", acme.software, exact={from_bigint(EXACT): "the same number"})
     with pytest.raises(ValueError, match=r"\[known\] acme_queues is declared twice"):
         Program("Copycat", acme.software, lists=(KnownList("acme_queues", "again"),))
+    with pytest.raises(ValueError, match=r"hashtext\('acme maintenance'\) is both"):
+        Program("Copycat", acme.software, hashed=(Hashed("acme maintenance", "the same"),))
+    with pytest.raises(ValueError, match=r"acme.jobs.id is declared with two sets of types"):
+        Program("Copycat", acme.software, rows=(Rows("acme.jobs", {"id": ("int4",)}, "x"),))
     assert "Copycat" not in SOFTWARE  # a refused program is not declared
 
 

@@ -37,6 +37,10 @@ def declare(program: Program) -> None:
         if found is not None:
             raise ValueError(f"[known] {known.name} is declared twice")
     _columns([*PROGRAMS, program])  # raises on a column typed two ways
+    hashed = {h.text: p.name for p in PROGRAMS for h in p.hashed}
+    for name in (h.text for h in program.hashed):
+        if name in hashed:
+            raise ValueError(f"hashtext({name!r}) is both {hashed[name]}'s and {program.name}'s")
     PROGRAMS.append(program)
     for known in program.lists:
         declare_list(known)
