@@ -279,6 +279,7 @@ def test_postgres_migrations_migrate(cluster: Cluster, sessions: Sessions, tmp_p
 # -- the extensions: pg_partman, mimeo, pg_fact_loader --------------------------------------
 
 EXTENSIONS = ("pg_partman", "mimeo", "pg_fact_loader")
+SHARE = Path("/usr/share/postgresql")  # Debian's: <major>/extension/<name>.control
 
 
 def available(cluster: Cluster) -> set[str]:
@@ -300,11 +301,10 @@ def extension_cluster(cluster: Cluster) -> Iterator[Cluster]:
         path.parent
         for path in Path("/usr/lib/postgresql").glob("*/bin/postgres")
         if all(
-            (path.parents[3] / "share/postgresql" / path.parents[1].name / "extension"
-             / f"{name}.control").is_file()
+            (SHARE / path.parents[1].name / "extension" / f"{name}.control").is_file()
             for name in EXTENSIONS
         )
-    )  # fmt: skip
+    )
     assert found, (
         "pg_partman, mimeo or pg_fact_loader missing: apt-get install postgresql-15-partman "
         "postgresql-15-mimeo postgresql-15-pg-fact-loader (.ci/run does)"
