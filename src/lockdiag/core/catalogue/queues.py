@@ -7,7 +7,16 @@ import hashlib
 import re
 from collections.abc import Iterable
 
-from lockdiag.core.catalogue.entry import Family, Hashed, Known, Program, Rows, Signs, Software
+from lockdiag.core.catalogue.entry import (
+    Family,
+    Hashed,
+    Hold,
+    Known,
+    Program,
+    Rows,
+    Signs,
+    Software,
+)
 from lockdiag.core.catalogue.formulas import crc32, signed64
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import KnownList
@@ -178,6 +187,16 @@ QUEUES = Family(
                 "queue",
                 "pg_advisory_xact_lock",
                 "held by one maintenance or queue transaction (lock_timeout 30s)",
+            ),
+            # src/plans.js locked(): SET LOCAL lock_timeout = 30000, then the lock (11 and 12,
+            # run: tests/test_known.py)
+            holds=(
+                Hold(
+                    "maintenance, queue changes",
+                    ("pg_advisory_xact_lock",),
+                    "waits",
+                    note="a second transaction waits for the key, up to its lock_timeout of 30 s",
+                ),
             ),
             rows=(
                 Rows(
