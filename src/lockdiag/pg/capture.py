@@ -25,16 +25,6 @@ from lockdiag.pg.connection import one_line
 from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
 from lockdiag.registry import Poolers, Registry
 
-# the enrichment files, each used only when its table exists and trust.vet lets it be read
-_ENRICHMENT_TABLES = {
-    "enrich_pgmq": "pgmq.meta",
-    "enrich_que": "public.que_jobs",
-    "enrich_good_jobs": "public.good_jobs",
-    "enrich_good_job_concurrency": "public.good_jobs",
-    "enrich_good_job_processes": "public.good_job_processes",
-    "enrich_pg_boss": "pgboss.queue",
-    "enrich_dramatiq": "dramatiq.queue",
-}
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 BATCH = 2000  # rows of the snapshot turned into records at a time
@@ -68,7 +58,7 @@ def capture(
     texts = Texts()
     make = LockRow._make
     with connection.cursor() as cursor:
-        params.update(names=names or [], software_tables=catalogue.SIGN_TABLES)
+        params.update(names=names or [], **probe_params())
         for row in stream_rows(cursor, sql, params):
             kind = row[0]
             if kind == "lock":
@@ -110,6 +100,19 @@ def capture(
     if texts.replaced:
         taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken
+
+
+def probe_params() -> dict[str, Any]:
+    """What the snapshot query looks for in the connected database, as the catalogue's
+    programs declare it: tables that confirm a guess (by name), tables whose rows name keys
+    (schema and name), extensions."""
+    tables = [table.split(".") for table in catalogue.row_tables()]
+    return {
+        "software_tables": catalogue.SIGN_TABLES,
+        "row_schemas": [schema for schema, _ in tables],
+        "row_names": [name for _, name in tables],
+        "extensions": catalogue.extension_names(),
+    }
 
 
 def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str, dict[str, Any]]:
@@ -170,8 +173,9 @@ def complete(
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
     """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq, pg-boss
-    queue tables), and the tables pg_repack is repacking by name; the rows only when
-    such a table is present and some advisory key has no name yet. Every table goes through
+    queue tables: every table a catalogue entry declares), and the tables pg_repack is
+    repacking by name; the rows only when such a table is present and some advisory key has
+    no name yet. Every table goes through
     :mod:`lockdiag.pg.trust` first (locked against DDL, checked in the catalog) inside one
     read-only transaction; one that fails is skipped with a note that says why."""
     snapshot = _repacked_tables(connection, snapshot)
@@ -184,11 +188,12 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     notes = list(snapshot.notes)
     unreadable = [t[1:] for t in listed if t.startswith("!")]
     unlockable = [t[1:] for t in listed if t.startswith("?")]
-    candidates = [t for t in listed if t in trust.TABLES]
+    tables = catalogue.row_tables()
+    candidates = [t for t in listed if t in tables]
     if unreadable:
         notes.append(
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
-            "named by their rows (GoodJob, Que, pgmq, pg-boss) stay unregistered; GRANT SELECT "
+            f"named by their rows ({_software_of(unreadable)}) stay unregistered; GRANT SELECT "
             "to see them"
         )
     if unlockable:
@@ -208,7 +213,7 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     try:
         with connection.transaction():  # the locks last until the rows are read
             trust.lock(connection, candidates)
-            verdicts = trust.vet(connection, candidates)
+            verdicts = trust.vet(connection, {t: tables[t] for t in candidates})
             notes += [trust.note(v) for v in verdicts if not v.readable]
             readable = [v.table for v in verdicts if v.readable]
             rows = []
@@ -265,13 +270,25 @@ def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) ->
     return dataclasses.replace(snapshot, server=dataclasses.replace(server, relations=relations))
 
 
+def _software_of(tables: list[str]) -> str:
+    """The programs whose keys the rows of these tables name, in the catalogue's order."""
+    names = {
+        program.name: None for program, rows in catalogue.row_sources() if rows.table in tables
+    }
+    return ", ".join(names) or "well-known software"
+
+
 def enrichment_query(
     snapshot: Snapshot, tables: list[str], unmatched: set[int]
 ) -> tuple[str, dict[str, Any]]:
-    """The one extra query: a part for each table of well-known software that may be read."""
-    version = snapshot.server.version_num
-    names = [name for name, table in _ENRICHMENT_TABLES.items() if table in tables]
-    sql = "\nUNION ALL\n".join(_without_comments(queries.query(n, version)) for n in names)
+    """The one extra query: the part of each table of well-known software that may be read,
+    as its program declares it, each row led by the part's number (catalogue.row_parts)."""
+    parts = [
+        f"SELECT {number} AS part, p.* FROM (\n{_without_comments(sql)}\n) AS p"
+        for number, (table, sql) in enumerate(catalogue.row_parts())
+        if table in tables
+    ]
+    sql = "\nUNION ALL\n".join(parts)
     return sql, {"keys": sorted(unmatched)[:KEY_LIMIT], "row_limit": ROW_LIMIT}
 
 

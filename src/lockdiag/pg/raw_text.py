@@ -112,15 +112,18 @@ class Texts:
         """A session row's JSON with its texts decoded: the query in its database's encoding
         (``encoding``, taken out; ``cut``, taken out: whether the query may have been cut at
         track_activity_query_size), its database's and role's names as names, its
-        application_name and backend_type too (a background worker's C code sets them:
-        pg_auto_failover 2.0's launcher shows bytes that are no text)."""
+        application_name too (a background worker's C code sets it), its backend type as
+        UTF-8 (the server's own words, but a background worker's may be any bytes)."""
         if not isinstance(detail, dict):
             return detail  # what build_record refuses, with where
         own = codec(detail.pop("encoding", None))
         cut = detail.pop("cut", None) is True
         detail["query"] = self.decoded(detail.get("query"), own, where="session.query", cut=cut)
-        for field in ("database", "user", "application_name", "backend_type"):
+        for field in ("database", "user", "application_name"):
             detail[field] = self.decoded(detail.get(field), UTF8, own, where=f"session.{field}")
+        detail["backend_type"] = self.decoded(
+            detail.get("backend_type"), UTF8, where="session.backend_type"
+        )
         return detail
 
     def server(self, detail: Any) -> str:

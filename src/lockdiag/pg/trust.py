@@ -67,25 +67,6 @@ from psycopg import sql
 from lockdiag.pg import queries
 from lockdiag.pg.raw_text import UTF8, Texts, codec
 
-TEXT = ("text", "varchar")
-TIMESTAMP = ("timestamptz", "timestamp")
-
-# Every user table an enrichment query reads, with the columns it reads and their built-in
-# types (pg_type.typname in pg_catalog). An enrichment query reads nothing else.
-TABLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "public.good_jobs": {
-        "id": ("uuid",),
-        "finished_at": TIMESTAMP,
-        "created_at": TIMESTAMP,
-        "concurrency_key": TEXT,
-    },
-    "public.good_job_processes": {"id": ("uuid",)},
-    "public.que_jobs": {"id": ("int8", "int4")},
-    "pgmq.meta": {"queue_name": TEXT},
-    "pgboss.queue": {"table_name": TEXT},
-    "dramatiq.queue": {"queue_name": TEXT, "message_id": ("uuid",), "mtime": TIMESTAMP},
-}
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -115,9 +96,14 @@ def lock(connection: psycopg.Connection[Any], tables: list[str]) -> None:
     connection.execute(sql.SQL("; ").join(statements).as_bytes(connection))
 
 
-def vet(connection: psycopg.Connection[Any], tables: list[str]) -> list[Verdict]:
-    """What the catalog says of each table (locked by :func:`lock`): one query."""
-    wanted = [{"name": t, "columns": TABLES[t]} for t in tables]
+def vet(
+    connection: psycopg.Connection[Any], tables: dict[str, dict[str, tuple[str, ...]]]
+) -> list[Verdict]:
+    """What the catalog says of each table (locked by :func:`lock`): one query. ``tables``:
+    every column the enrichment query reads of each, with the built-in types (pg_type.typname
+    in pg_catalog) it may have, as the catalogue's entries declare them
+    (``catalogue.row_tables()``); the query reads nothing else."""
+    wanted = [{"name": t, "columns": columns} for t, columns in tables.items()]
     text = queries.query("trust_tables", connection.info.server_version)
     rows = connection.execute(text.encode(), {"tables": json.dumps(wanted)}).fetchall()
     found = {row[0]: row[1:] for row in rows}
