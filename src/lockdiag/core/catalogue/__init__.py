@@ -45,10 +45,12 @@ from lockdiag.core.catalogue.decoder import (
 )
 from lockdiag.core.catalogue.entry import (
     SOFTWARE,
+    Call,
     Confidence,
     Family,
     Known,
     Program,
+    Sibling,
     Signs,
     Software,
     SoftwareKind,
@@ -119,6 +121,7 @@ __all__ = [
     "SIGN_TABLES",
     "SLONIK_TABLES",
     "SOFTWARE",
+    "Call",
     "Catalogue",
     "Confidence",
     "Family",
@@ -126,6 +129,7 @@ __all__ = [
     "PluginKeys",
     "Program",
     "Shape",
+    "Sibling",
     "Signs",
     "Software",
     "SoftwareKind",

@@ -3,9 +3,10 @@ calls)."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
-from lockdiag.core.catalogue.entry import Family, Known, Program, Software
+from lockdiag.core.catalogue.entry import Call, Family, Known, Program, Software
 from lockdiag.keys import LockTriple
 
 # pg_repack's pg_try_advisory_lock(REPACK_LOCK_PREFIX, table OID - 2^31) (pg_repack
@@ -13,16 +14,48 @@ from lockdiag.keys import LockTriple
 REPACK_LOCK_PREFIX = 16185446
 
 # pg_partman's constant lock names (4.x, 5.x), hashed on the server with hashtext; the two
-# procedures lock a pair (hashtext(name), hashtext(parent_table)) (pg_partman sources)
+# procedures lock a pair (hashtext(name), hashtext(parent_table)) (pg_partman sources; 5.0
+# renamed undo_partition_native to undo_partition, 5.1 gave run_maintenance_proc a name of
+# its own)
 PARTMAN_NAMES = (
     "pg_partman run_maintenance",
+    "pg_partman run_maintenance procedure",
     "pg_partman drop_partition_time",
     "pg_partman drop_partition_id",
     "pg_partman run_analyze",
     "pg_partman reapply_constraints",
     "pg_partman undo_partition_native",
+    "pg_partman undo_partition",
     "pg_partman partition_data_proc",
     "pg_partman undo_partition_proc",
+)
+
+
+def _partman(routine: str, function: str, *keys: str) -> Call:
+    name = routine.removesuffix("()")
+    return Call(routine, function, keys, re.compile(rf"\b{name}\s*\(", re.IGNORECASE))
+
+
+# who takes which key, with which function (pg_partman 4.7.2's sql/functions and
+# sql/procedures; 5.x the same, but for the names above): every call is a try, never a wait,
+# and the procedures' session locks are released only on their normal path
+PARTMAN_CALLS = (
+    _partman("run_maintenance()", "pg_try_advisory_xact_lock", "run_maintenance"),
+    _partman(
+        "run_maintenance_proc()",
+        "pg_try_advisory_lock",
+        "run_maintenance",
+        "run_maintenance procedure",
+    ),
+    _partman("run_analyze()", "pg_try_advisory_lock", "run_analyze"),
+    _partman("reapply_constraints_proc()", "pg_try_advisory_lock", "reapply_constraints"),
+    _partman("partition_data_proc()", "pg_try_advisory_xact_lock", "partition_data_proc"),
+    _partman("undo_partition_proc()", "pg_try_advisory_xact_lock", "undo_partition_proc"),
+    _partman(
+        "undo_partition()", "pg_try_advisory_xact_lock", "undo_partition_native", "undo_partition"
+    ),
+    _partman("drop_partition_time()", "pg_try_advisory_xact_lock", "drop_partition_time"),
+    _partman("drop_partition_id()", "pg_try_advisory_xact_lock", "drop_partition_id"),
 )
 
 
@@ -64,7 +97,10 @@ EXTENSIONS = Family(
             Software(
                 "extension",
                 "pg_try_advisory_xact_lock",
-                "held by one maintenance call (some calls take session locks)",
+                "held by one maintenance call, in the session that calls it (the procedures "
+                "take session locks and release them when the call succeeds)",
+                in_server=True,
+                calls=PARTMAN_CALLS,
             ),
         ),
     )
