@@ -368,6 +368,9 @@ def test_pg_partman_lock_taken_by_other_code_is_ended_only_after_asking(
     step = found[0]["next_step"]
     assert "other code took the key" in step, step
     assert step.index("Ask who owns the session first") < step.index("lockdiag terminate"), step
+    text = lockdiag(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
+    assert "or held by other code on purpose" in text.splitlines()[1], text
+    assert "failed" not in text.splitlines()[1], text
 
 
 @pytest.fixture(scope="module")
@@ -413,8 +416,11 @@ def test_a_real_pg_partman_lock_left_behind_by_a_failed_call(
         step = step_of(json.loads(run.stdout), pid)
         finding = next(f for f in json.loads(run.stdout)["findings"] if f["pid"] == pid)
         assert finding["owner_done"]["level"] == "proven", finding
-        assert "pg_partman's reapply_constraints_proc() took it" in step, step
-        assert "the call failed" in step and f"lockdiag terminate {pid}" in step, step
+        assert (
+            "pg_partman's reapply_constraints_proc(), this idle session's last query, failed"
+            in step
+        )
+        assert "left its lock behind" in step and f"lockdiag terminate {pid}" in step, step
         key = json.loads(
             CliRunner().invoke(cli, ["list", "--dsn", dsn, "--format", "json"]).stdout
         )["locks"][0]["key"]

@@ -100,9 +100,14 @@ def cause_verdict(
         who = _who(
             behind.pid, behind.entry.session.application_name if behind.entry.session else None
         )
+        how = (
+            "left behind by a call that failed"
+            if behind.call is not None
+            else "left behind by a call, or held by other code on purpose"
+        )
         return (
-            f"{label}: held by {who}, a session lock of {behind.known.software} left behind by "
-            "a call that failed: no call of it runs in that idle session",
+            f"{label}: held by {who}, a session lock of {behind.known.software} {how}: no "
+            "call of it runs in that idle session",
             software_step(behind, snapshot) if snapshot is not None else None,
         )
     if waits:
@@ -254,7 +259,7 @@ def program_words(found: Holding) -> str:
         work = found.software.sibling.work
         return f"lock of {software}, whose {work}'s connection is gone (its process died?)"
     if found.left_behind:
-        return f"session lock of {software} left behind: no call of it runs in this session"
+        return f"session lock of {software} on a session that runs no call of it (left behind?)"
     if found.call is not None:
         return f"{software}'s {found.call.routine} at work"
     return ""

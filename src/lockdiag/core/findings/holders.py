@@ -184,9 +184,9 @@ def stuck_owners(
         if severity is None or idle is None:
             continue
         reported.add(entry.lock.pid)
-        owner = ownership([entry])
         pid = entry.lock.pid
         program = _program(pid, software, snapshot) or _named_session(entry)
+        owner = (program_owner(program) if program else None) or ownership([entry])
         yield Finding(
             Kind.STUCK_OWNER,
             severity,

@@ -32,17 +32,23 @@ def software_step(found: Holding, snapshot: Snapshot) -> str:
 
 
 def program_owner(found: Holding) -> Ownership | None:
-    """The evidence a lock left behind gives that its work is over, or None where the program
-    says nothing more than the session's own state (see core.ownership)."""
+    """What the program's shape says of whether its work is over: a lock left behind (its
+    call is over), or its work seen going on elsewhere; None where it says nothing more than
+    the session's own state (see core.ownership)."""
+    spec, sibling = found.software.sibling, found.sibling
+    if spec is not None and sibling is not None:
+        return Ownership(
+            "unknown",
+            f"its work is not over: {found.known.software}'s {spec.work} runs on pid {sibling.pid}",
+        )
     if not found.left_behind:
         return None
     routine = found.call.routine if found.call is not None else None
     if routine is not None:  # its last query is the call: corroborated
         return Ownership(
             "proven",
-            f"{found.known.software}'s {routine} ran in this session and has returned (the "
-            "session is idle), and it releases the lock only when it succeeds: the call that "
-            "took it failed and left it behind",
+            f"{found.known.software}'s {routine} ran in this session, which is idle now, and "
+            "releases the lock only when it succeeds: the call failed and left it behind",
         )
     return Ownership(
         "declared",
@@ -166,18 +172,18 @@ def _in_server_step(found: Holding, snapshot: Snapshot) -> str:
         )
         if found.call is not None:
             return (
-                f"{known.software}'s {found.call.routine} took it and releases it only when the "
-                f"call succeeds; this session is idle and its last query is that call, so the "
-                "call failed (an error, a cancel, a statement_timeout) and left the lock behind. "
-                f"Until it is released {idle_calls}. End the session: lockdiag terminate {pid} (it "
-                f"runs nothing now; the preview lists every lock it releases){unlock}"
+                f"{known.software}'s {found.call.routine}, this idle session's last query, "
+                "failed (an error, a cancel, a statement_timeout) and left its lock behind: it "
+                f"releases it only when the call succeeds. Until it goes, {idle_calls}. End the "
+                f"session: lockdiag terminate {pid} (it runs nothing now; the preview lists "
+                f"every lock it releases){unlock}"
             )
         return (
             f"{known.software} takes it with {every}, which release it only when the call "
             "succeeds; this session is idle, so no call runs in it, and its last query is "
             "not that call: a call failed before the session ran something else, or other "
-            f"code took the key (to hold {known.software} off on purpose). Until it is "
-            f"released {idle_calls}. Ask who owns the session first: {locate(found.entry)}; "
+            f"code took the key (to hold {known.software} off on purpose). Until it goes, "
+            f"{idle_calls}. Ask who owns the session first: {locate(found.entry)}; "
             f"once nobody holds it on purpose: lockdiag terminate {pid}"
         )
     routine = found.call.routine if found.call is not None else f"call of {every}"
