@@ -137,7 +137,7 @@ ADAPTED: dict[str, Adapted] = {
     "lockdiag terminate 812": ({"812": "{holder}"}, frozenset({1}), None),
     "lockdiag terminate 812 --cancel --yes": ({"812": "{holder}"}, frozenset({1}), None),
     # no session of that pid (others' examples read the holder): refused, nothing done
-    "lockdiag terminate 812 --yes --force   # a migration's lock whose work goes on elsewhere": (
+    "lockdiag terminate 812 --yes --force   # a lock whose work runs elsewhere": (
         {"812": "2147483646"},
         frozenset({2}),
         None,

@@ -120,7 +120,7 @@ def terminate_command(
     Examples:
       lockdiag terminate 812
       lockdiag terminate 812 --cancel --yes
-      lockdiag terminate 812 --yes --force   # a migration's lock whose work goes on elsewhere
+      lockdiag terminate 812 --yes --force   # a lock whose work runs elsewhere
     """
     names = get_registry(registry)
     where = source()
