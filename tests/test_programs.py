@@ -135,6 +135,9 @@ def test_a_rails_migration_is_pointed_at_on_its_main_connection(
     assert f"lockdiag terminate {lock.pid}" not in step and "timeout" not in step, step
     text = lockdiag(cluster, "who-holds", "--key", str(key)).stdout
     assert f"whose migration runs on pid {work.pid} (active)" in text.splitlines()[0], text
+    plain = lockdiag(cluster, "check", "--format", "plain", *AGES).stdout
+    going = f"its work is not over: Ruby on Rails's migration runs on pid {work.pid}"
+    assert going in plain, plain
 
 
 def test_terminate_says_so_and_refuses_yes_without_force(

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lockdiag.core.analysis import Decoded, LockEntry
-from lockdiag.core.catalogue import Call, Known, Sibling, Software
+from lockdiag.core.catalogue import Call, Known, Sibling, Software, software_of_session
 from lockdiag.core.leaders import poll_of
 from lockdiag.core.model import IDLE_STATES, Session, Snapshot
 
@@ -158,12 +158,24 @@ def _with_sibling(found: Holding, spec: Sibling, holder: Session, snapshot: Snap
     )
 
 
+def named_session(entry: LockEntry) -> Holding | None:
+    """A session that names its program by its application_name, holding none of that
+    program's keys (pg_repack's second connection): spoken of in that program's terms."""
+    session = entry.session
+    known = software_of_session(session.application_name if session is not None else None)
+    behaviour = known.behaviour if known is not None else None
+    if known is None or behaviour is None:
+        return None
+    return Holding(entry, known, behaviour)
+
+
 def holding_of(entries: list[LockEntry], snapshot: Snapshot) -> Holding | None:
     """The program lock a backend's ``entries`` are best spoken of by: one others wait for
-    first, else the first that a catalogue entry speaks for."""
+    first, else the first that a catalogue entry speaks for; else the program its session
+    names."""
     ranked = sorted(entries, key=lambda e: not e.blocks)
     for entry in ranked:
         found = holding(entry, snapshot)
         if found is not None:
             return found
-    return None
+    return named_session(ranked[0]) if ranked else None

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.catalogue import software_of_session
 from lockdiag.core.findings.model import CheckPolicy, Finding, Kind
 from lockdiag.core.findings.programs import program_owner, software_step
 from lockdiag.core.findings.words import (
@@ -19,7 +18,7 @@ from lockdiag.core.findings.words import (
     locks_in,
     who,
 )
-from lockdiag.core.holding import Holding, holding
+from lockdiag.core.holding import Holding, holding, named_session
 from lockdiag.core.leaders import NO_CONTENTION, Contention, Leader
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import (
@@ -185,7 +184,7 @@ def stuck_owners(
             continue
         reported.add(entry.lock.pid)
         pid = entry.lock.pid
-        program = _program(pid, software, snapshot) or _named_session(entry)
+        program = _program(pid, software, snapshot) or named_session(entry)
         owner = (program_owner(program) if program else None) or ownership([entry])
         yield Finding(
             Kind.STUCK_OWNER,
@@ -201,17 +200,6 @@ def stuck_owners(
             idle,
             owner=owner,
         )
-
-
-def _named_session(entry: LockEntry) -> Holding | None:
-    """A session that names its program by its application_name, holding none of that
-    program's keys (pg_repack's second connection)."""
-    session = entry.session
-    known = software_of_session(session.application_name if session is not None else None)
-    behaviour = known.behaviour if known is not None else None
-    if known is None or behaviour is None:
-        return None
-    return Holding(entry, known, behaviour)
 
 
 def _advisory_holders(snapshot: Snapshot) -> set[int | None]:

@@ -39,7 +39,8 @@ def program_owner(found: Holding) -> Ownership | None:
     if spec is not None and sibling is not None:
         return Ownership(
             "unknown",
-            f"its work is not over: {found.known.software}'s {spec.work} runs on pid {sibling.pid}",
+            f"{found.known.software}'s {spec.work} runs on pid {sibling.pid}",
+            going_on=True,
         )
     if not found.left_behind:
         return None
