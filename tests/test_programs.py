@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster
 
-from conftest import Sessions, Worker
+from conftest import OTHER_DB, Sessions, Worker
 
 RAILS_SALT = 2053462845  # ActiveRecord's MIGRATOR_SALT
 SQITCH = 75474063
@@ -53,11 +53,17 @@ def step_of(document: dict[str, Any], pid: int, kind: str = "session-lock") -> s
     return step
 
 
-def connect(sessions: Sessions, name: str, socket: bool = False, autocommit: bool = True) -> Worker:
+def connect(
+    sessions: Sessions,
+    name: str,
+    socket: bool = False,
+    autocommit: bool = True,
+    dbname: str = "postgres",
+) -> Worker:
     """A session named ``name``, over TCP from 127.0.0.1 or through the Unix socket."""
     where = {"host": str(sessions.cluster.base)} if socket else {}
     connection = psycopg.connect(
-        sessions.cluster.dsn(application_name=name, **where), autocommit=autocommit
+        sessions.cluster.dsn(application_name=name, dbname=dbname, **where), autocommit=autocommit
     )
     worker = Worker(connection, connection.info.backend_pid, name or "(no name)")
     sessions.workers.append(worker)
@@ -443,8 +449,8 @@ class Retrier:
     """A second instance of postgres-migrations: SELECT pg_try_advisory_lock(<key>); every
     0.2 s (it polls every second), idle between tries; invisible to pg_locks."""
 
-    def __init__(self, sessions: Sessions, query: str, name: str = "") -> None:
-        self.worker = connect(sessions, name)
+    def __init__(self, sessions: Sessions, query: str, dbname: str = "postgres") -> None:
+        self.worker = connect(sessions, "", dbname=dbname)
         self.query, self.stop = query, threading.Event()
         self.thread = threading.Thread(target=self.poll, daemon=True)
         self.thread.start()
@@ -475,17 +481,20 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
     migrate.start("SELECT pg_sleep(60)")  # the migration, on the lock's own connection
     same = Retrier(sessions, f"SELECT pg_try_advisory_lock({MIGRATIONS});")
     other = Retrier(sessions, f"SELECT pg_try_advisory_lock({MIGRATIONS + 1});")
-    retriers += [same, other]
+    # the same key in another database is another lock (advisory locks are per database):
+    # free there, each try takes it and its transaction's end lets it go
+    elsewhere = Retrier(sessions, f"SELECT pg_try_advisory_xact_lock({MIGRATIONS});", OTHER_DB)
+    retriers += [same, other, elsewhere]
     sessions.until(
         lambda admin: (
             admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory%' "
                 "AND state = 'idle'"
             ).fetchone()
-            == (2,)
+            == (3,)
         ),
         10,
-        "two sessions to try",
+        "three sessions to try",
     )
     result = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS))
     lines = result.stdout.splitlines()
@@ -494,6 +503,7 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
         in (lines[1])
     ), result.stdout
     assert str(other.worker.pid) not in result.stdout and "nothing to do" not in lines[1]
+    assert str(elsewhere.worker.pid) not in result.stdout
     document = json.loads(lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS), "--format",
                                    "json").stdout)  # fmt: skip
     assert document["retrying"] == [same.worker.pid]

@@ -166,11 +166,17 @@ def polls(snapshot: Snapshot) -> list[Poll]:
     return [p for p in found if p is not None]
 
 
-def retrying(snapshot: Snapshot, key: LockTriple, holders: Iterable[int | None]) -> list[Poll]:
-    """The sessions whose last query tries ``key`` (its numbers written in the text), in pid
-    order, its holders excluded: waiters that retry, which pg_locks never shows."""
-    holding = set(holders)
-    found = (p for p in polls(snapshot) if p.key == key and p.session.pid not in holding)
+def retrying(snapshot: Snapshot, key: LockTriple, holders: Iterable[LockEntry]) -> list[Poll]:
+    """The sessions whose last query tries ``key`` (its numbers written in the text) in a
+    database where ``holders`` hold it (advisory locks are per database), in pid order, the
+    holders excluded: waiters that retry, which pg_locks never shows."""
+    held = list(holders)
+    pids, databases = {e.lock.pid for e in held}, {e.database for e in held}
+    found = (
+        p
+        for p in polls(snapshot)
+        if p.key == key and p.session.pid not in pids and p.session.database in databases
+    )
     return sorted(found, key=lambda p: p.session.pid)
 
 

@@ -60,7 +60,7 @@ def retriers(report: WhoHolds, snapshot: Snapshot) -> list[Poll]:
     """The sessions that retry this key, invisible to pg_locks (their last query tries it)."""
     if not isinstance(report.key, LockTriple):
         return []
-    return retrying(snapshot, report.key, (e.lock.pid for e in report.holders))
+    return retrying(snapshot, report.key, report.holders)
 
 
 def cause_verdict(
