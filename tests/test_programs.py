@@ -382,6 +382,35 @@ def test_pg_partman_lock_taken_by_other_code_is_ended_only_after_asking(
     assert "failed" not in text.splitlines()[1], text
 
 
+def test_a_pg_partman_call_returned_in_an_open_transaction_is_not_ended(
+    cluster: Cluster, sessions: Sessions, partman_shape: None
+) -> None:
+    """BEGIN; SELECT partman.run_maintenance(); and no COMMIT: the call returned, its lock
+    stays with the transaction. Not left behind (ending it rolls back the maintenance it did):
+    the step is its client's commit; no terminate, no timeout."""
+    caller = connect(sessions, "psql-console")
+    caller.run("BEGIN")
+    caller.run("SELECT pm_shape.run_maintenance()")
+    waiter = connect(sessions, "ops")
+    waiter.start("SELECT pg_advisory_lock(hashtext('pg_partman run_maintenance'))")
+    sessions.waiting(waiter)
+    document = check(cluster)
+    step = step_of(document, caller.pid, "stuck-owner")
+    assert "pg_partman's run_maintenance() has returned" in step, step
+    assert "Ask its client to commit" in step and "rolls back what the call did" in step, step
+    assert "lockdiag terminate" not in step and "timeout" not in step, step
+    assert not [f for f in document["findings"] if f["pid"] == caller.pid and
+                f["owner_done"] and f["owner_done"]["level"] != "unknown"]  # fmt: skip
+    decoded = CliRunner().invoke(cli, ["decode", str(MAINTENANCE), "--dsn", cluster.dsn()])
+    sql = next(line for line in decoded.stdout.splitlines() if "SQL:" in line)
+    assert f"SELECT pg_try_advisory_xact_lock({MAINTENANCE}) (pg_partman's run_maintenance())" in (
+        sql
+    ), sql
+    assert f"SELECT pg_try_advisory_lock({MAINTENANCE}) (pg_partman's run_maintenance_proc())" in (
+        sql
+    ), sql
+
+
 @pytest.fixture(scope="module")
 def partman_cluster(cluster: Cluster) -> Iterator[Cluster]:
     """A server with the real pg_partman: the suite's own when it has it, else one started
@@ -449,16 +478,22 @@ class Retrier:
     """A second instance of postgres-migrations: SELECT pg_try_advisory_lock(<key>); every
     0.2 s (it polls every second), idle between tries; invisible to pg_locks."""
 
-    def __init__(self, sessions: Sessions, query: str, dbname: str = "postgres") -> None:
+    def __init__(
+        self,
+        sessions: Sessions,
+        query: str,
+        dbname: str = "postgres",
+        params: tuple[int, ...] | None = None,
+    ) -> None:
         self.worker = connect(sessions, "", dbname=dbname)
-        self.query, self.stop = query, threading.Event()
+        self.query, self.params, self.stop = query, params, threading.Event()
         self.thread = threading.Thread(target=self.poll, daemon=True)
         self.thread.start()
 
     def poll(self) -> None:
         while not self.stop.is_set():
-            try:
-                self.worker.connection.execute(self.query.encode())
+            try:  # with params, bound on the server: its text shows $1
+                self.worker.connection.execute(self.query.encode(), self.params)
             except psycopg.Error:
                 return  # ended by the fixture
             self.stop.wait(0.2)
@@ -484,17 +519,19 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
     # the same key in another database is another lock (advisory locks are per database):
     # free there, each try takes it and its transaction's end lets it go
     elsewhere = Retrier(sessions, f"SELECT pg_try_advisory_xact_lock({MIGRATIONS});", OTHER_DB)
-    retriers += [same, other, elsewhere]
+    # bound on the server, its key is not in its text: not said to retry this one
+    bound = Retrier(sessions, "SELECT pg_try_advisory_lock(%s)", params=(MIGRATIONS,))
+    retriers += [same, other, elsewhere, bound]
     sessions.until(
         lambda admin: (
             admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_try_advisory%' "
                 "AND state = 'idle'"
             ).fetchone()
-            == (3,)
+            == (4,)
         ),
         10,
-        "three sessions to try",
+        "four sessions to try",
     )
     result = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS))
     lines = result.stdout.splitlines()
@@ -504,11 +541,12 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
     ), result.stdout
     assert str(other.worker.pid) not in result.stdout and "nothing to do" not in lines[1]
     assert str(elsewhere.worker.pid) not in result.stdout
+    assert str(bound.worker.pid) not in result.stdout
     document = json.loads(lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS), "--format",
                                    "json").stdout)  # fmt: skip
     assert document["retrying"] == [same.worker.pid]
-    # the other key's holder: nobody retries it
-    holder = connect(sessions, "")
+    # another program's key: nobody retries it
+    holder = connect(sessions, "billing")
     holder.run(f"SELECT pg_advisory_lock({MIGRATIONS + 2})")
     quiet = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS + 2)).stdout
     assert "nobody waits for it;" in quiet.splitlines()[1] and "retr" not in quiet, quiet
