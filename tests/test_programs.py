@@ -401,6 +401,9 @@ def test_a_pg_partman_call_returned_in_an_open_transaction_is_not_ended(
     assert "lockdiag terminate" not in step and "timeout" not in step, step
     assert not [f for f in document["findings"] if f["pid"] == caller.pid and
                 f["owner_done"] and f["owner_done"]["level"] != "unknown"]  # fmt: skip
+    text = lockdiag(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
+    assert "run_maintenance() returned in a transaction still open" in text.splitlines()[0], text
+    assert "at work" not in text, text
     decoded = CliRunner().invoke(cli, ["decode", str(MAINTENANCE), "--dsn", cluster.dsn()])
     sql = next(line for line in decoded.stdout.splitlines() if "SQL:" in line)
     assert f"SELECT pg_try_advisory_xact_lock({MAINTENANCE}) (pg_partman's run_maintenance())" in (

@@ -260,8 +260,12 @@ def program_words(found: Holding) -> str:
         return f"lock of {software}, whose {work}'s connection is gone (its process died?)"
     if found.left_behind:
         return f"session lock of {software} on a session that runs no call of it (left behind?)"
-    if found.call is not None:
-        return f"{software}'s {found.call.routine} at work"
+    if found.call is not None and found.in_transaction:
+        return f"{software}'s {found.call.routine} returned in a transaction still open"
+    if found.call is not None and not found.left_behind:
+        session = found.entry.session
+        if session is not None and session.state == "active":
+            return f"{software}'s {found.call.routine} at work"
     return ""
 
 
