@@ -25,11 +25,13 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.core.termination import (
     END_ATTACHED_CLIENT,
+    FORCE,
     AfterCancel,
     Preview,
     Refused,
     after_cancel,
     attached_client,
+    keeps_working,
     nothing_to_cancel,
     preview,
 )
@@ -56,6 +58,14 @@ from lockdiag.views.terminate import (
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
 @click.option(
+    FORCE,
+    is_flag=True,
+    help="With --yes: end the session even though it holds the lock of a program whose work "
+    "goes on without it (its catalogue entry says so: a Rails or Sqitch migration runs on "
+    "another connection), so that a second instance may run beside that work (refused "
+    "without it).",
+)
+@click.option(
     END_ATTACHED_CLIENT,
     "end_attached_client",
     is_flag=True,
@@ -77,6 +87,7 @@ def terminate_command(
     pid: int,
     cancel: bool,
     yes: bool,
+    force: bool,
     end_attached_client: bool,
     wait: float,
     registry: str | None,
@@ -89,7 +100,10 @@ def terminate_command(
     It refuses lockdiag's own session, non-client backends, sessions that hold no lock or
     whose start time it cannot see (without pg_read_all_stats), and a pooled server
     connection that the pooler shows a client attached to now (its transaction is that
-    client's work) unless --end-attached-client says to end it too.
+    client's work) unless --end-attached-client says to end it too. The preview names a
+    well-known program's lock and says what check says of it; with --yes it refuses to end
+    the lock of a program whose work goes on without it (a Rails or Sqitch migration runs on
+    another connection, and a second one could start beside it) unless --force says so.
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
     --cancel acts only while a query runs (an idle session's cancel releases nothing), then
@@ -107,6 +121,7 @@ def terminate_command(
     Examples:
       lockdiag terminate 812
       lockdiag terminate 812 --cancel --yes
+      lockdiag terminate 812 --yes --force   # a lock whose work runs elsewhere
     """
     names = get_registry(registry)
     where = source()
@@ -137,6 +152,9 @@ def terminate_command(
         if cancel and (why := nothing_to_cancel(plan.session)):
             finish(False, why)
         if not end_attached_client and (why := attached_client(plan, cancel)):
+            document(False, why)
+            raise Refused(why)
+        if yes and not force and (why := keeps_working(plan, cancel)):
             document(False, why)
             raise Refused(why)
         verb = "cancel the query of" if cancel else "terminate"

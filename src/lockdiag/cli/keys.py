@@ -165,7 +165,7 @@ def decode_command(
     catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
     untried = [] if dsn is not None else strings
     decoded = decode(names, catalogue, key, database)
-    show(decode_output(decoded, untried), fmt)
+    show(decode_output(decoded, untried, no_database=database is None), fmt)
 
 
 def _numbers(numbers: tuple[str, ...], names: Registry) -> LockTriple | AdvisoryTag:

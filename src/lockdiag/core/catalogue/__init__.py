@@ -54,10 +54,12 @@ from lockdiag.core.catalogue.decoder import (
 )
 from lockdiag.core.catalogue.entry import (
     SOFTWARE,
+    Call,
     Confidence,
     Family,
     Known,
     Program,
+    Sibling,
     Signs,
     Software,
     SoftwareKind,
@@ -128,6 +130,7 @@ __all__ = [
     "SIGN_TABLES",
     "SLONIK_TABLES",
     "SOFTWARE",
+    "Call",
     "Catalogue",
     "Confidence",
     "Family",
@@ -135,6 +138,7 @@ __all__ = [
     "PluginKeys",
     "Program",
     "Shape",
+    "Sibling",
     "Signs",
     "Software",
     "SoftwareKind",

@@ -6,7 +6,9 @@ calls holds the lock (:class:`Hold`), the keys of a database's name or of the na
 (``[known]``: :class:`~lockdiag.registry.KnownList`), names the server hashes
 (:class:`Hashed`), the tables whose rows name its keys with the SQL that reads them
 (:class:`Rows`), the key spaces it uses whole (:class:`Space`), its extension and the advisory
-tags its C code takes."""
+tags its C code takes. For advice in its terms: the routines that take each key
+(:class:`Call`) and the connection its work runs on when that is not the lock's
+(:class:`Sibling`)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,39 @@ SoftwareKind = plugins.Kind
 
 
 @dataclass(frozen=True)
+class Call:
+    """One routine of a program that takes some of its keys, with one lock function: how its
+    holder's query shows it (``query``), which keys (by their :attr:`Known.meaning`)."""
+
+    routine: str  # as its users call it: "run_maintenance_proc()"
+    function: str  # the lock function it calls, as lockdiag key --function spells it
+    keys: tuple[str, ...]  # the meanings of the keys it takes
+    query: re.Pattern[str]  # finds the routine in a holder's query text
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """The connection a program's work runs on while its lock stays on a connection of its
+    own, which waits in state ``holder``: from the same client address, database and user,
+    named ``application`` (or as the holder is), connected within ``window`` seconds of the
+    holder's ``since`` (negative: before it). ``lasting``: it stays for the whole run, so none
+    seen means the run's process is gone; else it comes and goes (one per change), and none
+    seen proves nothing."""
+
+    work: str  # what runs there, in the program's words: "migration", "change"
+    holder: Literal["idle", "idle in transaction"]
+    since: Literal["backend_start", "xact_start"]
+    window: tuple[float, float]
+    lasting: bool
+    stop: str  # what ending the sibling does: the clean way to stop the work
+    application: str | None = None  # None: the holder's own application_name
+    # the holder's connection only takes the lock: its last query is the lock call on that
+    # key (Rails 6.1's lock connection; Rails 7.1's lock is on the migration's connection,
+    # whose last query is the migration's own)
+    lock_only: bool = False
+
+
+@dataclass(frozen=True)
 class Software:
     """How a piece of software takes its advisory locks, and what is normal for it."""
 
@@ -32,6 +67,21 @@ class Software:
     function: str  # the lock function it calls, as lockdiag key --function spells it
     normal: str  # one sentence: what holding the lock means for it
     check: str = ""  # what to look at before acting, in its own terms (else its process)
+    # what ending the lock's session does while the program works, after "ending it": said
+    # wherever ending it is considered (check's next step, terminate's preview)
+    ending: str = ""
+    # ending the lock's session does not stop the program's work (it runs elsewhere): the
+    # exclusion ends while the work goes on, so terminate --yes refuses it without --force
+    keeps_working: bool = False
+    sibling: Sibling | None = None  # where that work runs, when lockdiag can find it
+    calls: tuple[Call, ...] = ()  # the routines that take its keys, when they differ
+    # its routines run in the server, each one statement of the session that calls it (an
+    # extension's functions): an idle session runs none of them
+    in_server: bool = False
+
+    def calls_of(self, meaning: str) -> tuple[Call, ...]:
+        """The routines that take the key of that meaning."""
+        return tuple(call for call in self.calls if meaning in call.keys)
 
     @property
     def runs(self) -> bool:

@@ -8,6 +8,7 @@ import re
 from functools import cache
 
 from lockdiag.core.catalogue.entry import (
+    Call,
     Family,
     Hashed,
     Hold,
@@ -46,6 +47,34 @@ PARTMAN_WORKER = "pg_partman dynamic background worker"  # its application_name
 MIMEO_LOCK = "mimeo advisory lock"
 # pg_fact_loader's try_load(): pg_try_advisory_xact_lock(c_lock_cutoff_refresh), 99995
 FACT_LOADER_KEY = 99995
+
+
+def _partman_call(routine: str, function: str, *keys: str) -> Call:
+    name = routine.removesuffix("()")
+    return Call(routine, function, keys, re.compile(rf"\b{name}\s*\(", re.IGNORECASE))
+
+
+# who takes which key, with which function (pg_partman 4.7.2's sql/functions and
+# sql/procedures; 5.x the same, but for the names above), for the advice: the routine a
+# holder's query runs
+PARTMAN_CALLS = (
+    _partman_call("run_maintenance()", "pg_try_advisory_xact_lock", "run_maintenance"),
+    _partman_call(
+        "run_maintenance_proc()",
+        "pg_try_advisory_lock",
+        "run_maintenance",
+        "run_maintenance procedure",
+    ),
+    _partman_call("run_analyze()", "pg_try_advisory_lock", "run_analyze"),
+    _partman_call("reapply_constraints_proc()", "pg_try_advisory_lock", "reapply_constraints"),
+    _partman_call("partition_data_proc()", "pg_try_advisory_xact_lock", "partition_data_proc"),
+    _partman_call("undo_partition_proc()", "pg_try_advisory_xact_lock", "undo_partition_proc"),
+    _partman_call(
+        "undo_partition()", "pg_try_advisory_xact_lock", "undo_partition_native", "undo_partition"
+    ),
+    _partman_call("drop_partition_time()", "pg_try_advisory_xact_lock", "drop_partition_time"),
+    _partman_call("drop_partition_id()", "pg_try_advisory_xact_lock", "drop_partition_id"),
+)
 
 
 def _partman(call: str, functions: tuple[str, ...], lock: str, note: str = "") -> Hold:
@@ -102,7 +131,10 @@ EXTENSIONS = Family(
             Software(
                 "extension",
                 "pg_try_advisory_xact_lock",
-                "held by one maintenance call (some calls take session locks)",
+                "held by one maintenance call, in the session that calls it (the procedures "
+                "take session locks and release them when the call succeeds)",
+                in_server=True,
+                calls=PARTMAN_CALLS,
             ),
             # every call tries once and, refused, returns with a NOTICE
             holds=(

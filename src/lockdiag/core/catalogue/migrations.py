@@ -7,7 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 
-from lockdiag.core.catalogue.entry import Family, Hold, Known, Program, Software, Space
+from lockdiag.core.catalogue.entry import Family, Hold, Known, Program, Sibling, Software, Space
 from lockdiag.core.catalogue.formulas import crc32, java_hash
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, KnownList
@@ -100,6 +100,22 @@ MIGRATIONS = Family(
                 "pg_try_advisory_lock",
                 "held for the whole deploy, while Sqitch's own connection stays idle in "
                 "transaction (LOCK TABLE changes) and psql applies each change in another backend",
+                ending="does not stop the change: psql's session goes on and commits it, "
+                "Sqitch cannot record it (its registry then lacks a change that is applied), and "
+                "the freed lock lets a second deploy run the same change at the same time",
+                keeps_working=True,
+                # observed: psql connects 0.1-0.2 s after the holder's transaction (LOCK TABLE
+                # changes) begins, one psql per change (sqitch 1.3.1, lib/App/Sqitch/Engine/pg.pm)
+                sibling=Sibling(
+                    "change",
+                    "idle in transaction",
+                    "xact_start",
+                    (0.0, 5.0),
+                    lasting=False,
+                    stop="Sqitch then logs the change as failed, rolls back its own transaction "
+                    "and releases its lock; what psql committed of the change stays",
+                    application="psql",
+                ),
             ),
             exact={from_bigint(75474063): "deploy lock"},
             # App/Sqitch/Engine.pm lock_destination, Engine/pg.pm try_lock and wait_lock (1.3.1,
@@ -147,7 +163,29 @@ MIGRATIONS = Family(
         # activerecord migration.rb: MIGRATOR_SALT * Zlib.crc32(current_database)
         Program(
             "Ruby on Rails",
-            Software("migration", "pg_try_advisory_lock", "held for the whole db:migrate"),
+            Software(
+                "migration",
+                "pg_try_advisory_lock",
+                "held for the whole db:migrate",
+                ending="does not stop the migration, which goes on and commits on Rails' main "
+                "connection (Rails 6.1 and 7.0 hold the lock on a connection of their own), and "
+                "the freed lock lets a second db:migrate run at the same time",
+                keeps_working=True,
+                # observed (6.1.7): the main connection, same application_name and client
+                # address, connects 0.13-0.27 s before the lock's (migration.rb
+                # with_advisory_lock_connection); 7.1 takes the lock on the main connection
+                sibling=Sibling(
+                    "migration",
+                    "idle",
+                    "backend_start",
+                    (-10.0, 0.0),
+                    lasting=True,
+                    stop="its transaction rolls back (a migration with "
+                    "disable_ddl_transaction! keeps what it did) and Rails releases its lock "
+                    "itself",
+                    lock_only=True,
+                ),
+            ),
             database_keys=_of_database("Ruby on Rails", lambda name: 2053462845 * crc32(name)),
             # migration.rb with_advisory_lock (6.1.7, run: tests/test_known_programs.py)
             holds=(
@@ -232,6 +270,9 @@ MIGRATIONS = Family(
                 "pg_advisory_lock",
                 "held for the whole up or down by one pooled connection that stays idle while "
                 "the migrations run on another connection of the pool",
+                ending="does not stop the migrations running on the pool's other "
+                "connection, and the freed lock lets another instance migrate at the same time",
+                keeps_working=True,
             ),
             lists=(
                 KnownList("slonik_migrator_tables", "@slonik/migrator migrationTableName values"),
@@ -248,6 +289,10 @@ MIGRATIONS = Family(
                 "pg_try_advisory_lock",
                 "held while a Grafana server migrates its database at start, by a connection of "
                 "its own left idle while the migrations run on other connections",
+                ending="does not stop the migrations running on Grafana's other "
+                "connections, and the freed lock lets another Grafana server migrate at the same "
+                "time",
+                keeps_working=True,
             ),
             database_keys=_of_database("Grafana", lambda name: grafana_key(name).bigint),
         ),

@@ -102,6 +102,9 @@ SCHEDULERS = Family(
                 "held while DBOS migrates its system database, by an idle autocommit connection "
                 "while the migrations run on another (application databases: one "
                 "transaction's xact lock)",
+                ending="does not stop the migrations running on DBOS's other connection, "
+                "and the freed lock lets another process migrate at the same time",
+                keeps_working=True,
             ),
             exact={
                 dbos_key("dbos.datasource_migrations.dbos"): (
@@ -138,6 +141,7 @@ SCHEDULERS = Family(
                 "check the member that holds it (its service's process and log) before acting: "
                 "a timeout or a termination frees the lock while that member still believes it "
                 "holds it, and another member takes it at once",
+                keeps_working=True,
             ),
             lists=(KnownList("tooz", "lock names given to tooz get_lock()"),),
             listed_keys=lambda candidates: tooz_keys(candidates.names("tooz")),
