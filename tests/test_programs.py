@@ -592,11 +592,12 @@ def test_a_migration_between_two_migrations_is_no_leader(
 def test_a_hashed_pair_is_told_to_try_hashtext_and_that_names_it(
     cluster: Cluster, sessions: Sessions, tmp_path: Path
 ) -> None:
-    """mimeo's lock, (hashtext('mimeo advisory lock'), hashtext(table)): the unregistered
-    hint names [known] hashtext, and listing the name there names the lock."""
+    """A team's lock hashed as a pair, (hashtext('nightly rollup lock'), hashtext(table)), as
+    mimeo takes its own (which the catalogue now names): the unregistered hint names [known]
+    hashtext, and listing the name there names the lock."""
     worker = connect(sessions, "mimeo")
     worker.run(
-        "SELECT pg_advisory_lock(hashtext('mimeo advisory lock'), hashtext('public.orders'))"
+        "SELECT pg_advisory_lock(hashtext('nightly rollup lock'), hashtext('public.orders'))"
     )
     result = lockdiag(cluster, "check", "--format", "json", "--session-age", "1h")
     (found,) = [
@@ -606,10 +607,10 @@ def test_a_hashed_pair_is_told_to_try_hashtext_and_that_names_it(
     ]
     assert "[known] (hashtext:" in found["next_step"], found["next_step"]
     registry = tmp_path / "lockdiag.toml"
-    registry.write_text('[known]\nhashtext = ["mimeo advisory lock"]\n')
+    registry.write_text('[known]\nhashtext = ["nightly rollup lock"]\n')
     listed = lockdiag(cluster, "list", "--format", "json", "--registry", str(registry))
     (lock,) = [x for x in json.loads(listed.stdout)["locks"] if x["pid"] == worker.pid]
-    assert lock["known"]["meaning"] == "hashtext('mimeo advisory lock')", lock
+    assert lock["known"]["meaning"] == "hashtext('nightly rollup lock')", lock
 
 
 def test_decode_without_a_database_says_which_names_it_could_not_try() -> None:
