@@ -18,6 +18,7 @@ from test_sample_truth import sampled, stuck_owner
 
 from lockdiag.cli import cli
 from lockdiag.core.catalogue import SOFTWARE, Known
+from lockdiag.core.catalogue.index import PROGRAMS
 from lockdiag.core.findings import software_step
 from lockdiag.core.holding import holding
 from lockdiag.render import plain
@@ -129,7 +130,8 @@ def step_of(known: Known, state: str = "idle", query: str = "q") -> str:
 @pytest.mark.parametrize("state", ["idle", "idle in transaction", "active"])
 @pytest.mark.parametrize("software", sorted(SOFTWARE))
 def test_every_softwares_advice_reads_right(software: str, state: str) -> None:
-    for meaning in ("its lock", *(m for c in SOFTWARE[software].calls for m in c.keys)):
+    held = [hold for program in PROGRAMS if program.name == software for hold in program.holds]
+    for meaning in ("its lock", *(m for hold in held for m in hold.keys)):
         step = step_of(Known(software, meaning, "exact"), state)
         assert problems(step) == []
         assert software in step  # the name as written, never recased

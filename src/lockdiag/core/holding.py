@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lockdiag.core.analysis import Decoded, LockEntry
-from lockdiag.core.catalogue import Call, Known, Sibling, Software, software_of_session
+from lockdiag.core.catalogue import Hold, Known, Sibling, Software, calls_of, software_of_session
 from lockdiag.core.leaders import poll_of
 from lockdiag.core.model import IDLE_STATES, Session, Snapshot
 
@@ -35,7 +35,7 @@ class Holding:
     entry: LockEntry
     known: Known
     software: Software
-    call: Call | None = None  # the routine its holder's query names, taking this key
+    call: Hold | None = None  # the call its holder's query names, taking this key
     sibling: Session | None = None  # the connection its work runs on (the nearest that fits)
     gap: float = 0.0  # seconds from the holder's ``since`` to the sibling's connection
     fits: int = 0  # the sessions that fit the sibling's description
@@ -49,9 +49,9 @@ class Holding:
         return self.entry.lock.pid
 
     @property
-    def calls(self) -> tuple[Call, ...]:
-        """The routines that take this key."""
-        return self.software.calls_of(self.known.meaning)
+    def calls(self) -> tuple[Hold, ...]:
+        """The calls that take this key, as a holder's query shows them."""
+        return calls_of(self.known.software, self.known.meaning)
 
     @property
     def keeps_working(self) -> bool:
@@ -98,7 +98,7 @@ def holding(entry: LockEntry, snapshot: Snapshot) -> Holding | None:
     call = None
     if session is not None and not session.hidden:
         query = session.query or ""
-        call = next((c for c in software.calls_of(known.meaning) if c.query.search(query)), None)
+        call = next((c for c in calls_of(known.software, known.meaning) if c.named_in(query)), None)
     spec = software.sibling
     if spec is None or session is None or session.hidden:
         return Holding(entry, known, software, call)

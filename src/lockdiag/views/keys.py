@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lockdiag.core.analysis import Decoded, LockEntry
-from lockdiag.core.catalogue import Call, Known, database_keys
+from lockdiag.core.catalogue import Hold, Known, calls_of, database_keys
 from lockdiag.durations import format_duration
 from lockdiag.keys import DERIVATION, AdvisoryTag, LockTriple
 from lockdiag.registry import AdvisoryKey, Problem, Registry
@@ -61,8 +61,8 @@ def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEn
         return f"{call} (its holder's own query" + (
             f"; {namespace.name} expects {expected})" if mismatch and namespace else ")"
         )
-    if known is not None and behaviour is not None and behaviour.calls_of(known.meaning):
-        return _routine_sql(key, known, behaviour.calls_of(known.meaning), seen, holders)
+    if known is not None and behaviour is not None and calls_of(known.software, known.meaning):
+        return _routine_sql(key, known, calls_of(known.software, known.meaning), seen, holders)
     if seen == "session" and (behaviour is None or "xact" in behaviour.function):
         taken = key.sql("pg_advisory_lock")
         if namespace is not None and namespace.expect == "xact":
@@ -78,7 +78,7 @@ def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEn
 def _routine_sql(
     key: LockTriple,
     known: Known,
-    calls: tuple[Call, ...],
+    calls: tuple[Hold, ...],
     seen: str | None,
     holders: Iterable[LockEntry],
 ) -> str:
@@ -86,24 +86,24 @@ def _routine_sql(
     (pg_partman's run_maintenance() and run_maintenance_proc()): the routine a holder's query
     names; else those that take it as held now (a certain session lock); else each of them."""
     queries = [e.session.query or "" for e in holders if e.session and not e.session.hidden]
-    named = next((c for c in calls for q in queries if c.query.search(q)), None)
+    named = next((c for c in calls for q in queries if c.named_in(q)), None)
     software = known.software
     if named is not None:
         return (
-            f"{key.sql(named.function)} (as {software}'s {named.routine} takes it: its holder's "
+            f"{key.sql(named.function)} (as {software}'s {named.call} takes it: its holder's "
             "query calls it)"
         )
     if seen == "session":
         session = [c for c in calls if "xact" not in c.function]
         if len({c.function for c in session}) == 1:
-            routines = " or ".join(c.routine for c in session)
+            routines = " or ".join(c.call for c in session)
             return (
                 f"{key.sql(session[0].function)} (as {software}'s {routines} takes it: held now "
                 "as a session lock)"
             )
     functions: dict[str, list[str]] = {}
     for call in calls:
-        functions.setdefault(call.function, []).append(call.routine)
+        functions.setdefault(call.function, []).append(call.call)
     return " or ".join(
         f"{key.sql(function)} ({software}'s {' or '.join(routines)})"
         for function, routines in functions.items()

@@ -261,11 +261,11 @@ def program_words(found: Holding) -> str:
     if found.left_behind:
         return f"session lock of {software} on a session that runs no call of it (left behind?)"
     if found.call is not None and found.in_transaction:
-        return f"{software}'s {found.call.routine} returned in a transaction still open"
+        return f"{software}'s {found.call.call} returned in a transaction still open"
     if found.call is not None and not found.left_behind:
         session = found.entry.session
         if session is not None and session.state == "active":
-            return f"{software}'s {found.call.routine} at work"
+            return f"{software}'s {found.call.call} at work"
     return ""
 
 

@@ -54,9 +54,9 @@ from lockdiag.core.catalogue.decoder import (
 )
 from lockdiag.core.catalogue.entry import (
     SOFTWARE,
-    Call,
     Confidence,
     Family,
+    Hold,
     Known,
     Program,
     Sibling,
@@ -80,7 +80,7 @@ from lockdiag.core.catalogue.families import (
     name_keys,
 )
 from lockdiag.core.catalogue.formulas import crc32, java_hash
-from lockdiag.core.catalogue.index import extension_names, row_sources, row_tables
+from lockdiag.core.catalogue.index import calls_of, extension_names, row_sources, row_tables
 from lockdiag.core.catalogue.libraries import (
     DIGEST_HELPERS,
     DIGESTS,
@@ -130,10 +130,10 @@ __all__ = [
     "SIGN_TABLES",
     "SLONIK_TABLES",
     "SOFTWARE",
-    "Call",
     "Catalogue",
     "Confidence",
     "Family",
+    "Hold",
     "Known",
     "PluginKeys",
     "Program",
@@ -143,6 +143,7 @@ __all__ = [
     "Software",
     "SoftwareKind",
     "build_catalogue",
+    "calls_of",
     "candidate_keys",
     "collisions",
     "corroboration",

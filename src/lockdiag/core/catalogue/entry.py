@@ -6,9 +6,8 @@ calls holds the lock (:class:`Hold`), the keys of a database's name or of the na
 (``[known]``: :class:`~lockdiag.registry.KnownList`), names the server hashes
 (:class:`Hashed`), the tables whose rows name its keys with the SQL that reads them
 (:class:`Rows`), the key spaces it uses whole (:class:`Space`), its extension and the advisory
-tags its C code takes. For advice in its terms: the routines that take each key
-(:class:`Call`) and the connection its work runs on when that is not the lock's
-(:class:`Sibling`)."""
+tags its C code takes. For advice in its terms: the connection its work runs on when that is
+not the lock's (:class:`Sibling`)."""
 
 from __future__ import annotations
 
@@ -24,17 +23,6 @@ from lockdiag.registry import Candidates, KnownList
 Confidence = Literal["exact", "derived", "corroborated", "guess", "plugin"]
 
 SoftwareKind = plugins.Kind
-
-
-@dataclass(frozen=True)
-class Call:
-    """One routine of a program that takes some of its keys, with one lock function: how its
-    holder's query shows it (``query``), which keys (by their :attr:`Known.meaning`)."""
-
-    routine: str  # as its users call it: "run_maintenance_proc()"
-    function: str  # the lock function it calls, as lockdiag key --function spells it
-    keys: tuple[str, ...]  # the meanings of the keys it takes
-    query: re.Pattern[str]  # finds the routine in a holder's query text
 
 
 @dataclass(frozen=True)
@@ -74,14 +62,9 @@ class Software:
     # exclusion ends while the work goes on, so terminate --yes refuses it without --force
     keeps_working: bool = False
     sibling: Sibling | None = None  # where that work runs, when lockdiag can find it
-    calls: tuple[Call, ...] = ()  # the routines that take its keys, when they differ
     # its routines run in the server, each one statement of the session that calls it (an
     # extension's functions): an idle session runs none of them
     in_server: bool = False
-
-    def calls_of(self, meaning: str) -> tuple[Call, ...]:
-        """The routines that take the key of that meaning."""
-        return tuple(call for call in self.calls if meaning in call.keys)
 
     @property
     def runs(self) -> bool:
@@ -152,9 +135,24 @@ class Hold:
     call: str  # what runs: "deploy", "run_maintenance_proc()"
     functions: tuple[str, ...]  # as lockdiag key --function spells them
     second: Second
-    key: str = ""  # the key's meaning, as the catalogue names it, where the program has several
+    # the keys' meanings, as the catalogue names them, where the program has several (none:
+    # each of its keys)
+    keys: tuple[str, ...] = ()
     note: str = ""  # one sentence: what else is true of the hold
     interval: float | None = None  # seconds between a poller's tries
+    # finds the call in its holder's query text, where the program's calls take one key with
+    # different functions (pg_partman's run_maintenance() and run_maintenance_proc()): the
+    # advice then speaks of the call its holder runs
+    query: re.Pattern[str] | None = None
+
+    @property
+    def function(self) -> str:
+        """The function that holds the lock once the call has it (the last it calls)."""
+        return self.functions[-1]
+
+    def named_in(self, query: str) -> bool:
+        """Whether a holder's query text runs this call."""
+        return self.query is not None and self.query.search(query) is not None
 
     @property
     def scope(self) -> Literal["session", "xact"]:

@@ -8,7 +8,6 @@ import re
 from functools import cache
 
 from lockdiag.core.catalogue.entry import (
-    Call,
     Family,
     Hashed,
     Hold,
@@ -49,36 +48,12 @@ MIMEO_LOCK = "mimeo advisory lock"
 FACT_LOADER_KEY = 99995
 
 
-def _partman_call(routine: str, function: str, *keys: str) -> Call:
-    name = routine.removesuffix("()")
-    return Call(routine, function, keys, re.compile(rf"\b{name}\s*\(", re.IGNORECASE))
-
-
-# who takes which key, with which function (pg_partman 4.7.2's sql/functions and
-# sql/procedures; 5.x the same, but for the names above), for the advice: the routine a
-# holder's query runs
-PARTMAN_CALLS = (
-    _partman_call("run_maintenance()", "pg_try_advisory_xact_lock", "run_maintenance"),
-    _partman_call(
-        "run_maintenance_proc()",
-        "pg_try_advisory_lock",
-        "run_maintenance",
-        "run_maintenance procedure",
-    ),
-    _partman_call("run_analyze()", "pg_try_advisory_lock", "run_analyze"),
-    _partman_call("reapply_constraints_proc()", "pg_try_advisory_lock", "reapply_constraints"),
-    _partman_call("partition_data_proc()", "pg_try_advisory_xact_lock", "partition_data_proc"),
-    _partman_call("undo_partition_proc()", "pg_try_advisory_xact_lock", "undo_partition_proc"),
-    _partman_call(
-        "undo_partition()", "pg_try_advisory_xact_lock", "undo_partition_native", "undo_partition"
-    ),
-    _partman_call("drop_partition_time()", "pg_try_advisory_xact_lock", "drop_partition_time"),
-    _partman_call("drop_partition_id()", "pg_try_advisory_xact_lock", "drop_partition_id"),
-)
-
-
-def _partman(call: str, functions: tuple[str, ...], lock: str, note: str = "") -> Hold:
-    return Hold(call, functions, "skips", PARTMAN_LOCKS[f"pg_partman {lock}"], note)
+def _partman(call: str, functions: tuple[str, ...], *locks: str, note: str = "") -> Hold:
+    """One call's hold; its query pattern finds the call in its holder's query (the SQL line
+    and the advice speak of the call its holder runs)."""
+    keys = tuple(PARTMAN_LOCKS[f"pg_partman {lock}"] for lock in locks)
+    name = call.removesuffix("()")
+    return Hold(call, functions, "skips", keys, note, query=re.compile(rf"\b{name}\s*\(", re.I))
 
 
 _SESSION = (
@@ -134,7 +109,6 @@ EXTENSIONS = Family(
                 "held by one maintenance call, in the session that calls it (the procedures "
                 "take session locks and release them when the call succeeds)",
                 in_server=True,
-                calls=PARTMAN_CALLS,
             ),
             # every call tries once and, refused, returns with a NOTICE
             holds=(
@@ -143,32 +117,35 @@ EXTENSIONS = Family(
                     "run_maintenance_proc()",
                     ("pg_try_advisory_lock",),
                     "run_maintenance",
-                    f"4.x, the function's name ('run_maintenance procedure' from 5.1); {_SESSION}",
+                    "run_maintenance procedure",
+                    note=f"4.x, the function's name ('run_maintenance procedure' from 5.1); "
+                    f"{_SESSION}",
                 ),
-                _partman("run_analyze()", ("pg_try_advisory_lock",), "run_analyze", _SESSION),
+                _partman("run_analyze()", ("pg_try_advisory_lock",), "run_analyze", note=_SESSION),
                 _partman(
                     "reapply_constraints_proc()",
                     ("pg_try_advisory_lock",),
                     "reapply_constraints",
-                    _SESSION,
+                    note=_SESSION,
                 ),
                 _partman(
                     "partition_data_proc()",
                     ("pg_try_advisory_xact_lock",),
                     "partition_data_proc",
-                    _FIRST_COMMIT,
+                    note=_FIRST_COMMIT,
                 ),
                 _partman(
                     "undo_partition_proc()",
                     ("pg_try_advisory_xact_lock",),
                     "undo_partition_proc",
-                    _FIRST_COMMIT,
+                    note=_FIRST_COMMIT,
                 ),
                 _partman(
                     "undo_partition()",
                     ("pg_try_advisory_xact_lock",),
                     "undo_partition",
-                    "5.x ('undo_partition_native' in 4.x)",
+                    "undo_partition_native",
+                    note="5.x ('undo_partition_native' in 4.x)",
                 ),
                 _partman(
                     "drop_partition_time()", ("pg_try_advisory_xact_lock",), "drop_partition_time"
@@ -202,7 +179,7 @@ EXTENSIONS = Family(
                     "refresh_*()",
                     ("pg_try_advisory_xact_lock",),
                     "skips",
-                    "refresh of a destination table",
+                    ("refresh of a destination table",),
                     "with p_lock_wait => 0 a second refresh waits in pg_advisory_xact_lock "
                     "instead; p_lock_wait > 0 returns at once too (1.5.1's retry loop never "
                     "runs)",

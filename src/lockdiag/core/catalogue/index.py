@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lockdiag.core.catalogue.entry import Known, Program, Rows, Signs
+from lockdiag.core.catalogue.entry import Hold, Known, Program, Rows, Signs
 from lockdiag.keys import LockTriple
 from lockdiag.registry import KNOWN_LISTS, declare_list, withdraw_list
 
@@ -125,3 +125,15 @@ def _columns(programs: list[Program]) -> dict[str, dict[str, tuple[str, ...]]]:
 def extension_names() -> list[str]:
     """The extensions whose presence the snapshot reads (the connected database's)."""
     return sorted({p.extension for p in PROGRAMS if p.extension})
+
+
+def calls_of(software: str, meaning: str) -> tuple[Hold, ...]:
+    """The calls of the program named ``software`` that take its key of that meaning and that a
+    holder's query shows (:attr:`Hold.query`): the advice speaks of the one its holder runs."""
+    return tuple(
+        hold
+        for program in PROGRAMS
+        if program.name == software
+        for hold in program.holds
+        if hold.query is not None and (not hold.keys or meaning in hold.keys)
+    )

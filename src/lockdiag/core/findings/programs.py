@@ -44,7 +44,7 @@ def program_owner(found: Holding) -> Ownership | None:
         )
     if not found.left_behind:
         return None
-    routine = found.call.routine if found.call is not None else None
+    routine = found.call.call if found.call is not None else None
     if routine is not None:  # its last query is the call: corroborated
         return Ownership(
             "proven",
@@ -159,7 +159,7 @@ def _in_server_step(found: Holding, snapshot: Snapshot) -> str:
     a call at work."""
     known, pid, session = found.known, found.pid, found.entry.session
     calls = found.calls
-    every = " or ".join(c.routine for c in calls) or f"{known.software}'s {known.meaning}"
+    every = " or ".join(c.call for c in calls) or f"{known.software}'s {known.meaning}"
     idle_calls = (
         f"every call of {every}, from any session, returns at once with a NOTICE and does nothing"
     )
@@ -173,7 +173,7 @@ def _in_server_step(found: Holding, snapshot: Snapshot) -> str:
         )
         if found.call is not None:
             return (
-                f"{known.software}'s {found.call.routine}, this idle session's last query, "
+                f"{known.software}'s {found.call.call}, this idle session's last query, "
                 "failed (an error, a cancel, a statement_timeout) and left its lock behind: it "
                 f"releases it only when the call succeeds. Until it goes, {idle_calls}. End the "
                 f"session: lockdiag terminate {pid} (it runs nothing now; the preview lists "
@@ -187,7 +187,7 @@ def _in_server_step(found: Holding, snapshot: Snapshot) -> str:
             f"{idle_calls}. Ask who owns the session first: {locate(found.entry)}; "
             f"once nobody holds it on purpose: lockdiag terminate {pid}"
         )
-    routine = found.call.routine if found.call is not None else f"call of {every}"
+    routine = found.call.call if found.call is not None else f"call of {every}"
     if found.in_transaction:
         assert session is not None
         return (
