@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 REGISTRY = """
 [namespaces.report_runs]

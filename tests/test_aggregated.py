@@ -21,7 +21,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from snapshots import STARTED, advisory, session, snapshot
 
 from lockdiag.core.analysis import SeenHeld, analyse
 from lockdiag.core.diagnosis import Diagnosis
@@ -36,6 +35,8 @@ from lockdiag.render import Output, render
 from lockdiag.views.blockers import blockers_output
 from lockdiag.views.check import check_metrics
 from lockdiag.views.who_holds import verdict
+
+from helpers.snapshots import STARTED, advisory, session, snapshot
 
 BULK = 100_000  # uncontested locks of a backend nobody waits on
 KNOWN_BULK = 5_000  # bigint keys 1..5000, unregistered but for Airflow's 1 and 2, Marten's 4004

@@ -32,7 +32,7 @@ from lockdiag.demo.cluster import Cluster, create_cluster, free_port
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
 
 PREFIX = "%m [%p] %q%u@%d/%a "
 

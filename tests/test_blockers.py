@@ -19,7 +19,7 @@ from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import plain
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
 
 REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
 

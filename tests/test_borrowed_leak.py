@@ -25,7 +25,7 @@ from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.registry.model import Poolers
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 KEY = 737373
 

@@ -36,7 +36,7 @@ from lockdiag.registry import MAX_SIZE, check_file, nesting_depth, parse_registr
 from lockdiag.render import Output, Table, clean, csv_cell, render
 from lockdiag.views.metrics import Metric, exposition, inert, labelled
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "examples" / "incident.json"

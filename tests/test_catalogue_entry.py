@@ -35,7 +35,7 @@ from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.pg.capture import probe_params
 from lockdiag.registry import Candidates, KnownList, Namespace, parse_registry
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 EXACT = 8_102_030_405  # Acme Jobs' deploy lock: high word 1, low word 3807063109
 SPACE = 91_000  # the first number of every pair Acme Jobs takes for a listed name

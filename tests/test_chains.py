@@ -18,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from snapshots import advisory, session, snapshot
 
 from lockdiag.cli import cli
 from lockdiag.core.chains import loops
@@ -37,7 +36,8 @@ from lockdiag.views.blockers import JSON_DEPTH, TEXT_DEPTH, blockers_output
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
+from helpers.snapshots import advisory, session, snapshot
 
 _PARSED, _ = parse_registry("[namespaces.plain]\nid = 7\n")
 assert _PARSED is not None

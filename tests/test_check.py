@@ -23,7 +23,8 @@ from lockdiag.pg.actions import act
 from lockdiag.pg.session import DiagnosticSession, take_snapshot
 from lockdiag.registry import parse_registry
 
-from conftest import OBSERVER, Sessions, ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
+from helpers.servers import OBSERVER, Sessions
 
 REGISTRY = """\
 [namespaces.tenant_summary]

@@ -21,8 +21,8 @@ from lockdiag.cli import alerts, cli
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import EXIT_UNKNOWN
 
-from conftest import Sessions
-from freezer import FreezingProxy
+from helpers.freezer import FreezingProxy
+from helpers.servers import Sessions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INCIDENT = str(EXAMPLES / "incident.json")

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, free_port
 
-from conftest import PASSWORD, Sessions
+from helpers.servers import PASSWORD, Sessions
 
 REGISTRY = """\
 [namespaces.tenant_summary]
@@ -404,9 +404,9 @@ def test_a_reader_that_goes_away_ends_the_output_the_same_way(
     plain and markdown said 0, table 1 (rich's own exit), json and csv 1 (click's), and a
     snapshot with PYTHONUNBUFFERED set (as containers often have it) exited 0 having written
     64 KiB of 7 MB: unbuffered, Python dropped the rest of a partial write without an error."""
-    from snapshots import advisory, session, snapshot
-
     from lockdiag.core import snapshot_file
+
+    from helpers.snapshots import advisory, session, snapshot
 
     sessions = [session(pid, "idle", timedelta(minutes=-5)) for pid in range(100, 110)]
     locks = [advisory(100 + key % 10, key) for key in range(20000)]

@@ -12,7 +12,7 @@ from lockdiag.errors import InputError, ServerError
 from lockdiag.pg.connection import conninfo, scrub
 from lockdiag.pg.session import DiagnosticSession, take_snapshot
 
-from conftest import PASSWORD, Sessions
+from helpers.servers import PASSWORD, Sessions
 
 
 def test_session_is_read_only_named_and_bounded(cluster: Cluster) -> None:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 AIRFLOW_DB = "airflow_meta"  # with the tables Airflow creates
 OBJECTS_DB = "object_store"  # an object database's, with no Airflow table

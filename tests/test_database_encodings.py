@@ -28,7 +28,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.raw_text import CODECS, Texts, codec, raw
 from lockdiag.pg.session import DiagnosticSession
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
 
 ROLE = "rôle_€"  # a role whose name is UTF-8, created from a UTF8 database
 NAMED = "données_日本"  # a UTF8 database whose name is not ASCII

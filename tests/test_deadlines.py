@@ -43,8 +43,8 @@ from lockdiag.errors import EXIT_NEGATIVE, EXIT_SERVER, EXIT_UNKNOWN, ServerErro
 from lockdiag.pg import deadline
 from lockdiag.pg.session import DiagnosticSession
 
-from conftest import OBSERVER, Sessions
-from freezer import FreezingProxy
+from helpers.freezer import FreezingProxy
+from helpers.servers import OBSERVER, Sessions
 
 TIMEOUT = 1.0  # --timeout of every command here: the deadline is then 2s
 GENEROUS = 5.0  # seconds allowed past --timeout before a test calls it a hang

@@ -17,7 +17,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from conftest import ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
 
 PORT = re.compile(r"is up on port (\d+)")
 

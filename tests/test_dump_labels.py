@@ -7,14 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from snapshots import session, snapshot
-
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import LockRow
 from lockdiag.registry import Registry, load_registry
 from lockdiag.render import plain
 from lockdiag.views.common import Labels, lock_label
 from lockdiag.views.listing import list_output
+
+from helpers.snapshots import session, snapshot
 
 REGISTRY = Path(__file__).resolve().parent.parent / "examples" / "lockdiag.toml"
 IDLE = timedelta(minutes=-10)  # idle since ten minutes before the snapshot

@@ -23,7 +23,7 @@ from lockdiag.registry import Registry
 from lockdiag.render import CHUNK, Block, Output, SharedRows, Table, Text, markdown, plain, render
 from lockdiag.views.listing import fleet_list_output, list_output
 
-from conftest import OTHER_DB, Sessions
+from helpers.servers import OTHER_DB, Sessions
 
 LOCKS = 5000  # more than two batches of capture.BATCH
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from snapshots import advisory, session, snapshot
-
 from lockdiag.core.analysis import Flag
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.registry import parse_registry
+
+from helpers.snapshots import advisory, session, snapshot
 
 _PARSED, _ = parse_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
 assert _PARSED is not None

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 THRESHOLDS = ["--session-age", "100ms,1h", "--idle-age", "100ms,1h", "--wait-age", "100ms,1h"]
 COORDINATION = 4600  # a coordination library's namespace

@@ -38,7 +38,7 @@ from lockdiag.exporter.server import WORKERS
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.worker import PrometheusEvents
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRIB = ROOT / "contrib"

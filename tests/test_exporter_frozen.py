@@ -22,8 +22,8 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Target
 from lockdiag.exporter.routes import SCRAPE_TIMEOUT_HEADER, scrape_budget
 
-from conftest import Sessions
-from freezer import FreezingProxy
+from helpers.freezer import FreezingProxy
+from helpers.servers import Sessions
 from test_exporter import (
     get,
     make_exporter,

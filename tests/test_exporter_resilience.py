@@ -19,7 +19,7 @@ from lockdiag.errors import ServerError
 from lockdiag.exporter import Target
 from lockdiag.exporter.server import REQUEST_TIMEOUT
 
-from freezer import FreezingProxy
+from helpers.freezer import FreezingProxy
 from test_exporter import get, make_exporter, scrape_threads, serving, until, up
 
 MARGIN = 5.0  # generous: every bound on time below is a deadline plus this

@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from snapshots import advisory, session, snapshot
 
 from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
@@ -32,6 +31,8 @@ from lockdiag.logs import LogReader, Tally
 from lockdiag.logs.report import report as log_report
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.views.common import EntryEncoder, entry_data
+
+from helpers.snapshots import advisory, session, snapshot
 
 FORMATION = 822708183  # pg_auto_failover: string_hash('default'), the formation's number
 # a registry whose namespaces' ids are a tag's classid, in both forms, and a key equal to a

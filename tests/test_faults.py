@@ -19,7 +19,8 @@ from lockdiag.demo.cluster import Cluster, create_standby
 from lockdiag.errors import ServerError
 from lockdiag.pg.session import DiagnosticSession
 
-from conftest import OBSERVER, Sessions, ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
+from helpers.servers import OBSERVER, Sessions
 
 
 def run(*args: str) -> Result:

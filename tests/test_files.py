@@ -22,7 +22,7 @@ import pytest
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "examples" / "incident.json"

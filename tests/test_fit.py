@@ -31,11 +31,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from terminal import screen_of as terminal_screen
 
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
+from helpers.terminal import screen_of as terminal_screen
 
 SIZES = [(24, 80), (40, 120)]
 SIZE_IDS = [f"{columns}x{rows}" for rows, columns in SIZES]

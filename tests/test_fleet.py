@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster, free_port
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 
 @pytest.fixture(scope="module")

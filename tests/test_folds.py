@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from terminal import screen_of
 
 from lockdiag.core.analysis import DEFAULT_POLICY
 from lockdiag.core.diagnosis import Diagnosis, narrow
@@ -26,7 +25,8 @@ from lockdiag.registry import load_registry
 from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
-from conftest import Sessions
+from helpers.servers import Sessions
+from helpers.terminal import screen_of
 
 NAMESPACE, ID = "invoice_pdf_export", 4242
 TRUTH = f"500 x {NAMESPACE} 10000..10499"

@@ -37,7 +37,8 @@ from psycopg.conninfo import conninfo_to_dict
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, free_port
 
-from conftest import Sessions, ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
+from helpers.servers import Sessions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BIN = Path(sys.executable).parent  # where pip put the lockdiag script

@@ -29,7 +29,7 @@ from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
-from conftest import PASSWORD, Sessions
+from helpers.servers import PASSWORD, Sessions
 
 EVIL_ROLE = "mallory\x1b[31m\x07"
 EVIL_DB = "shop\nDROP"

@@ -22,7 +22,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Exporter, Target
 from lockdiag.registry import Registry
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 OWNER = "dbowner"  # owns the hostile databases; not a superuser
 MONITOR = "monitor"  # a member of pg_monitor, SELECT and UPDATE on every table

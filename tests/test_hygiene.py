@@ -19,7 +19,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 from lockdiag.registry import parse_registry
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 INCIDENT = Path(__file__).resolve().parent.parent / "examples" / "incident.json"
 LEADER = """\

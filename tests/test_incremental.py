@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pexpect
 from click.testing import CliRunner
-from terminal import TERMINAL_ENV
 from test_sample_truth import START, STEP, entries, lock, session, stuck_owner
 
 from lockdiag.cli import cli
 from lockdiag.core.observe import Sampler
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
+from helpers.terminal import TERMINAL_ENV
 
 REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
 REFRESH = re.compile(rb"refresh #(\d+)")

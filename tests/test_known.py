@@ -30,7 +30,7 @@ from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, parse_registry
 
-from conftest import OBSERVER, OTHER_DB, Sessions
+from helpers.servers import OBSERVER, OTHER_DB, Sessions
 
 DB = "known_db"
 

@@ -26,7 +26,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 
 def decoded(*numbers: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple, from_bigint
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
 
 SQITCH_KEY = from_bigint(75474063)
 POSTGRES_MIGRATIONS_KEY = from_bigint(-8525285245963000605)

@@ -24,7 +24,7 @@ from lockdiag.core.catalogue import FIXED, SOFTWARE, grafana_key, tooz_key
 from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 PIP_CACHE = Path.home() / ".cache" / "lockdiag-tests" / "pip"  # one install per set, reused
 

@@ -23,7 +23,7 @@ from lockdiag.core.model import Session
 from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 POLL = "SELECT pg_try_advisory_lock(%s, %s)"
 HAZARD = "another instance would take"

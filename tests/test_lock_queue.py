@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 from click.testing import CliRunner
-from terminal import screen_of
 
 from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
@@ -20,7 +19,8 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry
 
-from conftest import Sessions, Worker
+from helpers.servers import Sessions, Worker
+from helpers.terminal import screen_of
 
 APPS = 15
 

@@ -36,9 +36,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from terminal import screen_of as terminal_screen
 
 from lockdiag.demo.cluster import Cluster
+
+from helpers.terminal import screen_of as terminal_screen
 
 SIZES = [(24, 80), (40, 120), (50, 200)]
 SIZE_IDS = [f"{columns}x{rows}" for rows, columns in SIZES]

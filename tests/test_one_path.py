@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, free_port, start_pgbouncer
 
-from conftest import Sessions
+from helpers.servers import Sessions
 from test_exporter import get, prometheus, scrape_config, series, until
 
 KEY = 737373

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions, Worker, keep_alive
+from helpers.servers import Sessions, Worker, keep_alive
 
 RAN = "its session ran a statement"
 OLDER = "the lock may be far older"

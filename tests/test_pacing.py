@@ -18,7 +18,7 @@ from lockdiag.registry import parse_registry
 from lockdiag.render import plain
 from lockdiag.views.sample import sample_output
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
 

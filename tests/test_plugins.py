@@ -19,7 +19,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 from lockdiag.plugins import Entry, Key, cause
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 DEPLOY_KEY = 4711000001  # high word 1, low word 416032705
 TENANT_SPACE = 4712

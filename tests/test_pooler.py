@@ -14,7 +14,6 @@ import pexpect
 import psycopg
 import pytest
 from click.testing import CliRunner
-from terminal import TERMINAL_ENV
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
@@ -22,7 +21,9 @@ from lockdiag.errors import ServerError
 from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.session import DiagnosticSession
 
-from conftest import Sessions, ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
+from helpers.servers import Sessions
+from helpers.terminal import TERMINAL_ENV
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster
 
-from conftest import OTHER_DB, Sessions, Worker
+from helpers.servers import OTHER_DB, Sessions, Worker
 
 RAILS_SALT = 2053462845  # ActiveRecord's MIGRATOR_SALT
 SQITCH = 75474063
@@ -196,12 +196,12 @@ def test_a_rails_lock_from_another_user_or_database_has_no_sibling() -> None:
     """Hand-built: the sibling's window, client, user and key (tests/snapshots.py)."""
     from datetime import timedelta
 
-    from snapshots import STARTED, known_lock
-    from snapshots import session as make
-
     from lockdiag.core.catalogue import Known
     from lockdiag.core.findings import software_step
     from lockdiag.core.holding import holding
+
+    from helpers.snapshots import STARTED, known_lock
+    from helpers.snapshots import session as make
 
     rails = Known("Ruby on Rails", "migration lock of database app", "derived")
 

@@ -11,7 +11,7 @@ from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 from lockdiag.render import Output, Table, Text, clean, plain, render
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 
 class Terminal(io.StringIO):

@@ -11,7 +11,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-from snapshots import STARTED, advisory, session, snapshot
 
 from lockdiag.core.analysis import DEFAULT_POLICY, older_than_transaction
 from lockdiag.core.diagnosis import Diagnosis, Space, Span
@@ -24,6 +23,8 @@ from lockdiag.registry import Registry, parse_registry
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import _folds, by_urgency, fold
 from lockdiag.views.sample import fold as sample_fold
+
+from helpers.snapshots import STARTED, advisory, session, snapshot
 
 _PARSED, _ = parse_registry(
     """\

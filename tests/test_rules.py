@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from snapshots import advisory, session, snapshot
 
 from lockdiag.core.analysis import DEFAULT_POLICY, Filters, Flag, Policy
 from lockdiag.core.diagnosis import Diagnosis
@@ -17,6 +16,8 @@ from lockdiag.core.model import LockRow, PoolLink, Session
 from lockdiag.registry import Registry, Unregistered, parse_registry
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency, fold
+
+from helpers.snapshots import advisory, session, snapshot
 
 _PARSED, _ = parse_registry(
     """\

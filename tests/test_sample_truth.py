@@ -29,7 +29,7 @@ from lockdiag.registry.model import Poolers
 from lockdiag.render import plain, render
 from lockdiag.views.sample import sample_output
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 START = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)  # the first sample's server time
 STEP = timedelta(milliseconds=250)

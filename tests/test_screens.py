@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from terminal import screen_of
+
+from helpers.terminal import screen_of
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT = ROOT / "examples" / "incident.json"

@@ -17,7 +17,6 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from snapshots import STARTED, advisory, session, snapshot
 
 from lockdiag.cli import cli
 from lockdiag.core.analysis import Flag, analyse
@@ -30,7 +29,8 @@ from lockdiag.registry import Registry
 from lockdiag.render import plain
 from lockdiag.views import watch
 
-from conftest import Sessions, Worker, keep_alive
+from helpers.servers import Sessions, Worker, keep_alive
+from helpers.snapshots import STARTED, advisory, session, snapshot
 
 SESSION_AGE = 2.0
 POLICY = CheckPolicy(session_age=Threshold(SESSION_AGE, 3600))

@@ -18,7 +18,7 @@ from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.views.who_holds import verdict
 
-from conftest import OBSERVER, OTHER_DB, Sessions
+from helpers.servers import OBSERVER, OTHER_DB, Sessions
 
 REGISTRY_TEXT = """\
 [namespaces.tenant_summary]

@@ -14,7 +14,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 from lockdiag.registry import parse_registry
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 REGISTRY = """\
 [namespaces.tenant_summary]

@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 LATIN1 = "latin_app"
 SQL_ASCII = "ascii_app"

@@ -17,7 +17,7 @@ from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INCIDENT = str(EXAMPLES / "incident.json")

@@ -16,7 +16,6 @@ import pexpect
 import psycopg
 import pytest
 from click.testing import CliRunner
-from terminal import TERMINAL_ENV, screen_of
 
 from lockdiag.cli import cli
 from lockdiag.core.model import Snapshot
@@ -27,7 +26,9 @@ from lockdiag.render import plain
 from lockdiag.views.blockers import tree_lines
 from lockdiag.views.watch import State, frame
 
-from conftest import Sessions, ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
+from helpers.servers import Sessions
+from helpers.terminal import TERMINAL_ENV, screen_of
 
 REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
 REFRESH = re.compile(rb"refresh #(\d+)")

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import tomllib
 from click.testing import CliRunner
-from snapshots import known_lock, session
 from test_sample_truth import sampled, stuck_owner
 
 from lockdiag.cli import cli
@@ -23,6 +22,8 @@ from lockdiag.core.findings import software_step
 from lockdiag.core.holding import holding
 from lockdiag.render import plain
 from lockdiag.views.sample import sample_output
+
+from helpers.snapshots import known_lock, session
 
 ROOT = Path(__file__).resolve().parent.parent
 INCIDENT, REGISTRY = ROOT / "examples" / "incident.json", ROOT / "examples" / "lockdiag.toml"
@@ -173,11 +174,11 @@ def test_evidence_that_opens_a_sentence_keeps_the_names_case() -> None:
     stays as the registry writes it (never 'Tenant_summary declares')."""
     from datetime import timedelta
 
-    from snapshots import advisory, session, snapshot
-
     from lockdiag.core.analysis import Flag, analyse
     from lockdiag.core.ownership import ownership
     from lockdiag.registry import parse_registry
+
+    from helpers.snapshots import advisory, session, snapshot
 
     registry, _ = parse_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
     assert registry is not None

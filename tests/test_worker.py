@@ -36,7 +36,7 @@ from lockdiag.worker import (
     xact_lock,
 )
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (

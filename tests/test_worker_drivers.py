@@ -31,7 +31,7 @@ from lockdiag.worker import (
     xact_lock,
 )
 
-from conftest import Sessions
+from helpers.servers import Sessions
 
 TEXT = "[namespaces.tenant_summary]\nid = 4102\n[namespaces.nightly_export]\nid = 7\n"
 RESOURCES = itertools.count(5000)  # a key of its own for every scenario

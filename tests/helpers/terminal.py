@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import pexpect
 import pyte
 
-from conftest import ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child
 
 # rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
 TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
