@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
-from lockdiag.demo.cluster import Cluster, create_cluster
+from lockdiag.demo.cluster import Bouncer, Cluster, create_cluster, start_pgbouncer
 
+from helpers.freezer import FreezingProxy
 from helpers.servers import OBSERVER, OTHER_DB, PASSWORD, Sessions
 
 # No wall-clock limit on an example, nor on generating one: a machine busy with other work
@@ -51,6 +52,22 @@ def cluster() -> Iterator[Cluster]:
 def sessions(cluster: Cluster) -> Iterator[Sessions]:
     with Sessions(cluster) as helper:
         yield helper
+
+
+@pytest.fixture
+def transaction_pool(cluster: Cluster) -> Iterator[Bouncer]:
+    """A real PgBouncer in transaction mode in front of the cluster (``Bouncer.dsn()``, and its
+    admin console at ``console_dsn()``)."""
+    bouncer = start_pgbouncer(cluster, "transaction")
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def proxy(cluster: Cluster) -> Iterator[FreezingProxy]:
+    """A proxy in front of the cluster that freezes when told (``helpers/freezer.py``)."""
+    with FreezingProxy(cluster.port) as frozen:
+        yield frozen
 
 
 @pytest.fixture(autouse=True)

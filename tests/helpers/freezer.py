@@ -40,6 +40,9 @@ class _Link:
 
 
 class FreezingProxy:
+    """The proxy of the module's docstring, relaying to ``host``:``port``; a context manager
+    that closes it and every link it relays."""
+
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.target = (host, port)
         self.listener = socket.create_server(("127.0.0.1", 0))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +15,26 @@ import psycopg
 
 from lockdiag.demo.cluster import Cluster
 
+from helpers import polling
+
 PASSWORD = "s3cret-Pa55"  # the password of role pw_user, checked never to be printed
 OBSERVER = "observer"  # a role without pg_read_all_stats
 OTHER_DB = "app2"
+
+
+def url(port: int, dbname: str = "postgres", scheme: str = "postgresql") -> str:
+    """The URL of ``dbname`` as postgres on 127.0.0.1:``port`` (``scheme``: a driver's, such as
+    SQLAlchemy's ``postgresql+psycopg``)."""
+    return f"{scheme}://postgres@127.0.0.1:{port}/{dbname}"
+
+
+def create_database(cluster: Cluster, name: str, setup: str | None = None) -> None:
+    """A database ``name`` of its own on ``cluster``, ``setup`` run in it."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    if setup is not None:
+        with psycopg.connect(cluster.dsn(dbname=name), autocommit=True) as connection:
+            connection.execute(setup.encode())
 
 
 @dataclass
@@ -79,31 +95,25 @@ class Sessions:
         self.workers.append(worker)
         return worker
 
-    def waiting(self, worker: Worker, timeout: float = 10.0) -> None:
-        """Block until ``worker`` waits for a lock (seen in pg_locks, with its waitstart)."""
-        self.until(
-            lambda admin: (
-                admin.execute(
-                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted "
-                    "AND waitstart IS NOT NULL",
-                    (worker.pid,),
-                ).fetchone()[0]  # type: ignore[index]
-                > 0
-            ),
-            timeout,
-            f"{worker.name} (pid {worker.pid}) to wait for a lock",
-        )
+    def waiting(self, *workers: Worker, timeout: float = 10.0) -> None:
+        """Block until every one of ``workers`` waits for a lock (seen in pg_locks, with its
+        waitstart); fail at once when one of them has failed instead."""
+
+        def all_wait(admin: psycopg.Connection[Any]) -> bool:
+            failed = [f"{w.name}: {w.error}" for w in workers if w.error is not None]
+            assert not failed, failed
+            return waiting_for_a_lock(admin, [w.pid for w in workers])
+
+        names = ", ".join(f"{w.name} (pid {w.pid})" for w in workers)
+        self.until(all_wait, timeout, f"{names} to wait for a lock")
 
     def until(
         self, condition: Callable[[psycopg.Connection[Any]], bool], timeout: float, what: str
     ) -> None:
-        deadline = time.monotonic() + timeout
+        """Poll ``condition`` on an admin connection of its own (every 20 ms) until it is
+        true; after ``timeout`` seconds fail naming ``what``."""
         with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
-            while time.monotonic() < deadline:
-                if condition(admin):
-                    return
-                time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}")
+            polling.until(lambda: condition(admin), timeout, what, every=0.02)
 
     def __enter__(self) -> Sessions:
         return self
@@ -142,3 +152,43 @@ def keep_alive(worker: Worker, every: float = 0.5) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(5)
+
+
+def until_waiting(cluster: Cluster, *pids: int, timeout: float = 10.0) -> None:
+    """Block until every one of ``pids`` waits for a lock (``waiting_for_a_lock``)."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        polling.until(
+            lambda: waiting_for_a_lock(admin, list(pids)), timeout,
+            f"pid(s) {', '.join(map(str, pids))} to wait for a lock", every=0.02,
+        )  # fmt: skip
+
+
+def waiting_for_a_lock(admin: psycopg.Connection[Any], pids: list[int]) -> bool:
+    """Whether every one of ``pids`` waits for a lock: one not granted in pg_locks, with its
+    waitstart (set once the wait has begun, so a reader of the snapshot sees it as a wait)."""
+    row = admin.execute(
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted "
+        "AND waitstart IS NOT NULL AND pid = ANY(%s::int[])",
+        (pids,),
+    ).fetchone()
+    return row is not None and row[0] == len(set(pids))
+
+
+def held(cluster: Cluster, resource: int, namespace: int = 4102) -> int:
+    """How many sessions hold advisory lock (``namespace``, ``resource``), tenant_summary's
+    namespace unless said: granted in pg_locks, seen from a connection of its own."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND (classid, objid, objsubid) = (%s, %s, 2)", (namespace, resource),
+        ).fetchone()  # fmt: skip
+    return int(row[0]) if row else 0
+
+
+def advisory_locks_of(cluster: Cluster, pid: int) -> int:
+    """How many advisory locks backend ``pid`` holds or waits for."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", (pid,)
+        ).fetchone()
+    return int(row[0]) if row else 0
