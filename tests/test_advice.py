@@ -16,8 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
+from lockdiag.demo.cluster import Bouncer, Cluster
 
+from helpers.cli import run
+from helpers.registry import write_registry
 from helpers.servers import Sessions
 
 REGISTRY = """
@@ -35,16 +37,12 @@ THRESHOLDS = ["--session-age", "100ms,1h", "--idle-age", "100ms,1h", "--wait-age
 
 @pytest.fixture
 def registry(tmp_path: Path) -> str:
-    path = tmp_path / "advice.toml"
-    path.write_text(REGISTRY)
-    return str(path)
+    return str(write_registry(tmp_path, REGISTRY, "advice.toml"))
 
 
 def check(cluster: Cluster, registry: str, *more: str) -> dict[str, Any]:
-    result = CliRunner().invoke(
-        cli, ["check", "--dsn", cluster.dsn(), "--registry", registry, "--format", "json",
-              *THRESHOLDS, *more],
-    )  # fmt: skip
+    result = run("check", "--dsn", cluster.dsn(), "--registry", registry, "--format", "json",
+                 *THRESHOLDS, *more)  # fmt: skip
     assert result.exit_code in (0, 1, 2), result.output
     document: dict[str, Any] = json.loads(result.stdout)
     return document
@@ -58,10 +56,8 @@ def cause_of(document: dict[str, Any], pid: int) -> dict[str, Any]:
 
 def who_holds(cluster: Cluster, registry: str, key: str) -> tuple[str, dict[str, Any]]:
     args = ["who-holds", "--key", key, "--dsn", cluster.dsn(), "--registry", registry]
-    text = CliRunner().invoke(cli, args).stdout
-    document: dict[str, Any] = json.loads(
-        CliRunner().invoke(cli, [*args, "--format", "json"]).stdout
-    )
+    text = run(*args).stdout
+    document: dict[str, Any] = json.loads(run(*args, "--format", "json").stdout)
     return text, document
 
 
@@ -181,13 +177,6 @@ def test_a_rails_migration_is_spoken_of_in_its_terms(
     cause = cause_of(check(cluster, registry), migration.pid)
     assert "a Ruby on Rails migration is running, or died holding its lock" in cause["next_step"]
     assert "terminate" not in cause["next_step"]
-
-
-@pytest.fixture
-def transaction_pool(cluster: Cluster) -> Any:
-    bouncer = start_pgbouncer(cluster, "transaction")
-    yield bouncer
-    bouncer.stop()
 
 
 def test_a_lock_that_outlived_its_pooled_client_is_proven_and_may_be_ended(

@@ -22,9 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
-from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Aggregated, tag_label
@@ -32,6 +30,7 @@ from lockdiag.demo.cluster import Cluster, create_cluster, free_port
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 
+from helpers.cli import run
 from helpers.servers import Sessions, Worker
 
 PREFIX = "%m [%p] %q%u@%d/%a "
@@ -114,10 +113,6 @@ def advisory_rows(cluster: Cluster) -> set[tuple[Any, ...]]:
             "WHERE l.locktype = 'advisory'"
         ).fetchall()
     return set(rows)
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def test_what_the_monitor_takes(scene: Scene) -> None:

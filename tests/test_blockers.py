@@ -16,9 +16,10 @@ from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.graph import Blockers, behind
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry
 from lockdiag.render import plain
 
+from helpers.registry import parsed_registry, write_registry
 from helpers.servers import Sessions, Worker
 
 REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
@@ -26,13 +27,11 @@ REGISTRY = "[namespaces.tenant_summary]\nid = 4102\n"
 
 @pytest.fixture(autouse=True)
 def registry_file(tmp_path: Path) -> None:
-    (tmp_path / "lockdiag.toml").write_text(REGISTRY)  # tests run in tmp_path
+    write_registry(tmp_path, REGISTRY)  # tests run in tmp_path
 
 
 def registry() -> Registry:
-    parsed, _ = parse_registry(REGISTRY)
-    assert parsed is not None
-    return parsed
+    return parsed_registry(REGISTRY)
 
 
 def graph(cluster: Cluster) -> Blockers:

@@ -16,15 +16,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
 from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry
 from lockdiag.registry.model import Poolers
 
+from helpers.cli import run
+from helpers.pooler import leak
 from helpers.servers import Sessions
 
 KEY = 737373
@@ -38,16 +38,6 @@ def pool_of_one(cluster: Cluster) -> Iterator[Bouncer]:
     bouncer.stop()
 
 
-def leak(bouncer: Bouncer) -> int:
-    """Client A takes a session lock through the pool and leaves without unlocking."""
-    with psycopg.connect(
-        bouncer.dsn(application_name="leaky-worker"), autocommit=True, prepare_threshold=None
-    ) as worker:
-        row = worker.execute("SELECT pg_advisory_lock(%s), pg_backend_pid()", (KEY,)).fetchone()
-        assert row is not None
-        return int(row[1])
-
-
 def borrow(bouncer: Bouncer, backend: int) -> psycopg.Connection[Any]:
     """Client B, in a transaction on the same server connection (attached while it lasts)."""
     borrower = psycopg.connect(
@@ -57,16 +47,12 @@ def borrow(bouncer: Bouncer, backend: int) -> psycopg.Connection[Any]:
     return borrower
 
 
-def lockdiag(*args: str) -> Any:
-    return CliRunner().invoke(cli, list(args))
-
-
 @pytest.fixture
 def borrowed(
     cluster: Cluster, pool_of_one: Bouncer, sessions: Sessions
 ) -> Iterator[tuple[int, psycopg.Connection[Any], int]]:
     """The leaked lock, a waiter queued for it, then client B borrowing the connection."""
-    backend = leak(pool_of_one)
+    backend = leak(pool_of_one, KEY)
     waiter = sessions.open("waiting-worker")
     waiter.start(f"SELECT pg_advisory_lock({KEY})")
     sessions.waiting(waiter)
@@ -85,24 +71,24 @@ def test_a_borrowed_leak_is_still_a_leak_in_every_view(
     backend, borrower, waiter = borrowed
     pooler = ("--dsn", cluster.dsn(), "--pgbouncer", pool_of_one.console_dsn())
     for moment in ("borrowed", "taken again by the borrower"):
-        listed = lockdiag("list", *pooler, "--format", "json")
+        listed = run("list", *pooler, "--format", "json")
         (lock,) = [lock for lock in json.loads(listed.stdout)["locks"] if lock["pid"] == backend]
         assert lock["pool"]["client"] is not None, moment  # the POOL column sees the borrower
         assert lock["lifetime"] == "session", moment
         assert "outlived-client" in lock["flags"], moment
 
-        checked = lockdiag("check", *pooler, "--format", "json")
+        checked = run("check", *pooler, "--format", "json")
         assert checked.exit_code == 2, checked.output
         first = json.loads(checked.stdout)["findings"][0]
         assert (first["kind"], first["severity"], first["pid"]) == (
             "outlived-client", "critical", backend
         ), moment  # fmt: skip
-        text = " ".join(lockdiag("check", *pooler).stdout.split())
+        text = " ".join(run("check", *pooler).stdout.split())
         assert "lent to client 127.0.0.1:" in text, text
         assert f"pid {waiter} has waited for it since before the current transaction" in text
         assert "proven" in text, text
 
-        held = lockdiag("who-holds", "--key", str(KEY), *pooler)
+        held = run("who-holds", "--key", str(KEY), *pooler)
         summary = " ".join(held.stdout.split())
         assert "the lock outlived the client that took it" in summary, summary
         assert "lifetime unknown" not in summary, summary
@@ -117,7 +103,7 @@ def test_terminate_yes_refuses_to_end_the_borrowers_transaction(
     args = ["terminate", str(backend), "--dsn", cluster.dsn(),
             "--pgbouncer", pool_of_one.console_dsn()]  # fmt: skip
     for extra in ((), ("--format", "json")):
-        result = lockdiag(*args, "--yes", *extra)
+        result = run(*args, "--yes", *extra)
         assert result.exit_code == 2, result.output
         refusal = " ".join(result.stderr.split())
         assert "is attached to it now" in refusal and "--end-attached-client" in refusal
@@ -131,7 +117,7 @@ def test_terminate_ends_the_borrowers_work_when_told_to(
     cluster: Cluster, pool_of_one: Bouncer, borrowed: tuple[int, psycopg.Connection[Any], int]
 ) -> None:
     backend, borrower, _ = borrowed
-    result = lockdiag("terminate", str(backend), "--dsn", cluster.dsn(), "--pgbouncer",
+    result = run("terminate", str(backend), "--dsn", cluster.dsn(), "--pgbouncer",
                       pool_of_one.console_dsn(), "--yes", "--end-attached-client")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert f"pid {backend} ended" in result.output
@@ -144,7 +130,7 @@ def test_reads_over_time_remember_the_connection_seen_without_a_client(
 ) -> None:
     """No waiter: one read of the borrowed connection proves nothing, but a session that read
     it earlier with no client attached remembers the leak while the backend holds the lock."""
-    backend = leak(pool_of_one)
+    backend = leak(pool_of_one, KEY)
     poolers = Poolers((pool_of_one.console_dsn(),))
     registry = Registry()
 
@@ -188,7 +174,7 @@ def test_a_holder_granted_after_the_waiter_began_proves_nothing(
     assert ahead.done()
 
     def lifetime() -> str:
-        listed = lockdiag("list", "--dsn", cluster.dsn(), "--format", "json")
+        listed = run("list", "--dsn", cluster.dsn(), "--format", "json")
         (lock,) = [lock for lock in json.loads(listed.stdout)["locks"] if lock["pid"] == ahead.pid]
         return str(lock["lifetime"])
 

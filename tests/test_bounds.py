@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
@@ -36,30 +36,13 @@ from lockdiag.registry import MAX_SIZE, check_file, nesting_depth, parse_registr
 from lockdiag.render import Output, Table, clean, csv_cell, render
 from lockdiag.views.metrics import Metric, exposition, inert, labelled
 
+from helpers.cli import no_traceback, refused
+from helpers.paths import INCIDENT
 from helpers.servers import Sessions
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
 JSON_DEPTH = snapshot_file.MAX_DEPTH
 HEAD = '{"format": "lockdiag-snapshot", "version": 1, "notes": '  # a snapshot's own start
 FAST = settings(max_examples=40)
-
-
-def refused(result: Result, name: str, reason: str, code: int = 2) -> None:
-    """Exit 2 (``check``: 3, UNKNOWN), one line ``lockdiag: error: NAME...REASON`` on stderr,
-    no traceback."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.stdout + result.stderr
-    assert result.exit_code == code, (result.exit_code, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"lockdiag: error: {name}"), lines[0]
-    assert reason in lines[0], lines[0]
-
-
-def no_traceback(result: Result) -> None:
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.stdout + result.stderr
 
 
 @contextlib.contextmanager

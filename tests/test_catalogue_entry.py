@@ -7,7 +7,6 @@ computed by the server. Withdrawn, it is gone from each of them."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from lockdiag.cli import cli
 from lockdiag.core import catalogue
 from lockdiag.core.catalogue import (
     FIXED,
@@ -35,6 +32,7 @@ from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.pg.capture import probe_params
 from lockdiag.registry import Candidates, KnownList, Namespace, parse_registry
 
+from helpers.cli import list_json
 from helpers.servers import Sessions
 
 EXACT = 8_102_030_405  # Acme Jobs' deploy lock: high word 1, low word 3807063109
@@ -139,11 +137,7 @@ def test_a_key_claimed_twice_or_a_list_declared_twice_is_refused(acme: Program) 
 
 def listed(cluster: Cluster, dbname: str, registry: Path | None = None) -> list[dict[str, Any]]:
     more = ["--registry", str(registry)] if registry is not None else []
-    result = CliRunner().invoke(
-        cli, ["list", "--dsn", cluster.dsn(dbname=dbname), "--format", "json", *more]
-    )
-    assert result.exit_code == 0, result.output
-    locks: list[dict[str, Any]] = json.loads(result.stdout)["locks"]
+    locks: list[dict[str, Any]] = list_json(cluster, *more, dbname=dbname)["locks"]
     return locks
 
 

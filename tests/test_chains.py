@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockdiag.cli import cli
 from lockdiag.core.chains import loops
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.graph import Blockers, Tree, tree_pids
-from lockdiag.core.model import LockRow, Session, Snapshot
+from lockdiag.core.model import LockRow, Snapshot
 from lockdiag.core.snapshot_file import save
 from lockdiag.core.termination import preview
 from lockdiag.demo.cluster import Cluster
@@ -36,22 +33,14 @@ from lockdiag.views.blockers import JSON_DEPTH, TEXT_DEPTH, blockers_output
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency
 
+from helpers.cli import run
+from helpers.registry import parsed_registry
 from helpers.servers import Sessions, Worker
-from helpers.snapshots import advisory, session, snapshot
+from helpers.snapshots import active, advisory, idle_in_transaction, snapshot
 
-_PARSED, _ = parse_registry("[namespaces.plain]\nid = 7\n")
-assert _PARSED is not None
-REGISTRY: Registry = _PARSED
+REGISTRY: Registry = parsed_registry("[namespaces.plain]\nid = 7\n")
 PLAIN = 7
 DEPTH = 3000  # Python's recursion limit is 1000
-
-
-def active(pid: int) -> Session:
-    return session(pid, "active", -timedelta(seconds=1))
-
-
-def idle_in_transaction(pid: int, held: float) -> Session:
-    return session(pid, "idle in transaction", -timedelta(seconds=held), in_transaction=True)
 
 
 def held(pid: int, key: int) -> LockRow:
@@ -72,12 +61,6 @@ def deep_chain(depth: int) -> Snapshot:
         1:
     ]
     return snapshot(sessions, locks)
-
-
-def run(*args: str) -> Any:
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from lockdiag.pg.actions import act
 from lockdiag.pg.session import DiagnosticSession, take_snapshot
 from lockdiag.registry import parse_registry
 
-from helpers.cli import ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child, run_on
+from helpers.registry import write_registry
 from helpers.servers import OBSERVER, Sessions
 
 REGISTRY = """\
@@ -46,11 +47,11 @@ ZERO = ["--session-age", "0s", "--wait-age", "0s", "--idle-age", "0s", "--max-bl
 
 @pytest.fixture(autouse=True)
 def registry_file(tmp_path: Path) -> None:
-    (tmp_path / "lockdiag.toml").write_text(REGISTRY)
+    write_registry(tmp_path, REGISTRY)  # tests run in tmp_path
 
 
 def check(cluster: Cluster, *args: str) -> Result:
-    return CliRunner().invoke(cli, ["check", "--dsn", cluster.dsn(), *args])
+    return run_on(cluster, "check", *args)
 
 
 def kinds(cluster: Cluster, *args: str) -> set[tuple[str, str, int | None]]:
@@ -688,13 +689,13 @@ def test_lower_bound_for_each_kind(kind: str, tmp_path: Path) -> None:
 def test_census_agrees_with_counting_each_lock() -> None:
     """The one pass that feeds the detectors and the metrics counts what counting lock by
     lock gives, on the bundled incident and on a generated table of 10,000 locks."""
-    from test_json import generated
-
     from lockdiag.core import snapshot_file
     from lockdiag.core.analysis import Flag, namespace_of
     from lockdiag.core.diagnosis import Diagnosis
     from lockdiag.core.findings import census
     from lockdiag.registry import load_registry
+
+    from helpers.snapshots import generated
 
     root = Path(__file__).resolve().parent.parent
     registry = load_registry(str(root / "examples" / "lockdiag.toml"))

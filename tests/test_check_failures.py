@@ -21,6 +21,7 @@ from lockdiag.cli import alerts, cli
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import EXIT_UNKNOWN
 
+from helpers.cli import run
 from helpers.freezer import FreezingProxy
 from helpers.servers import Sessions
 
@@ -143,7 +144,7 @@ def frozen(cluster: Cluster) -> Iterator[FreezingProxy]:
 
 
 def check(*args: str) -> Result:
-    return CliRunner().invoke(cli, ["check", *args])
+    return run("check", *args)
 
 
 def said(fmt: str, stdout: str) -> str:

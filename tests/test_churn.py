@@ -27,6 +27,8 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster, create_cluster
 
+from helpers.cli import lockdiag
+
 REGISTRY = """\
 [namespaces.tenant_summary]
 id = 4102
@@ -125,16 +127,13 @@ def churn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Churn]:
 
 
 def run(churn: Churn, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args],
-        env=churn.env, capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+    result = lockdiag(*args, env=churn.env, timeout=60)
     assert result.returncode in (0, 1, 2), result.stderr
     assert result.stdout, result.stderr
     return result.stdout
 
 
-def lockdiag(churn: Churn, *args: str) -> dict[str, Any]:
+def json_of(churn: Churn, *args: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(run(churn, *args, "--format", "json"))
     return document
 
@@ -180,14 +179,14 @@ def run_commands(
     false_claims, other_findings, missed, snapshots = 0, [], [], 0
     planted_pids = (leak_pid, owner_pid)
     for number in range(RUNS):
-        locks = lockdiag(churn, "list")["locks"]
+        locks = json_of(churn, "list")["locks"]
         false_claims += sum(
             1 for lock in locks
             if lock["namespace"] == "tenant_summary" and lock["lifetime"] == "session"
         )  # fmt: skip
         if not any(lock["pid"] == leak_pid and lock["lifetime"] == "session" for lock in locks):
             missed.append("list: the planted session lock")
-        findings = lockdiag(churn, "check", *CHECK)["findings"]
+        findings = json_of(churn, "check", *CHECK)["findings"]
         planted = {(f["kind"], f["pid"]) for f in findings}
         if ("expect-violated", leak_pid) not in planted:
             missed.append("check: the planted session lock")
@@ -199,7 +198,7 @@ def run_commands(
         snapshots += 2
         if number % 4:
             continue  # who-holds and watch every fourth run: the CPU is the churn's
-        holders = lockdiag(churn, "who-holds", "planted", "1")["holders"]
+        holders = json_of(churn, "who-holds", "planted", "1")["holders"]
         if [(h["pid"], h["lifetime"]) for h in holders] != [(leak_pid, "session")]:
             missed.append("who-holds: the planted session lock")
         frame = run(churn, "watch", "--once").splitlines()
@@ -211,7 +210,7 @@ def run_commands(
             if line.startswith(("WARNING", "CRITICAL")) and not planted_line(line, planted_pids)
         ]  # fmt: skip
         snapshots += 2
-    sampled = lockdiag(churn, "sample", "--duration", "3s", "--interval", "100ms")
+    sampled = json_of(churn, "sample", "--duration", "3s", "--interval", "100ms")
     snapshots += sampled["samples"]
     other_findings += [
         f"sample {p['kind']}: {p['key']}" for p in sampled["patterns"]

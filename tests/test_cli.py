@@ -16,6 +16,8 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, free_port
 
+from helpers.cli import run
+from helpers.registry import write_registry
 from helpers.servers import PASSWORD, Sessions
 
 REGISTRY = """\
@@ -34,13 +36,7 @@ form = "bigint"
 
 @pytest.fixture
 def registry_file(tmp_path: Path) -> Path:
-    path = tmp_path / "lockdiag.toml"  # the current directory of every test
-    path.write_text(REGISTRY)
-    return path
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return write_registry(tmp_path, REGISTRY)  # the current directory of every test
 
 
 def as_json(result: Result) -> Any:

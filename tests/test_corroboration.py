@@ -11,11 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 AIRFLOW_DB = "airflow_meta"  # with the tables Airflow creates
@@ -38,27 +37,29 @@ def databases(cluster: Cluster) -> Iterator[None]:
     yield
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args))
+def stdout_of(*args: str) -> str:
+    result = run(*args)
     assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
     return result.stdout
 
 
 def locks_of(cluster: Cluster, dbname: str, pid: int) -> dict[int, dict[str, Any]]:
-    document = json.loads(run("list", "--dsn", cluster.dsn(dbname=dbname), "--format", "json"))
+    document = json.loads(
+        stdout_of("list", "--dsn", cluster.dsn(dbname=dbname), "--format", "json")
+    )
     return {lock["key"][0]: lock for lock in document["locks"] if lock["pid"] == pid}
 
 
 def steps_of(cluster: Cluster, dbname: str, pid: int, *args: str) -> list[dict[str, Any]]:
     document = json.loads(
-        run("check", "--dsn", cluster.dsn(dbname=dbname), "--format", "json",
+        stdout_of("check", "--dsn", cluster.dsn(dbname=dbname), "--format", "json",
             "--session-age", "0s", "--idle-age", "0s", "--wait-age", "0s", *args)
     )  # fmt: skip
     return [f for f in document["findings"] if f["pid"] == pid]
 
 
 def who_holds(cluster: Cluster, dbname: str, key: str) -> str:
-    return run("who-holds", "--key", key, "--dsn", cluster.dsn(dbname=dbname))
+    return stdout_of("who-holds", "--key", key, "--dsn", cluster.dsn(dbname=dbname))
 
 
 def sql_line(text: str) -> str:
@@ -170,7 +171,7 @@ def test_little_endian_sha256_name_is_matched(
     holder = sessions.open("django")
     holder.run(f"SELECT pg_advisory_lock({key})")
     document = json.loads(
-        run("list", "--dsn", cluster.dsn(), "--format", "json", "--registry", str(registry))
+        stdout_of("list", "--dsn", cluster.dsn(), "--format", "json", "--registry", str(registry))
     )
     (lock,) = [lock for lock in document["locks"] if lock["pid"] == holder.pid]
     assert lock["known"] == {

@@ -18,16 +18,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockdiag.cli import cli
 from lockdiag.core.records import FieldError
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.raw_text import CODECS, Texts, codec, raw
 from lockdiag.pg.session import DiagnosticSession
 
+from helpers.cli import run_without_traceback
 from helpers.servers import Sessions, Worker
 
 ROLE = "rôle_€"  # a role whose name is UTF-8, created from a UTF8 database
@@ -179,13 +178,6 @@ def wait(worker: Worker, query: str | bytes) -> None:
         worker.error = error
 
 
-def run(*args: str) -> Result:
-    result = CliRunner().invoke(cli, list(args))
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result
-    return result
-
-
 NOTE = (
     "text from database enc_sql_ascii is not valid UTF-8 (another encoding): shown with "
     "replacement characters (\ufffd, U+FFFD)"
@@ -203,7 +195,7 @@ def test_every_command_sees_every_database_from_each(
     dsn = encoded.dsn(dbname=connected)
     pids = {pid for pair in waits.values() for pid in (pair[0].pid, pair[1].pid)}
 
-    result = run("list", "--format", "json", "--dsn", dsn)
+    result = run_without_traceback("list", "--format", "json", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     locks = {lock["pid"]: lock for lock in document["locks"] if lock["pid"] in pids}
@@ -227,25 +219,27 @@ def test_every_command_sees_every_database_from_each(
     assert sorted(document["notes"]) == notes, document["notes"]
 
     holder, waiter = waits["enc_utf8"]
-    result = run("who-holds", "--key", str(KEY), "--dsn", dsn)
+    result = run_without_traceback("who-holds", "--key", str(KEY), "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert f"{holder.pid}" in result.stdout and f"{waiter.pid}" in result.stdout
     assert "'€ é 日本' AS note" in result.stdout and ROLE in result.stdout
 
-    result = run("blockers", "--dsn", dsn)
+    result = run_without_traceback("blockers", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     for holder, waiter in waits.values():
         assert str(holder.pid) in result.stdout and str(waiter.pid) in result.stdout
 
-    result = run("check", "--wait-age", "1ms,1h", "--format", "nagios", "--dsn", dsn)
+    result = run_without_traceback(
+        "check", "--wait-age", "1ms,1h", "--format", "nagios", "--dsn", dsn
+    )
     assert result.exit_code == 1, result.output  # the waits, as a WARNING: not UNKNOWN
 
-    result = run("watch", "--once", "--dsn", dsn)
+    result = run_without_traceback("watch", "--once", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert all(str(pid) in result.stdout for pid in pids), result.stdout
 
     saved = tmp_path / "snapshot.json"
-    result = run("snapshot", "-o", str(saved), "--dsn", dsn)
+    result = run_without_traceback("snapshot", "-o", str(saved), "--dsn", dsn)
     assert result.exit_code == 0, result.output
     saved_sessions = json.loads(saved.read_text(encoding="utf-8"))["sessions"]
     queries = {session["pid"]: session["query"] for session in saved_sessions}
@@ -255,7 +249,9 @@ def test_every_command_sees_every_database_from_each(
         assert queries[waiter.pid] == scene.shown_waiter
 
     holder, waiter = waits[NAMED]
-    result = run("terminate", str(holder.pid), "--dsn", dsn)  # no terminal: the preview only
+    result = run_without_traceback(
+        "terminate", str(holder.pid), "--dsn", dsn
+    )  # no terminal: the preview only
     assert result.exit_code == 2 and "not confirmed" in result.stderr, result.output
     assert f"pid {holder.pid} (holder)" in result.stdout
     assert f"holds up 1 session(s): {waiter.pid}" in result.stdout
@@ -277,7 +273,9 @@ def test_pooltest_reads_the_pools_names(
     database (connected from the pool's address) is the evidence it refuses to destroy."""
     user = "postgres" if connected == "enc_euc_jp" else ROLE
     dsn = encoded.dsn(user=user, dbname=connected)
-    result = run("pooltest", "--pooled", dsn, "--direct", encoded.dsn(dbname=connected))
+    result = run_without_traceback(
+        "pooltest", "--pooled", dsn, "--direct", encoded.dsn(dbname=connected)
+    )
     assert result.exit_code == 2, result.output
     holder, _ = waits[connected]
     place = 1 if connected == "enc_euc_jp" else 4

@@ -38,13 +38,15 @@ import pexpect
 import psycopg
 import pytest
 
-from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
+from lockdiag.demo.cluster import Bouncer, Cluster
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_SERVER, EXIT_UNKNOWN, ServerError
 from lockdiag.pg import deadline
 from lockdiag.pg.session import DiagnosticSession
 
+from helpers.cli import lockdiag
 from helpers.freezer import FreezingProxy
 from helpers.servers import OBSERVER, Sessions
+from helpers.terminal import spawn
 
 TIMEOUT = 1.0  # --timeout of every command here: the deadline is then 2s
 GENEROUS = 5.0  # seconds allowed past --timeout before a test calls it a hang
@@ -53,23 +55,10 @@ NO_ANSWER = "did not answer within 2s"
 MODES = {"after-handshake": 0, "mid-conversation": 1}  # queries answered before the freeze
 
 
-@pytest.fixture
-def proxy(cluster: Cluster) -> Iterator[FreezingProxy]:
-    with FreezingProxy(cluster.port) as frozen:
-        yield frozen
-
-
-def lockdiag(*args: str, timeout: float = HANG) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``lockdiag ARGS`` as a process; how long it took."""
+def timed(*args: str, timeout: float = HANG) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``lockdiag ARGS`` as a process (no input); how long it took."""
     started = time.monotonic()
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "lockdiag", *args],
-            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-            check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"lockdiag {' '.join(args)} hung for {timeout:g}s")
+    result = lockdiag(*args, timeout=timeout, stdin=subprocess.DEVNULL)
     return result, time.monotonic() - started
 
 
@@ -100,7 +89,7 @@ def test_read_commands_fail_within_the_deadline(
 ) -> None:
     proxy.freeze_after_queries(MODES[mode])
     dsn = proxy.dsn(cluster.dsn())
-    result, took = lockdiag(*COMMANDS[command], "--dsn", dsn, "--timeout", "1s")
+    result, took = timed(*COMMANDS[command], "--dsn", dsn, "--timeout", "1s")
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert_no_answer(result)
     assert not (tmp_path / "incident.json").exists()
@@ -112,7 +101,7 @@ def test_check_is_unknown_within_the_deadline(
 ) -> None:
     proxy.freeze_after_queries(MODES[mode])
     dsn = proxy.dsn(cluster.dsn())
-    result, took = lockdiag("check", "--format", "nagios", "--dsn", dsn, "--timeout", "1s")
+    result, took = timed("check", "--format", "nagios", "--dsn", dsn, "--timeout", "1s")
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert_no_answer(result, EXIT_UNKNOWN)
     first = result.stdout.splitlines()[0]
@@ -156,12 +145,12 @@ def test_terminate_frozen_before_and_after_the_preview(
     holder.run("SELECT pg_advisory_lock(4102, 73)")
     dsn = proxy.dsn(cluster.dsn())
     proxy.freeze_after_queries(1)  # the preview's snapshot is never answered
-    result, took = lockdiag("terminate", str(holder.pid), "--yes", "--dsn", dsn, "--timeout", "1s")
+    result, took = timed("terminate", str(holder.pid), "--yes", "--dsn", dsn, "--timeout", "1s")
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert_no_answer(result)
     proxy.thaw()
     proxy.freeze_after_queries(2)  # the preview is shown; the signal is never answered
-    result, took = lockdiag("terminate", str(holder.pid), "--yes", "--dsn", dsn, "--timeout", "1s")
+    result, took = timed("terminate", str(holder.pid), "--yes", "--dsn", dsn, "--timeout", "1s")
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert_no_answer(result)
     assert str(holder.pid) in result.stdout  # the preview was shown
@@ -172,7 +161,7 @@ def test_terminate_frozen_before_and_after_the_preview(
 def test_decode_asking_a_frozen_server(cluster: Cluster, proxy: FreezingProxy) -> None:
     """decode --dsn (hashtext() on the server) has the default timeout, 5s: 6s at most."""
     proxy.freeze_after_queries(1)
-    result, took = lockdiag("decode", "-1738207498", "--dsn", proxy.dsn(cluster.dsn()))
+    result, took = timed("decode", "-1738207498", "--dsn", proxy.dsn(cluster.dsn()))
     assert took < 5 + GENEROUS, f"{took:.1f}s"
     assert result.returncode == EXIT_SERVER and "Traceback" not in result.stderr
     assert "did not answer within 6s" in result.stderr.splitlines()[0]
@@ -183,7 +172,7 @@ def test_sample_frozen_from_the_start_ends_on_time(
     cluster: Cluster, proxy: FreezingProxy, mode: str
 ) -> None:
     proxy.freeze_after_queries(MODES[mode])
-    result, took = lockdiag(
+    result, took = timed(
         "sample", "--duration", "3s", "--interval", "250ms", "--dsn", proxy.dsn(cluster.dsn()),
         "--timeout", "1s",
     )  # fmt: skip
@@ -240,7 +229,7 @@ def test_sample_bounds_its_last_snapshot_by_the_time_left(
 def test_fleet_with_one_frozen_target(cluster: Cluster, proxy: FreezingProxy) -> None:
     """The healthy target is read; the frozen one is an error line, after its deadline."""
     proxy.freeze_after_queries(0)
-    result, took = lockdiag(
+    result, took = timed(
         "list", "--dsn", cluster.dsn(), "--dsn", proxy.dsn(cluster.dsn()), "--timeout", "1s"
     )
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
@@ -249,22 +238,17 @@ def test_fleet_with_one_frozen_target(cluster: Cluster, proxy: FreezingProxy) ->
     assert f"127.0.0.1:{proxy.port}/postgres: the server {NO_ANSWER}" in result.stderr
 
 
-@pytest.fixture
-def bouncer(cluster: Cluster) -> Iterator[Bouncer]:
-    pooler = start_pgbouncer(cluster, "transaction")
-    yield pooler
-    pooler.stop()
-
-
 @pytest.mark.parametrize("mode", MODES, ids=list(MODES))
-def test_frozen_pgbouncer_console_is_a_note(cluster: Cluster, bouncer: Bouncer, mode: str) -> None:
+def test_frozen_pgbouncer_console_is_a_note(
+    cluster: Cluster, transaction_pool: Bouncer, mode: str
+) -> None:
     """A console that stops answering (SHOW SERVERS, or SHOW CLIENTS after it) costs its
     deadline, and the answer goes on without it, saying so."""
-    with FreezingProxy(bouncer.port) as console:
+    with FreezingProxy(transaction_pool.port) as console:
         console.freeze_after_queries(MODES[mode])
-        result, took = lockdiag(
-            "list", "--dsn", cluster.dsn(), "--pgbouncer", console.dsn(bouncer.console_dsn()),
-            "--timeout", "1s",
+        result, took = timed(
+            "list", "--dsn", cluster.dsn(),
+            "--pgbouncer", console.dsn(transaction_pool.console_dsn()), "--timeout", "1s",
         )  # fmt: skip
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert result.returncode == 0, result.stderr
@@ -274,12 +258,12 @@ def test_frozen_pgbouncer_console_is_a_note(cluster: Cluster, bouncer: Bouncer, 
     ) in result.stdout
 
 
-def test_pooltest_through_a_frozen_pool(cluster: Cluster, bouncer: Bouncer) -> None:
-    with FreezingProxy(bouncer.port) as pool:
+def test_pooltest_through_a_frozen_pool(cluster: Cluster, transaction_pool: Bouncer) -> None:
+    with FreezingProxy(transaction_pool.port) as pool:
         pool.freeze_after_queries(0)
-        result, took = lockdiag(
-            "pooltest", "--pooled", pool.dsn(bouncer.dsn()), "--direct", cluster.dsn(),
-            "--timeout", "1s",
+        result, took = timed(
+            "pooltest", "--pooled", pool.dsn(transaction_pool.dsn()),
+            "--direct", cluster.dsn(), "--timeout", "1s",
         )  # fmt: skip
     assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
     assert_no_answer(result)
@@ -290,14 +274,12 @@ def test_pooltest_through_a_frozen_pool(cluster: Cluster, bouncer: Bouncer) -> N
 
 WATCH_TIMEOUT = "3s"  # the deadline is 4s: q at once means well before it
 QUIT = 2.5  # seconds q may take to end watch, whatever the server does
-TERMINAL_ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
 
 def spawn_watch(dsn: str, directory: Path) -> pexpect.spawn:
-    return pexpect.spawn(
-        sys.executable, ["-m", "lockdiag", "watch", "--interval", "300ms", "--dsn", dsn,
-                         "--timeout", WATCH_TIMEOUT],
-        cwd=str(directory), dimensions=(30, 150), timeout=HANG, env=TERMINAL_ENV,
+    return spawn(
+        "watch", "--interval", "300ms", "--dsn", dsn, "--timeout", WATCH_TIMEOUT,
+        size=(30, 150), cwd=directory, timeout=HANG,
     )  # fmt: skip
 
 
@@ -469,7 +451,7 @@ def test_one_shot_commands_are_bounded_as_a_whole(
     }
     with ThreadPoolExecutor(len(commands)) as pool:
         runs = {
-            name: pool.submit(lockdiag, *args, "--dsn", dsn, "--timeout", "5s")
+            name: pool.submit(timed, *args, "--dsn", dsn, "--timeout", "5s")
             for name, (args, _) in commands.items()
         }
         results = {name: run.result() for name, run in runs.items()}
@@ -543,7 +525,7 @@ def test_terminate_a_stopped_backend_says_the_signal_was_sent(
     holder.run("SELECT pg_advisory_lock(4102, 74)")
     os.kill(holder.pid, signal.SIGSTOP)
     try:
-        result, took = lockdiag(
+        result, took = timed(
             "terminate", str(holder.pid), "--yes", "--wait", "3s", "--timeout", "2s",
             "--dsn", cluster.dsn(),
         )  # fmt: skip
@@ -570,7 +552,7 @@ def test_terminate_whose_look_after_the_signal_fails_says_the_signal_was_sent(
     holder = sessions.open("holder")
     holder.run("SELECT pg_advisory_lock(4102, 75)")
     proxy.freeze_after_queries(3)  # the settings, the preview, the signal; then silence
-    result, took = lockdiag(
+    result, took = timed(
         "terminate", str(holder.pid), "--yes", "--dsn", proxy.dsn(cluster.dsn()),
         "--timeout", "1s",
     )  # fmt: skip
@@ -612,7 +594,7 @@ def test_several_silent_hosts_share_one_timeout(silent_hosts: list[int]) -> None
     ports = ",".join(map(str, silent_hosts))
     dsn = f"host={','.join(['127.0.0.1'] * 4)} port={ports} user=nobody dbname=nothing"
     for args, code in ((["list"], EXIT_SERVER), (["check", "--format", "nagios"], EXIT_UNKNOWN)):
-        result, took = lockdiag(*args, "--dsn", dsn, "--timeout", "1s")
+        result, took = timed(*args, "--dsn", dsn, "--timeout", "1s")
         assert took < 2 + GENEROUS / 2, f"{args}: {took:.1f}s"
         assert result.returncode == code, result.stderr
         assert "Traceback" not in result.stdout + result.stderr
@@ -625,7 +607,7 @@ def test_a_silent_host_leaves_time_for_the_next(cluster: Cluster, silent_hosts: 
     --timeout (6s with the margin: 2s each)."""
     ports = f"{silent_hosts[0]},{silent_hosts[1]},{cluster.port}"
     dsn = cluster.dsn(host="127.0.0.1,127.0.0.1,127.0.0.1", port=ports)
-    result, took = lockdiag("list", "--dsn", dsn, "--timeout", "5s")
+    result, took = timed("list", "--dsn", dsn, "--timeout", "5s")
     assert result.returncode == 0, result.stderr
     assert took < 5 + deadline.margin(5) + 1.5, f"{took:.1f}s"
 

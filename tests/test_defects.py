@@ -9,17 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from lockdiag.cli import cli
+from helpers.cli import run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INCIDENT = str(EXAMPLES / "incident.json")
 BUNDLED_REGISTRY = str(EXAMPLES / "lockdiag.toml")
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
 
 
 def error_lines(result: Result) -> list[str]:

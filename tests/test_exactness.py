@@ -7,13 +7,11 @@ from datetime import timedelta
 
 from lockdiag.core.analysis import Flag
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.registry import parse_registry
 
+from helpers.registry import parsed_registry
 from helpers.snapshots import advisory, session, snapshot
 
-_PARSED, _ = parse_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
-assert _PARSED is not None
-REGISTRY = _PARSED
+REGISTRY = parsed_registry('[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n')
 
 
 def test_idle_since_before_the_statement_is_a_certain_session_lock() -> None:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from click.testing import CliRunner
 
 from lockdiag.cli import cli
-from lockdiag.demo.cluster import Bouncer, Cluster, start_pgbouncer
+from lockdiag.demo.cluster import Bouncer, Cluster
 
+from helpers.cli import run, step_of
+from helpers.registry import write_registry
 from helpers.servers import Sessions
 
 THRESHOLDS = ["--session-age", "100ms,1h", "--idle-age", "100ms,1h", "--wait-age", "100ms,1h"]
@@ -31,23 +31,14 @@ RELEASES = ("SET idle_in_transaction_session_timeout", "ALTER ROLE", "lockdiag t
 
 
 def registry(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "exclusion.toml"
-    path.write_text(text)
-    return str(path)
+    return str(write_registry(tmp_path, text, "exclusion.toml"))
 
 
 def check(cluster: Cluster, *args: str, format: str = "json") -> str:
     source = [] if "--from" in args else ["--dsn", cluster.dsn()]
-    result = CliRunner().invoke(cli, ["check", *source, "--format", format, *THRESHOLDS, *args])
+    result = run("check", *source, "--format", format, *THRESHOLDS, *args)
     assert result.exit_code in (0, 1, 2), result.output
     return result.stdout
-
-
-def step_of(document: dict[str, Any], kind: str, pid: int) -> str:
-    found = [f for f in document["findings"] if f["kind"] == kind and f["pid"] == pid]
-    assert found, json.dumps(document["findings"], indent=1)
-    step: str = found[0]["next_step"]
-    return step
 
 
 def no_release(step: str) -> None:
@@ -71,7 +62,7 @@ def test_a_session_lock_held_idle_in_a_transaction_is_never_timed_out(
     if declared:
         text = f'[namespaces.coordination]\nid = {COORDINATION}\nexpect = "session"\n'
         args = ["--registry", registry(tmp_path, text)]
-    step = step_of(json.loads(check(cluster, *args)), "stuck-owner", holder.pid)
+    step = step_of(json.loads(check(cluster, *args)), holder.pid, "stuck-owner")
     no_release(step)
     assert "No idle_in_transaction_session_timeout and no terminate" in step, step
     assert "another instance would take it" in step, step  # what either would break
@@ -97,11 +88,11 @@ def test_an_xact_lock_held_between_two_phases_is_never_timed_out(
     other.start(f"SELECT pg_advisory_xact_lock({TWO_PHASE}, 7)")
     sessions.waiting(other)
     time.sleep(0.3)
-    step = step_of(json.loads(check(cluster, *names)), "stuck-owner", voter.pid)
+    step = step_of(json.loads(check(cluster, *names)), voter.pid, "stuck-owner")
     no_release(step)
     assert 'objects declares expect = "xact" and max_hold 1h00m, not seen passed' in step, step
     past = registry(tmp_path, text.replace('"1h"', '"100ms"'))
-    step = step_of(json.loads(check(cluster, "--registry", past)), "stuck-owner", voter.pid)
+    step = step_of(json.loads(check(cluster, "--registry", past)), voter.pid, "stuck-owner")
     assert step.startswith("Held past objects's max_hold of 100ms. Check the owning"), step
     assert step.index("Check the owning process") < step.index(f"terminate {voter.pid}"), step
     assert "so it may have written: ending it rolls that back" in step, step
@@ -126,7 +117,7 @@ def test_a_holder_of_no_advisory_lock_gets_the_timeout_and_its_writes_are_weighe
     sessions.waiting(deploy)
     time.sleep(0.3)
     output = check(cluster)
-    step = step_of(json.loads(output), "stuck-owner", holder.pid)
+    step = step_of(json.loads(output), holder.pid, "stuck-owner")
     assert "It holds no advisory lock, so idle_in_transaction_session_timeout is safe" in step
     assert "ALTER ROLE postgres if no program of that role holds advisory locks" in step, step
     if writes:
@@ -148,15 +139,8 @@ def test_a_holder_of_no_advisory_lock_gets_the_timeout_and_its_writes_are_weighe
         del session["backend_xid"]
     saved.write_text(json.dumps(document))
     older = json.loads(check(cluster, "--from", str(saved)))
-    step = step_of(older, "stuck-owner", holder.pid)
+    step = step_of(older, holder.pid, "stuck-owner")
     assert "written" not in step and "lockdiag terminate" not in step, step
-
-
-@pytest.fixture
-def transaction_pool(cluster: Cluster) -> Iterator[Bouncer]:
-    bouncer = start_pgbouncer(cluster, "transaction")
-    yield bouncer
-    bouncer.stop()
 
 
 def test_at_equal_impact_a_leak_ranks_above_a_query_at_work(

@@ -19,7 +19,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +33,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.exporter import Exporter, Target
-from lockdiag.exporter.server import WORKERS
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.worker import PrometheusEvents
 
+from helpers.exporter import (
+    get,
+    healthy,
+    prometheus,
+    scrape_config,
+    series,
+    serving,
+    up,
+)
+from helpers.polling import until
 from helpers.servers import Sessions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,14 +60,6 @@ class Running:
     live: str  # the live target's name
     dead: str
     owner: int  # pid of the stuck owner
-
-
-def get(url: str, timeout: float = 10.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -80,47 +80,6 @@ def openmetrics_families(body: bytes) -> list[PrometheusMetric]:
 
 def text_families(body: bytes) -> list[PrometheusMetric]:
     return list(text_string_to_metric_families(body.decode()))
-
-
-def until(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
-    """An exporter whose every scrape reads its targets (no minimum interval between reads):
-    for the tests of what a scrape does when a target changes between two of them."""
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0, min_read_interval=0.0)
-
-
-@contextmanager
-def serving(exporter: Exporter, workers: int = WORKERS, queued: int = 256) -> Iterator[str]:
-    """The exporter served in this process (its threads countable), its URL."""
-    port = free_port()
-    server = exporter.serve("127.0.0.1", port, workers, queued)
-    accept = threading.Thread(target=server.serve_forever, daemon=True, name="http accept")
-    accept.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        accept.join(5)
-        exporter.close()
-
-
-def up(body: str, name: str) -> str | None:
-    prefix = f'lockdiag_up{{target="{name}"}} '
-    line = next((line for line in body.splitlines() if line.startswith(prefix)), None)
-    return line.removeprefix(prefix) if line is not None else None
-
-
-def scrape_threads(name: str) -> int:
-    return sum(1 for thread in threading.enumerate() if thread.name == f"scrape {name}")
 
 
 @pytest.fixture
@@ -162,7 +121,7 @@ def exporter(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[R
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        until(lambda: _healthy(url), 20, "the exporter to listen")
+        until(lambda: healthy(url), 20, "the exporter to listen")
         yield Running(url, f"127.0.0.1:{cluster.port}/postgres", "127.0.0.1:" + dead.split()[1][5:],
                       owner.pid)  # fmt: skip
     finally:
@@ -171,13 +130,6 @@ def exporter(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[R
         process.wait(10)
         worker.join(5)
         queued.join(5)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return get(f"{url}/-/healthy")[0] == 200
-    except OSError:
-        return False
 
 
 def test_metrics_probe_and_page(exporter: Running) -> None:
@@ -296,46 +248,6 @@ def test_the_dashboard_asks_only_for_series_that_exist(exporter: Running) -> Non
     while missing() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not missing(), f"the dashboard asks for series the exporter never serves: {missing()}"
-
-
-@contextmanager
-def prometheus(tmp_path: Path, config: str) -> Iterator[str]:
-    """A real Prometheus on loopback with this configuration (beside files written in
-    ``tmp_path``), its API's URL."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is missing: apt-get install prometheus (.ci/run does)"
-    (tmp_path / "prometheus.yml").write_text(config)
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield f"http://127.0.0.1:{port}/api/v1"
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def series(api: str, query: str) -> list[dict[str, Any]]:
-    """The result of an instant query to a Prometheus API; none while it does not answer."""
-    try:
-        status, body = get(f"{api}/query?query={urllib.parse.quote(query)}")
-    except OSError:
-        return []
-    result: list[dict[str, Any]] = json.loads(body)["data"]["result"] if status == 200 else []
-    return result
-
-
-def scrape_config(url: str, timeout: str = "1s", rules: str = "") -> str:
-    """One job scraping ``url``'s /metrics every second, within ``timeout``; these rule files."""
-    host = url.removeprefix("http://")
-    return (
-        f"global: {{scrape_interval: 1s, scrape_timeout: {timeout}, evaluation_interval: 1s}}\n"
-        f"rule_files: [{rules}]\n"
-        f"scrape_configs:\n  - job_name: lockdiag\n    static_configs: [{{targets: ['{host}']}}]\n"
-    )
 
 
 def test_a_real_prometheus_scrapes_and_alerts_on_a_stuck_owner(

@@ -22,9 +22,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Target
 from lockdiag.exporter.routes import SCRAPE_TIMEOUT_HEADER, scrape_budget
 
-from helpers.freezer import FreezingProxy
-from helpers.servers import Sessions
-from test_exporter import (
+from helpers.exporter import (
     get,
     make_exporter,
     prometheus,
@@ -32,9 +30,11 @@ from test_exporter import (
     scrape_threads,
     series,
     serving,
-    until,
     up,
 )
+from helpers.freezer import FreezingProxy
+from helpers.polling import until
+from helpers.servers import Sessions
 
 TIMEOUT = 2.0  # --timeout: a frozen target's attempt fails after this at the soonest
 KEY = (4102, 633)  # the healthy target's lock

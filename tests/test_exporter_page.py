@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -24,9 +23,10 @@ import pytest
 from lockdiag.views.check import cause_detail, cause_heading
 from lockdiag.views.exporter import page
 
+from helpers.browser import browse
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import exporter_page  # noqa: E402 - the script that draws the docs' screenshot
 from exporter_page import (  # noqa: E402
     DOWN_ERROR,
     FakeTarget,
@@ -125,14 +125,6 @@ def test_an_up_target_without_findings_says_so() -> None:
 
 
 # -- a real browser ----------------------------------------------------------------------------
-
-
-def browse(url: str, profile: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """The page in a real headless Chromium: never a skip, the page must be seen rendered."""
-    try:
-        return exporter_page.browse(url, profile, *options)
-    except exporter_page.BrowserMissing as error:
-        pytest.fail(str(error), pytrace=False)
 
 
 @pytest.fixture

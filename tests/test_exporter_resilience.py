@@ -8,10 +8,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 from lockdiag.core.model import Aggregated, Scope
 from lockdiag.demo.cluster import Cluster
@@ -19,16 +17,11 @@ from lockdiag.errors import ServerError
 from lockdiag.exporter import Target
 from lockdiag.exporter.server import REQUEST_TIMEOUT
 
+from helpers.exporter import get, make_exporter, scrape_threads, serving, up
 from helpers.freezer import FreezingProxy
-from test_exporter import get, make_exporter, scrape_threads, serving, until, up
+from helpers.polling import until
 
 MARGIN = 5.0  # generous: every bound on time below is a deadline plus this
-
-
-@pytest.fixture
-def proxy(cluster: Cluster) -> Iterator[FreezingProxy]:
-    with FreezingProxy(cluster.port) as frozen:
-        yield frozen
 
 
 def test_a_hundred_concurrent_scrapes_are_all_answered(cluster: Cluster) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +29,11 @@ from lockdiag.errors import InputError
 from lockdiag.keys import AdvisoryTag, InvalidKey, LockTriple, parse_lock, parse_numbers
 from lockdiag.logs import LogReader, Tally
 from lockdiag.logs.report import report as log_report
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry
 from lockdiag.views.common import EntryEncoder, entry_data
 
+from helpers.cli import run
+from helpers.registry import parsed_registry
 from helpers.snapshots import advisory, session, snapshot
 
 FORMATION = 822708183  # pg_auto_failover: string_hash('default'), the formation's number
@@ -56,9 +58,7 @@ def tag(
 
 
 def registry() -> Registry:
-    names, problems = parse_registry(REGISTRY, "lockdiag.toml")
-    assert names is not None, problems
-    return names
+    return parsed_registry(REGISTRY)
 
 
 def incident() -> Snapshot:
@@ -151,10 +151,6 @@ def saved(tmp_path: Path) -> Path:
     snapshot_file.save(incident(), path)
     (tmp_path / "lockdiag.toml").write_text(REGISTRY)
     return path
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def test_every_command_reads_them_from_a_file(saved: Path) -> None:

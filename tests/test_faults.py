@@ -12,19 +12,14 @@ from collections.abc import Iterator
 import pexpect
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_standby
 from lockdiag.errors import ServerError
 from lockdiag.pg.session import DiagnosticSession
 
-from helpers.cli import ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child, run
 from helpers.servers import OBSERVER, Sessions
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
 
 
 def assert_one_clear_error(result: Result, code: int, *words: str) -> None:

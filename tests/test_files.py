@@ -22,10 +22,9 @@ import pytest
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import lockdiag
+from helpers.paths import INCIDENT
 from helpers.servers import Sessions
-
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
 
 
 @contextlib.contextmanager
@@ -50,18 +49,17 @@ def fill(directory: Path, leave: int) -> None:
         out.write(b"\0" * max(0, free - leave))
 
 
-def lockdiag(
+def limited_lockdiag(
     args: list[str], env: dict[str, str], limit: int | None
 ) -> subprocess.CompletedProcess[str]:
+    """``lockdiag ARGS`` as a process whose writes past ``limit`` bytes fail."""
+
     def limited() -> None:
         if limit is not None:  # writes past the limit fail with EFBIG, as on a full disk
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    return subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args], env=env, capture_output=True, text=True,
-        check=False, timeout=120, preexec_fn=limited,
-    )  # fmt: skip
+    return lockdiag(*args, env=env, preexec_fn=limited)
 
 
 @pytest.fixture
@@ -90,7 +88,7 @@ def test_a_full_disk_leaves_the_incident_file_whole(
             fill(where, leave=64 * 1024)
         limit = None if mounted else max(len(before), len(line)) + 64 * 1024
 
-        result = lockdiag(["snapshot", "-o", str(target)], env, limit)
+        result = limited_lockdiag(["snapshot", "-o", str(target)], env, limit)
         assert result.returncode == 2, result.stderr
         assert f"cannot write snapshot file {target}" in result.stderr
         assert f"{target} is unchanged" in result.stderr
@@ -98,7 +96,7 @@ def test_a_full_disk_leaves_the_incident_file_whole(
         assert target.read_bytes() == before
         assert not list(where.glob(".*partial"))  # nothing half-written left behind
 
-        result = lockdiag(["watch", "--once", "--record", str(recording)], env, limit)
+        result = limited_lockdiag(["watch", "--once", "--record", str(recording)], env, limit)
         assert result.returncode == 2, result.stderr
         assert f"cannot append to recording {recording}" in result.stderr
         assert recording.read_text() == line + "\n"  # whole lines only, as before

@@ -5,38 +5,31 @@ severities and counts agree between `check`'s text and its JSON."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
-from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.snapshot_file import load
 from lockdiag.registry import load_registry
 from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
-REGISTRY = ROOT / "examples" / "lockdiag.toml"
+from helpers.cli import run
+from helpers.paths import BUNDLED_REGISTRY as REGISTRY
+from helpers.paths import INCIDENT
+from helpers.terminal import Terminal
+
 BUNDLED = ["--from", str(INCIDENT), "--registry", str(REGISTRY)]
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def run(*args: str) -> str:
-    return CliRunner().invoke(cli, [*args, *BUNDLED]).stdout
+def bundled(*args: str) -> str:
+    """The stdout of ``lockdiag ARGS`` on the bundled incident and its registry."""
+    return run(*args, *BUNDLED).stdout
 
 
 def check_json() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(run("check", "--format", "json"))
+    document: dict[str, Any] = json.loads(bundled("check", "--format", "json"))
     return document
 
 
@@ -45,7 +38,7 @@ def names_the_cause(line: str) -> bool:
 
 
 def test_check_heading_names_the_cause() -> None:
-    lines = run("check").splitlines()
+    lines = bundled("check").splitlines()
     first_heading = lines[1]
     assert names_the_cause(first_heading), first_heading
     assert first_heading.startswith("CRITICAL session-lock: tenant_summary 73")
@@ -94,7 +87,7 @@ def test_list_on_a_small_terminal_says_once_how_many_it_shows(monkeypatch: Any) 
 
 def test_who_holds_verdict_is_the_cause_in_its_terms() -> None:
     # under the line that says who holds the key, what it is in the incident and what to do
-    holding, first, step, *_ = run("who-holds", "tenant_summary", "73").splitlines()
+    holding, first, step, *_ = bundled("who-holds", "tenant_summary", "73").splitlines()
     assert holding.startswith("tenant_summary 73 (4102, 73, 2) is held by pid 4163")
     assert names_the_cause(first)
     assert first.startswith(
@@ -104,29 +97,29 @@ def test_who_holds_verdict_is_the_cause_in_its_terms() -> None:
     assert cause["pid"] == 4163
     assert f"blocks {cause['blocked']} session(s)" in first
     assert step == f"next: {cause['next_step']}"
-    document = json.loads(run("who-holds", "tenant_summary", "73", "--format", "json"))
+    document = json.loads(bundled("who-holds", "tenant_summary", "73", "--format", "json"))
     assert document["verdict"] == first
     assert document["next_step"] == cause["next_step"]
 
 
 def test_who_holds_verdicts_off_the_worst_chain() -> None:
-    uncontested = run("who-holds", "tenant_summary", "80").splitlines()[1:]
+    uncontested = bundled("who-holds", "tenant_summary", "80").splitlines()[1:]
     assert uncontested[0] == "tenant_summary 80: held by pid 13304 (report-api), nobody waits: " \
         "nothing to do"  # fmt: skip
     assert not uncontested[1].startswith("next:")
     # the same holder through another key: nobody waits for this one, but say what it is
-    other = run("who-holds", "invoice_export", "2041").splitlines()[1]
+    other = bundled("who-holds", "invoice_export", "2041").splitlines()[1]
     assert "nobody waits for it" in other
     assert "the worst root blocker through tenant_summary 73" in other
-    second = run("who-holds", "tenant_summary", "74").splitlines()[1]
+    second = bundled("who-holds", "tenant_summary", "74").splitlines()[1]
     assert second.startswith("tenant_summary 74: pid 9932 (summary-worker) is a root blocker")
-    nobody = run("who-holds", "tenant_summary", "75").splitlines()[1]
+    nobody = bundled("who-holds", "tenant_summary", "75").splitlines()[1]
     assert nobody == "tenant_summary 75: nobody holds it: nothing to do"
 
 
 def test_severities_and_counts_agree_between_text_and_json() -> None:
     document = check_json()
-    lines = run("check").splitlines()
+    lines = bundled("check").splitlines()
     critical, warning = document["summary"]["critical"], document["summary"]["warning"]
     assert lines[0] == (
         f"{document['status']}: {critical} critical, {warning} warning cause(s); "

@@ -19,12 +19,8 @@ columns keep pid, status, the lock's name and the flag that matters.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,17 +30,12 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import output
 from helpers.servers import Sessions
-from helpers.terminal import screen_of as terminal_screen
+from helpers.terminal import screen_once, shown
 
 SIZES = [(24, 80), (40, 120)]
 SIZE_IDS = [f"{columns}x{rows}" for rows, columns in SIZES]
-CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if k not in ("COLUMNS", "LINES")
-    and (not k.startswith(("LOCKDIAG_", "PG")) or k == "LOCKDIAG_PG_BIN")
-}
 PDF_ID, SUMMARY_ID, REPORT_ID = 4200, 4102, 4300
 LEAKER = "billing-period-close-worker-eu-west-1-pod-7f9c6d5b8-x2k4q"
 QUEUED = 15  # application queries behind the ALTER: 16 waiters on the table
@@ -91,15 +82,6 @@ ROOTS = ("reader", "leaker", "cache-a", "summary")  # by sessions held up: 16, 4
 
 def long_name(role: str, number: int) -> str:
     return f"{role}-eu-west-1-pod-5c8d7b9f6-{number:05d}"
-
-
-def lockdiag(*args: str, codes: tuple[int, ...] = (0,)) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args],
-        capture_output=True, text=True, check=False, env=CLEAN_ENV, timeout=120,
-    )  # fmt: skip
-    assert result.returncode in codes, f"{args}: exit {result.returncode}\n{result.stderr}"
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -149,21 +131,12 @@ def scene(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                  f"{20000 + BULK - 1}) n")  # fmt: skip
         pids["bulk"] = bulk.pid
         snapshot = scratch / "incident.json"
-        lockdiag("snapshot", "-o", str(snapshot), "--dsn", cluster.dsn())
+        output("snapshot", "-o", str(snapshot), "--dsn", cluster.dsn())
         recording = scratch / "incident.jsonl"
         recording.write_text(json.dumps(json.loads(snapshot.read_text())) + "\n")
         yield Scene(snapshot, registry, recording, pids)
     finally:
         sessions.close()
-
-
-@functools.cache
-def screen_of(args: tuple[str, ...], size: tuple[int, int], keys: str = "") -> tuple[str, ...]:
-    return tuple(terminal_screen(args, size, keys, codes=(0, 1, 2), env=CLEAN_ENV))
-
-
-def shown(screen: tuple[str, ...]) -> str:
-    return "\n".join(screen)
 
 
 def joined(screen: tuple[str, ...]) -> str:
@@ -173,7 +146,7 @@ def joined(screen: tuple[str, ...]) -> str:
 
 def test_scene_is_in_the_snapshot(scene: Scene) -> None:
     """Not a view under test: the four roots, the 16 table waiters, the 3,000 locks."""
-    document = json.loads(lockdiag("blockers", *scene.source, "--format", "json"))
+    document = json.loads(output("blockers", *scene.source, "--format", "json"))
     roots = [(r["pid"], r["total"]) for r in document["roots"]]
     assert sorted(roots, key=lambda r: -r[1]) == list(
         zip(scene.roots, [16, 4, 2, 1], strict=True)
@@ -181,7 +154,7 @@ def test_scene_is_in_the_snapshot(scene: Scene) -> None:
     saved = json.loads(scene.snapshot.read_text())
     waits = [s["wait_event"] for s in saved["sessions"] if s["wait_event_type"] == "Lock"]
     assert waits.count("relation") == 16 and waits.count("advisory") == 7, waits
-    every = json.loads(lockdiag("list", "--all", *scene.source, "--format", "json"))["locks"]
+    every = json.loads(output("list", "--all", *scene.source, "--format", "json"))["locks"]
     assert sum(1 for lock in every if lock["pid"] == scene.pids["bulk"]) == BULK
 
 
@@ -191,12 +164,12 @@ LOW = ("--session-age", "50ms,100ms", "--wait-age", "50ms,100ms", "--idle-age", 
 def watch_screen(scene: Scene, size: tuple[int, int]) -> tuple[str, ...]:
     args = ("watch", "--from", str(scene.recording), "--registry", str(scene.registry),
             "--interval", "60s")  # fmt: skip
-    return screen_of(args, size, "q")
+    return screen_once(args, size, "q")
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_check_keeps_its_verdict_and_every_root(scene: Scene, size: tuple[int, int]) -> None:
-    screen = screen_of(("check", *LOW, *scene.source), size)
+    screen = screen_once(("check", *LOW, *scene.source), size)
     text, lines = shown(screen), [line for line in screen if line.strip()]
     assert lines[0].startswith("CRITICAL: ") and lines[-1] == lines[0], text
     for pid in scene.roots:
@@ -207,7 +180,7 @@ def test_check_keeps_its_verdict_and_every_root(scene: Scene, size: tuple[int, i
 def test_who_holds_keeps_its_verdict_next_step_and_a_count(
     scene: Scene, size: tuple[int, int]
 ) -> None:
-    screen = screen_of(("who-holds", "invoice_pdf_export", "9000", *scene.source), size)
+    screen = screen_once(("who-holds", "invoice_pdf_export", "9000", *scene.source), size)
     text, all_text = shown(screen), joined(screen)
     assert screen[0].startswith("invoice_pdf_export 9000 (4200, 9000, 2) is held by pid"), text
     assert LEAKER in all_text and "next: " in all_text, text
@@ -218,7 +191,7 @@ def test_who_holds_keeps_its_verdict_next_step_and_a_count(
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_blockers_keeps_every_root_on_screen(scene: Scene, size: tuple[int, int]) -> None:
-    screen = screen_of(("blockers", *scene.source), size)
+    screen = screen_once(("blockers", *scene.source), size)
     text, all_text = shown(screen), joined(screen)
     assert screen[0].startswith("root blocker 1: relation public.fit_orders"), text
     for rank, pid in enumerate(scene.roots, start=1):
@@ -232,7 +205,7 @@ def test_list_rows_keep_pid_status_lock_and_flag(scene: Scene, size: tuple[int, 
     """Every root blocker of an advisory lock has its row, whose pid, status, lock name and
     flag are whole; the legend explains only flags on screen; and the table-lock outage that
     the list of advisory locks leaves out is counted, with where to see it."""
-    screen = screen_of(("list", *scene.source), size)
+    screen = screen_once(("list", *scene.source), size)
     text, all_text = shown(screen), joined(screen)
     rows = {line.split()[0]: line for line in screen if re.match(r"^\s*\d+\s+held\s", line)}
     # a lock a line (too narrow for the table): the name whole, then whom it blocks and its
@@ -251,7 +224,7 @@ def test_list_rows_keep_pid_status_lock_and_flag(scene: Scene, size: tuple[int, 
     for flag in explained:
         assert any(f"[{flag}" in row or f",{flag}" in row for row in rows.values()), text
     assert screen[0].split()[0] == str(scene.pids["leaker"]) or screen[0].startswith("LOCK")
-    every = screen_of(("list", "--all", *scene.source), size)  # lists them: says nothing
+    every = screen_once(("list", "--all", *scene.source), size)  # lists them: says nothing
     assert "wait for other lock types" not in joined(every), shown(every)
 
 

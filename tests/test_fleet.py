@@ -9,11 +9,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster, free_port
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 
@@ -22,10 +21,6 @@ def second(cluster: Cluster) -> Iterator[Cluster]:
     server = create_cluster(cluster.bindir)
     yield server
     server.destroy()
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
 
 
 def test_list_across_servers(cluster: Cluster, second: Cluster, sessions: Sessions) -> None:

@@ -7,7 +7,6 @@ screen. On a real server, in a real pseudo-terminal of 80x24 drawn by pyte.
 
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
 from helpers.servers import Sessions
-from helpers.terminal import screen_of
+from helpers.terminal import Terminal, screen_of
 
 NAMESPACE, ID = "invoice_pdf_export", 4242
 TRUTH = f"500 x {NAMESPACE} 10000..10499"
@@ -81,11 +80,6 @@ def test_a_fold_on_a_narrowed_terminal_counts_the_whole_lock_table(
     assert shown is not None, text
     assert int(shown.group(1)) == represented(screen) == 502, text
     assert " of 502" not in count, text  # one count line, not two counts
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def table(report_listing: object) -> str:

@@ -4,7 +4,6 @@ strings are neutralised, JSON keeps the exact value, parsers reject with a reaso
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import re
@@ -30,6 +29,7 @@ from lockdiag.render import render
 from lockdiag.views.listing import list_output
 
 from helpers.servers import PASSWORD, Sessions
+from helpers.terminal import Terminal
 
 EVIL_ROLE = "mallory\x1b[31m\x07"
 EVIL_DB = "shop\nDROP"
@@ -64,10 +64,6 @@ def test_names_and_queries_are_neutralised(
     assert {lock["database"] for lock in document["locks"]} == {EVIL_DB}
 
     # a real terminal table: cells reach rich as Text, markup in them is not interpreted
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
     from lockdiag.registry import Registry as EmptyRegistry
 
     terminal = Terminal()

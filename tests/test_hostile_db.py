@@ -22,6 +22,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Exporter, Target
 from lockdiag.registry import Registry
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 OWNER = "dbowner"  # owns the hostile databases; not a superuser
@@ -196,7 +197,7 @@ def evil_runs(cluster: Cluster) -> list[tuple[str, str]]:
 
 
 def listed(cluster: Cluster, user: str, database: str) -> Result:
-    result = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(user=user, dbname=database)])
+    result = run("list", "--dsn", cluster.dsn(user=user, dbname=database))
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     return result

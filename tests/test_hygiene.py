@@ -19,6 +19,8 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 from lockdiag.registry import parse_registry
 
+from helpers.cli import run
+from helpers.registry import write_registry
 from helpers.servers import Sessions
 
 INCIDENT = Path(__file__).resolve().parent.parent / "examples" / "incident.json"
@@ -30,20 +32,12 @@ expect = "session"
 
 
 def check(cluster: Cluster, registry: Path, *args: str) -> Result:
-    return CliRunner().invoke(
-        cli, ["check", "--dsn", cluster.dsn(), "--registry", str(registry), *args]
-    )
+    return run("check", "--dsn", cluster.dsn(), "--registry", str(registry), *args)
 
 
 def document(result: Result) -> dict[str, Any]:
     parsed: dict[str, Any] = json.loads(result.stdout)
     return parsed
-
-
-def written(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "lockdiag.toml"
-    path.write_text(text)
-    return path
 
 
 def test_an_unnamed_key_is_reported_and_does_not_page(
@@ -53,7 +47,7 @@ def test_an_unnamed_key_is_reported_and_does_not_page(
     when asked by the option or by the registry (the option wins over the registry)."""
     holder = sessions.open("elector")
     holder.run("SELECT pg_advisory_lock(4242, 17)")
-    quiet = written(tmp_path, LEADER)
+    quiet = write_registry(tmp_path, LEADER)
 
     text = check(cluster, quiet, "--format", "plain")
     assert text.exit_code == 0, text.output
@@ -84,15 +78,15 @@ def test_an_unnamed_key_is_reported_and_does_not_page(
     ignored = document(check(cluster, quiet, "--unregistered", "ignore", "--format", "json"))
     assert ignored["findings"] == [] and ignored["status"] == "OK"
 
-    paging = written(tmp_path, 'unregistered = "warn"\n\n' + LEADER)
+    paging = write_registry(tmp_path, 'unregistered = "warn"\n\n' + LEADER)
     assert check(cluster, paging).exit_code == 1
     assert check(cluster, paging, "--unregistered", "report").exit_code == 0
-    quiet_file = written(tmp_path, 'unregistered = "ignore"\n\n' + LEADER)
+    quiet_file = write_registry(tmp_path, 'unregistered = "ignore"\n\n' + LEADER)
     assert document(check(cluster, quiet_file, "--format", "json"))["findings"] == []
 
 
 def test_a_bad_unregistered_setting_is_one_clear_error(tmp_path: Path) -> None:
-    bad = written(tmp_path, 'unregistered = "page"\n\n' + LEADER)
+    bad = write_registry(tmp_path, 'unregistered = "page"\n\n' + LEADER)
     checked = CliRunner().invoke(cli, ["registry", "check", "--registry", str(bad)])
     assert checked.exit_code != 0
     assert (
@@ -114,7 +108,7 @@ max_hold = "5m"
 
 
 def test_a_declaration_that_contradicts_itself_is_warned_about(tmp_path: Path) -> None:
-    path = written(tmp_path, CONTRADICTION)
+    path = write_registry(tmp_path, CONTRADICTION)
     result = CliRunner().invoke(cli, ["registry", "check", "--registry", str(path)])
     assert result.exit_code == 0, result.output  # a warning, not an error
     assert (
@@ -123,7 +117,7 @@ def test_a_declaration_that_contradicts_itself_is_warned_about(tmp_path: Path) -
         "5m CRITICAL (max-hold)"
     ) in result.output
     plain = CliRunner().invoke(
-        cli, ["registry", "check", "--registry", str(written(tmp_path, LEADER))]
+        cli, ["registry", "check", "--registry", str(write_registry(tmp_path, LEADER))]
     )
     assert "0 warning(s)" in plain.output and "max-hold" not in plain.output
 
@@ -133,15 +127,15 @@ def test_expect_session_quiets_age_but_not_waits(
 ) -> None:
     """The declaration that quiets a healthy leader silences its session-lock age, and
     nothing about a real incident: a session waiting behind it is still a finding."""
-    registry = written(tmp_path, LEADER)
+    registry = write_registry(tmp_path, LEADER)
     leader = sessions.open("leader")
     leader.run("SELECT pg_advisory_lock(1, 1)")
     aged = ["--session-age", "0s", "--wait-age", "0s", "--format", "json"]
     assert document(check(cluster, registry, *aged))["findings"] == []
-    undeclared = written(tmp_path, LEADER.replace('expect = "session"', 'expect = "any"'))
+    undeclared = write_registry(tmp_path, LEADER.replace('expect = "session"', 'expect = "any"'))
     kinds = {f["kind"] for f in document(check(cluster, undeclared, *aged))["findings"]}
     assert kinds == {"session-lock"}  # the same lock, undeclared: what the declaration quiets
-    registry = written(tmp_path, LEADER)
+    registry = write_registry(tmp_path, LEADER)
     waiter = sessions.open("standby")
     waiter.start("SELECT pg_advisory_lock(1, 1)")
     sessions.waiting(waiter)
@@ -156,7 +150,7 @@ def test_a_constants_hint_pasted_into_the_registry_names_it(
     pasted, `check` and `list` show the name, and its neighbour keys stay unnamed."""
     holder = sessions.open("elector")
     holder.run("SELECT pg_advisory_lock(8237461823746182), pg_advisory_lock(4242, 17)")
-    registry = written(tmp_path, LEADER)
+    registry = write_registry(tmp_path, LEADER)
     found = document(check(cluster, registry, "--format", "json"))["findings"]
     steps = {f["lock"]: f["next_step"] for f in found if f["kind"] == "unregistered"}
     step = steps["unregistered bigint 8237461823746182"]
@@ -170,7 +164,7 @@ def test_a_constants_hint_pasted_into_the_registry_names_it(
     pasted = entry.group(0).replace(
         "[namespaces.NAME] ", '[namespaces.elector]\nexpect = "session"\n'
     )
-    registry = written(tmp_path, LEADER + "\n" + pasted + "\n")
+    registry = write_registry(tmp_path, LEADER + "\n" + pasted + "\n")
     neighbour = sessions.open("neighbour")
     neighbour.run("SELECT pg_advisory_lock(8237461823746183)")  # the same high word, 1917933
     listed = CliRunner().invoke(
@@ -215,7 +209,7 @@ def test_a_constants_hint_pasted_into_the_registry_names_it(
     ],
 )
 def test_a_bad_exact_key_is_refused(tmp_path: Path, entry: str, message: str) -> None:
-    path = written(tmp_path, f"{LEADER}\n[namespaces.constant]\n{entry}\n")
+    path = write_registry(tmp_path, f"{LEADER}\n[namespaces.constant]\n{entry}\n")
     result = CliRunner().invoke(cli, ["registry", "check", "--registry", str(path)])
     assert result.exit_code != 0
     assert message in result.output, result.output
@@ -225,7 +219,7 @@ def test_a_bad_exact_key_is_refused(tmp_path: Path, entry: str, message: str) ->
 def test_two_entries_for_one_key_are_refused(tmp_path: Path) -> None:
     text = "[namespaces.a]\nkey = 77\n\n[namespaces.b]\nkey = 77\n"
     result = CliRunner().invoke(
-        cli, ["registry", "check", "--registry", str(written(tmp_path, text))]
+        cli, ["registry", "check", "--registry", str(write_registry(tmp_path, text))]
     )
     assert result.exit_code != 0
     assert "namespace 'b': key 77 is already named by 'a'" in result.output
@@ -235,7 +229,7 @@ def test_a_key_collides_only_with_itself(tmp_path: Path) -> None:
     """A namespace of one key claims that key, not its space: 42 (high word 0, where Sqitch's
     key 75474063 lives) collides with nothing; Sqitch's own key is warned about."""
     for key, warned in (("42", False), ("75474063", True)):
-        path = written(tmp_path, f"[namespaces.constant]\nkey = {key}\n")
+        path = write_registry(tmp_path, f"[namespaces.constant]\nkey = {key}\n")
         result = CliRunner().invoke(cli, ["registry", "check", "--registry", str(path)])
         assert result.exit_code == 0, result.output
         assert ("that Sqitch uses" in result.output) is warned, result.output

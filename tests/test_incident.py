@@ -4,20 +4,17 @@ output of `check` (text, JSON, Nagios, Prometheus) saying the same thing first."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from click.testing import CliRunner
-
-from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import SEVERITIES, CheckPolicy
 from lockdiag.core.incident import Incident
 from lockdiag.registry import load_registry
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
-REGISTRY = ROOT / "examples" / "lockdiag.toml"
+from helpers.cli import run
+from helpers.paths import BUNDLED_REGISTRY as REGISTRY
+from helpers.paths import INCIDENT
+
 RANK = {severity: place for place, severity in enumerate(SEVERITIES)}  # critical highest
 
 
@@ -29,9 +26,7 @@ def bundled() -> Incident:
 
 
 def check(*args: str) -> str:
-    result = CliRunner().invoke(
-        cli, ["check", "--from", str(INCIDENT), "--registry", str(REGISTRY), *args]
-    )
+    result = run("check", "--from", str(INCIDENT), "--registry", str(REGISTRY), *args)
     assert result.exit_code == 2, result.output  # CRITICAL
     return result.stdout
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pexpect
 from click.testing import CliRunner
-from test_sample_truth import START, STEP, entries, lock, session, stuck_owner
 
 from lockdiag.cli import cli
 from lockdiag.core.observe import Sampler
 from lockdiag.demo.cluster import Cluster
 
+from helpers.samples import START, STEP, entries, lock, session, stuck_owner
 from helpers.servers import Sessions
 from helpers.terminal import TERMINAL_ENV
 

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
@@ -40,9 +39,10 @@ from lockdiag.render import _INVISIBLE, clean
 from lockdiag.settings import MAX_ELEMENTS as SETTINGS_ELEMENTS
 from lockdiag.views.exporter import page
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
-REGISTRY = ROOT / "examples" / "lockdiag.toml"
+from helpers.cli import lockdiag, no_traceback, run
+from helpers.paths import BUNDLED_REGISTRY as REGISTRY
+from helpers.paths import INCIDENT
+
 KEY = "4102,73"  # the incident's most contended key: held by billing-worker, two waiting
 
 INVISIBLE = {
@@ -74,14 +74,14 @@ QUERY = f"select pg_advisory_lock(4102, 73) /* {HIDDEN} */"
 DATABASE = f"shop{HIDDEN}"
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "250", **(env or {})})
+def run_wide(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``lockdiag ARGS`` on a 250-column screen, with these variables set."""
+    return run(*args, env={"COLUMNS": "250", **(env or {})})
 
 
 def answered(result: Result, codes: tuple[int, ...] = (0,)) -> str:
     """The command's stdout, after checking that it answered: no exception, no traceback."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.stdout + result.stderr
+    no_traceback(result)
     assert result.exit_code in codes, (result.exit_code, result.stderr)
     return result.stdout
 
@@ -139,7 +139,7 @@ def test_clean_writes_each_as_python_does() -> None:
 @pytest.mark.parametrize("fmt", ["plain", "csv", "markdown", "table"])
 def test_invisible_characters_are_visible_in_list(tmp_path: Path, fmt: str) -> None:
     crafted = changed_incident(tmp_path, APP, QUERY, DATABASE)
-    shown = answered(run("list", "--from", str(crafted), "--format", fmt))
+    shown = answered(run_wide("list", "--from", str(crafted), "--format", fmt))
     assert not hidden_in(shown), hidden_in(shown)
     if fmt == "plain":
         every_one_shown(shown)
@@ -156,7 +156,7 @@ def test_invisible_characters_are_visible_in_list(tmp_path: Path, fmt: str) -> N
 @pytest.mark.parametrize("fmt", ["plain", "markdown", "table"])
 def test_invisible_characters_are_visible_in_who_holds(tmp_path: Path, fmt: str) -> None:
     crafted = changed_incident(tmp_path, APP, QUERY, DATABASE)
-    shown = answered(run("who-holds", "--key", KEY, "--from", str(crafted), "--format", fmt))
+    shown = answered(run_wide("who-holds", "--key", KEY, "--from", str(crafted), "--format", fmt))
     assert not hidden_in(shown), hidden_in(shown)
     assert "billing\\u200b\\u200c" in shown.replace("\\\\", "\\")
     if fmt == "plain":
@@ -165,21 +165,21 @@ def test_invisible_characters_are_visible_in_who_holds(tmp_path: Path, fmt: str)
 
 def test_json_keeps_the_exact_strings(tmp_path: Path) -> None:
     crafted = changed_incident(tmp_path, APP, QUERY, DATABASE)
-    document = json.loads(answered(run("list", "--from", str(crafted), "--format", "json")))
+    document = json.loads(answered(run_wide("list", "--from", str(crafted), "--format", "json")))
     assert {lock["application_name"] for lock in document["locks"] if lock["pid"] == 4163} == {APP}
 
 
 def test_invisible_characters_are_visible_in_check(tmp_path: Path) -> None:
     crafted = changed_incident(tmp_path, APP, QUERY, DATABASE)
     for fmt in ("plain", "nagios"):
-        shown = answered(run("check", "--from", str(crafted), "--format", fmt), (2,))
+        shown = answered(run_wide("check", "--from", str(crafted), "--format", fmt), (2,))
         assert not hidden_in(shown), (fmt, hidden_in(shown))
         assert f"pid 4163 ({clean(APP)})" in shown, fmt
 
 
 def test_invisible_characters_are_visible_in_prometheus_labels(tmp_path: Path) -> None:
     crafted = changed_incident(tmp_path, APP, QUERY, DATABASE)
-    shown = answered(run("check", "--from", str(crafted), "--format", "prometheus"), (0, 2))
+    shown = answered(run_wide("check", "--from", str(crafted), "--format", "prometheus"), (0, 2))
     assert not hidden_in(shown), hidden_in(shown)
     families = text_string_to_metric_families(shown)
     databases = {s.labels.get("database") for f in families for s in f.samples}
@@ -216,10 +216,10 @@ def test_invisible_characters_are_visible_in_registry_show(tmp_path: Path) -> No
     text = text.replace("Rebuild one tenant's", f"Rebuild{HIDDEN} one tenant's")
     registry.write_text(text)
     for fmt in ("plain", "table"):
-        shown = answered(run("registry", "show", "--registry", str(registry), "--format", fmt))
+        shown = answered(run_wide("registry", "show", "--registry", str(registry), "--format", fmt))
         assert not hidden_in(shown), (fmt, hidden_in(shown))
         assert "report\\u200b\\u200c" in shown.replace("\\\\", "\\"), fmt
-    decoded = answered(run("decode", "4102", "73", "--registry", str(registry)))
+    decoded = answered(run_wide("decode", "4102", "73", "--registry", str(registry)))
     assert not hidden_in(decoded) and "Rebuild\\u200b" in decoded
 
 
@@ -251,7 +251,7 @@ def lone_surrogates(tmp_path: Path) -> Path:
 )  # fmt: skip
 def test_a_lone_surrogate_is_read_as_a_replacement_character(tmp_path: Path, command: str) -> None:
     crafted = lone_surrogates(tmp_path)
-    shown = answered(run(*command.split(), "--from", str(crafted)), (0, 2))
+    shown = answered(run_wide(*command.split(), "--from", str(crafted)), (0, 2))
     if command.startswith(("list", "who-holds")):
         assert "lone\ufffdhigh" in shown
     if "json" in command:
@@ -279,21 +279,21 @@ def test_bytes_that_are_not_utf8_are_read_as_replacement_characters(tmp_path: Pa
     assert {s.application_name for s in snapshot.sessions.values()} == {"caf\ufffd"}
     assert {s.query for s in snapshot.sessions.values()} == {"q\ufffd\ufffd\ufffd"}
     for fmt in ("plain", "json", "csv"):
-        assert "caf\ufffd" in answered(run("list", "--from", str(crafted), "--format", fmt))
+        assert "caf\ufffd" in answered(run_wide("list", "--from", str(crafted), "--format", fmt))
     recording = tmp_path / "watch.jsonl"
     recording.write_bytes(b"\xff" + text.replace(b"\n", b"") + b"\n")
-    answered(run("watch", "--once", "--from", str(recording)), (0, 2))
+    answered(run_wide("watch", "--once", "--from", str(recording)), (0, 2))
 
 
 def test_registry_settings_and_targets_files_in_another_encoding(tmp_path: Path) -> None:
     registry = tmp_path / "lockdiag.toml"
     registry.write_bytes(REGISTRY.read_bytes().replace(b"reporting period", b"p\xe9riode"))
-    shown = answered(run("registry", "show", "--registry", str(registry)))
+    shown = answered(run_wide("registry", "show", "--registry", str(registry)))
     assert "p\ufffdriode" in shown
     settings_file = tmp_path / "settings.toml"
     settings_file.write_bytes(b"# r\xe9glages\n[defaults]\nformat = 'json'\n")
     shown = answered(
-        run("list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)})
+        run_wide("list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)})
     )
     assert json.loads(shown)["locks"]
     targets = tmp_path / "targets"
@@ -408,7 +408,7 @@ def test_a_file_of_empty_arrays_is_refused_before_it_is_parsed(tmp_path: Path) -
 
 
 def registry_answer(path: Path) -> str:
-    return answered(run("registry", "check", "--registry", str(path)), (0, 1))
+    return answered(run_wide("registry", "check", "--registry", str(path)), (0, 1))
 
 
 def test_registry_settings_and_targets_are_bounded_by_what_they_hold(tmp_path: Path) -> None:
@@ -423,14 +423,18 @@ def test_registry_settings_and_targets_are_bounded_by_what_they_hold(tmp_path: P
     assert "error" not in registry_answer(registry)  # in a comment, nothing counts
     settings_file = tmp_path / "settings.toml"
     settings_file.write_text("[defaults]\nformat = [" + "0," * SETTINGS_ELEMENTS + "]\n")
-    result = run("list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)})
+    result = run_wide(
+        "list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)}
+    )
     assert result.exit_code == 2 and "Traceback" not in result.stdout + result.stderr
     assert result.stderr.splitlines()[0] == (
         f"lockdiag: error: settings file {settings_file}: more than {SETTINGS_ELEMENTS:,} "
         "elements (values, items, tables): not a settings file"
     )
     settings_file.write_text("[defaults]\nformat = " + "[" * 100_000 + "]" * 100_000 + "\n")
-    result = run("list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)})
+    result = run_wide(
+        "list", "--from", str(INCIDENT), env={"LOCKDIAG_SETTINGS": str(settings_file)}
+    )
     assert result.exit_code == 2 and "Traceback" not in result.stdout + result.stderr
     assert result.stderr.splitlines()[0].endswith(
         "nested more than 64 levels deep: not a settings file"
@@ -439,7 +443,7 @@ def test_registry_settings_and_targets_are_bounded_by_what_they_hold(tmp_path: P
     targets.write_text("".join(f"host=db{i}\n" for i in range(fleet.MAX_TARGETS)))
     assert len(fleet.read_targets(targets)) == fleet.MAX_TARGETS
     targets.write_text(targets.read_text() + "# a comment\nhost=one-more\n")
-    result = run("list", "--targets", str(targets))
+    result = run_wide("list", "--targets", str(targets))
     assert result.exit_code == 2
     # the registry this test left in the working directory is said first (found, not named)
     assert result.stderr.splitlines()[-1] == (
@@ -453,14 +457,6 @@ def test_registry_settings_and_targets_are_bounded_by_what_they_hold(tmp_path: P
 # -- FIFOs and devices -------------------------------------------------------------------------
 
 HANG = 30  # seconds: a command still running then has waited on the FIFO
-
-
-def lockdiag(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """lockdiag in a process of its own, so that one that waits forever fails the test."""
-    return subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args], capture_output=True, text=True,
-        timeout=HANG, env={**os.environ, **(env or {})}, check=False,
-    )  # fmt: skip
 
 
 def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
@@ -488,11 +484,12 @@ def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
         (f"list --targets {fifo}", {}, f"{fifo}: a FIFO"),
         (f"list --from {INCIDENT}", settings_file, f"settings file {fifo}: a FIFO"),
     ]
-    registry = lockdiag("registry", "show", "--registry", str(fifo))  # looked at first
+    # looked at first
+    registry = lockdiag("registry", "show", "--registry", str(fifo), timeout=HANG)
     assert registry.returncode == 2
     assert registry.stderr.endswith(f"{fifo} (from --registry) is not a file\n")
     for command, env, message in expected:
-        result = lockdiag(*command.split(), env=env)
+        result = lockdiag(*command.split(), env={**os.environ, **env}, timeout=HANG)
         assert result.returncode == 2, (command, result.stderr)
         first = result.stderr.splitlines()[0]  # a bad settings file has a hint after it
         assert first == f"lockdiag: error: {message}, not a regular file", command
@@ -506,7 +503,7 @@ def test_a_fifo_with_a_writer_is_refused_too(tmp_path: Path) -> None:
         [sys.executable, "-c", f"open({str(fifo)!r}, 'w').write(open({str(INCIDENT)!r}).read())"]
     )
     try:
-        result = lockdiag("list", "--from", str(fifo))
+        result = lockdiag("list", "--from", str(fifo), timeout=HANG)
         assert result.returncode == 2
         assert result.stderr.endswith("a FIFO, not a regular file\n")
     finally:

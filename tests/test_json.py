@@ -6,70 +6,22 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
+from lockdiag.core.model import Snapshot
 from lockdiag.registry import Registry, load_registry
 from lockdiag.render import render
 from lockdiag.views.common import entry_data
 from lockdiag.views.listing import list_output
 
+from helpers.snapshots import generated
+
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
-
-
-def generated(locks: int = 10_000) -> Snapshot:
-    sessions = [
-        Session(
-            pid,
-            "app",
-            "worker",
-            f"w{pid}" if pid % 2 else "50% \\u0000 done",  # a template's marks, as text
-            "10.0.0.1",
-            5000 + pid,
-            NOW - timedelta(hours=1),
-            None,
-            None,
-            NOW - timedelta(minutes=pid),
-            "idle",
-            None,
-            None,
-            "client backend",
-            None,
-            "select 1",
-        )
-        for pid in range(100, 140)
-    ]
-    rows = [
-        LockRow(
-            "advisory",
-            5,
-            None,
-            None,
-            None,
-            None,
-            None,
-            4102 if n % 2 else 0,
-            n,
-            2 if n % 2 else 1,
-            f"{100 + n % 40}/0",
-            100 + n % 40,
-            "ExclusiveLock",
-            True,
-        )
-        for n in range(locks)
-    ]
-    waiter = Session(200, "app", "worker", "waiting \u00e9", None, None, NOW, NOW, NOW, NOW,
-                     "active", "Lock", "advisory", "client backend", None, "select 2")  # fmt: skip
-    rows.append(LockRow("advisory", 5, None, None, None, None, None, 4102, 1, 2, "7/1", 200,
-                        "ExclusiveLock", False, NOW - timedelta(seconds=3), (101,)))  # fmt: skip
-    server = ServerInfo(150000, NOW, "postgres", 1, False, True, {5: "app"}, "app")
-    return Snapshot(server, "generated", "advisory",
-                    {s.pid: s for s in [*sessions, waiter]}, rows)  # fmt: skip
 
 
 def both(snapshot: Snapshot, registry: Registry) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -30,6 +30,8 @@ from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.registry import Candidates, parse_registry
 
+from helpers.cli import list_json
+from helpers.npm import node, npm_package
 from helpers.servers import OBSERVER, OTHER_DB, Sessions
 
 DB = "known_db"
@@ -98,12 +100,7 @@ def known_db(cluster: Cluster) -> Iterator[str]:
 
 
 def listed(cluster: Cluster, dbname: str, *args: str, user: str = "postgres") -> dict[str, Any]:
-    result = CliRunner().invoke(
-        cli, ["list", "--dsn", cluster.dsn(dbname=dbname, user=user), "--format", "json", *args]
-    )
-    assert result.exit_code == 0, result.stderr
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
+    return list_json(cluster, *args, dbname=dbname, user=user)
 
 
 def by_software(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -401,41 +398,6 @@ def test_a_large_lock_table_decodes_each_lock_as_it_would_alone() -> None:
 
 # -- pg_repack, pg-boss 11 and 12, graphile-migrate: run for real -----------------------------
 
-NPM_CACHE = Path.home() / ".cache" / "lockdiag-tests" / "npm"  # one install per spec, reused
-
-
-def npm_package(spec: str) -> Path:
-    """The directory where ``npm install <spec>`` was run (installed once, then reused). No
-    node or npm, or no network the first time: the test fails, it never skips."""
-    import shutil
-    import subprocess
-
-    npm, node = shutil.which("npm"), shutil.which("node")
-    assert npm and node, "node and npm are needed (Debian: apt-get install nodejs npm)"
-    where = NPM_CACHE / spec.replace("/", "_").replace("@", "_")
-    name = spec.rsplit("@", 1)[0] if spec.count("@") > spec.startswith("@") else spec
-    if not (where / "node_modules" / name / "package.json").is_file():
-        where.mkdir(parents=True, exist_ok=True)
-        (where / "package.json").write_text('{"name": "lockdiag-test", "private": true}\n')
-        result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", spec],
-            cwd=where, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert result.returncode == 0, f"npm install {spec} failed:\n{result.stderr}"
-    return where
-
-
-def node(where: Path, script: str, *args: str, timeout: float = 60) -> str:
-    import subprocess
-
-    (where / "lockdiag-test.mjs").write_text(script)
-    result = subprocess.run(
-        ["node", "lockdiag-test.mjs", *args],
-        cwd=where, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
 
 def test_keys_of_pg_repack_graphile_migrate_and_pg_boss_versions() -> None:
     """Offline: the triples as the programs' sources compute them, and labels that say which
@@ -491,11 +453,8 @@ def repack_cluster(cluster: Cluster) -> Iterator[Cluster]:
 
 @pytest.fixture
 def repack_sessions(repack_cluster: Cluster) -> Iterator[Sessions]:
-    helper = Sessions(repack_cluster)
-    try:
+    with Sessions(repack_cluster) as helper:
         yield helper
-    finally:
-        helper.close()
 
 
 def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessions) -> None:

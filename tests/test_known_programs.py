@@ -22,24 +22,17 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from test_known import node, npm_package
 
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster
 from lockdiag.keys import LockTriple, from_bigint
 
-from helpers.servers import Sessions, Worker
+from helpers.npm import node, npm_package
+from helpers.servers import Sessions, Worker, create_database
 
 SQITCH_KEY = from_bigint(75474063)
+GATE = "CREATE TABLE public.gate (id int)"  # the table the programs' work reads
 POSTGRES_MIGRATIONS_KEY = from_bigint(-8525285245963000605)
-
-
-def create_database(cluster: Cluster, name: str) -> None:
-    """A database of its own, with the gate table the programs' work reads."""
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    with psycopg.connect(cluster.dsn(dbname=name), autocommit=True) as setup:
-        setup.execute("CREATE TABLE public.gate (id int)")
 
 
 def close_gate(sessions: Sessions, dbname: str) -> Worker:
@@ -97,7 +90,7 @@ def test_sqitch_deploy(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> 
     own connection, idle in transaction, while psql's backend runs the change; a second
     deploy tries once, then waits in pg_advisory_lock: both named Sqitch's deploy lock."""
     sqitch = needed("sqitch", "sqitch")
-    create_database(cluster, "sqitch_db")
+    create_database(cluster, "sqitch_db", GATE)
     target = f"db:pg://postgres@127.0.0.1:{cluster.port}/sqitch_db"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -184,7 +177,7 @@ def test_activerecord_migrate(cluster: Cluster, sessions: Sessions, tmp_path: Pa
     migration's, both named after the script; named Rails' lock of that database. A second
     migrate fails at once and leaves nothing in pg_locks."""
     ruby = needed("ruby", "ruby-activerecord ruby-pg")
-    create_database(cluster, "rails_db")
+    create_database(cluster, "rails_db", GATE)
     (tmp_path / "migrate").mkdir()
     (tmp_path / "migrate" / "20260101000000_gated.rb").write_text(MIGRATION)
     (tmp_path / "rails.rb").write_text(RAILS)
@@ -236,7 +229,7 @@ def test_postgres_migrations_migrate(cluster: Cluster, sessions: Sessions, tmp_p
     where = npm_package("postgres-migrations@5")
     node(where, "import 'postgres-migrations'\n")  # installed whole (pg comes with it)
     (where / "lockdiag-test.mjs").write_text(POSTGRES_MIGRATIONS)
-    create_database(cluster, "pgm_db")
+    create_database(cluster, "pgm_db", GATE)
     (tmp_path / "1_gated.sql").write_text("SELECT count(*) FROM public.gate;\n")
     command = ["node", "lockdiag-test.mjs", "pgm_db", str(cluster.port), str(tmp_path)]
 
@@ -318,11 +311,8 @@ def extension_cluster(cluster: Cluster) -> Iterator[Cluster]:
 
 @pytest.fixture
 def extension_sessions(extension_cluster: Cluster) -> Iterator[Sessions]:
-    helper = Sessions(extension_cluster)
-    try:
+    with Sessions(extension_cluster) as helper:
         yield helper
-    finally:
-        helper.close()
 
 
 def test_pg_partman_maintenance(extension_cluster: Cluster, extension_sessions: Sessions) -> None:
@@ -332,7 +322,7 @@ def test_pg_partman_maintenance(extension_cluster: Cluster, extension_sessions: 
     holds its pair (its name's hash, the table's). Each named pg_partman's, as the server's
     hashtext() computes the names (the procedure's 5.1 name too)."""
     cluster, sessions = extension_cluster, extension_sessions
-    create_database(cluster, "partman_db")
+    create_database(cluster, "partman_db", GATE)
     with psycopg.connect(cluster.dsn(dbname="partman_db"), autocommit=True) as setup:
         setup.execute("SET client_min_messages = warning")
         setup.execute("CREATE SCHEMA partman")
@@ -393,7 +383,7 @@ def test_pg_partman_maintenance(extension_cluster: Cluster, extension_sessions: 
 
 
 def extension_database(cluster: Cluster, name: str, *statements: str) -> None:
-    create_database(cluster, name)
+    create_database(cluster, name, GATE)
     with psycopg.connect(cluster.dsn(dbname=name), autocommit=True) as setup:
         setup.execute("SET client_min_messages = warning")
         for statement in statements:

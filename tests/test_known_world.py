@@ -24,7 +24,8 @@ from lockdiag.core.catalogue import FIXED, SOFTWARE, grafana_key, tooz_key
 from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 
-from helpers.servers import Sessions
+from helpers.cli import list_json
+from helpers.servers import Sessions, create_database, url
 
 PIP_CACHE = Path.home() / ".cache" / "lockdiag-tests" / "pip"  # one install per set, reused
 
@@ -93,21 +94,8 @@ def held(cluster: Cluster, where: str) -> list[tuple[Any, ...]]:
 
 
 def listed(cluster: Cluster, dbname: str, *args: str) -> list[dict[str, Any]]:
-    result = CliRunner().invoke(
-        cli, ["list", "--dsn", cluster.dsn(dbname=dbname), "--format", "json", *args]
-    )
-    assert result.exit_code == 0, result.output
-    locks: list[dict[str, Any]] = json.loads(result.stdout)["locks"]
+    locks: list[dict[str, Any]] = list_json(cluster, *args, dbname=dbname)["locks"]
     return locks
-
-
-def create_database(cluster: Cluster, name: str) -> None:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-
-
-def url(cluster: Cluster, dbname: str) -> str:
-    return f"postgresql://postgres@127.0.0.1:{cluster.port}/{dbname}"
 
 
 # -- tooz: a coordination library, idle in transaction for the whole hold ---------------------
@@ -130,7 +118,7 @@ def test_tooz_run_for_real(cluster: Cluster, programs: list[Program], tmp_path: 
     the member's session stays idle in transaction for as long as it holds the lock."""
     packages = pip_target("tooz==9.1.0", "psycopg2-binary")
     create_database(cluster, "tooz_db")
-    member = Program(packages, TOOZ, url(cluster, "tooz_db"), "nightly-sync")
+    member = Program(packages, TOOZ, url(cluster.port, "tooz_db"), "nightly-sync")
     programs.append(member)
     member.wait_for("held")
     digest = hashlib.md5(
@@ -295,7 +283,7 @@ def test_dramatiq_pg_run_for_real(cluster: Cluster, programs: list[Program]) -> 
                 _, name, value = line.split(maxsplit=2)
                 schema = schema.replace(f':"{name}"', f'"{value.strip(chr(39))}"')
         setup.execute("\n".join(x for x in schema.splitlines() if not x.startswith("\\")))
-    worker = Program(packages, DRAMATIQ, url(cluster, "dq_db"))
+    worker = Program(packages, DRAMATIQ, url(cluster.port, "dq_db"))
     programs.append(worker)
     worker.wait_for("working")
     with psycopg.connect(cluster.dsn(dbname="dq_db")) as db:

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.core.leaders import _key, poll_of
@@ -23,14 +23,11 @@ from lockdiag.core.model import Session
 from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 
+from helpers.cli import run_on
 from helpers.servers import Sessions
 
 POLL = "SELECT pg_try_advisory_lock(%s, %s)"
 HAZARD = "another instance would take"
-
-
-def lockdiag(cluster: Cluster, *args: str) -> Result:
-    return CliRunner().invoke(cli, [*args[:1], "--dsn", cluster.dsn(), *args[1:]])
 
 
 class Standby:
@@ -89,7 +86,7 @@ def elector(sessions: Sessions) -> Iterator[tuple[int, list[Standby], int]]:
 
 def test_check_names_a_leader_with_two_standbys(cluster: Cluster, elector: Any) -> None:
     leader, standbys, other = elector
-    result = lockdiag(cluster, "check")
+    result = run_on(cluster, "check")
     assert result.exit_code == 0, result.output  # a healthy leader pages nobody
     line = next(x for x in result.output.splitlines() if x.startswith("leader:"))
     assert f"pid {leader} (elector) holds unregistered pair (4242, 17) as a leader lock" in line
@@ -97,7 +94,7 @@ def test_check_names_a_leader_with_two_standbys(cluster: Cluster, elector: Any) 
     assert "failover is meant to work" in line and 'expect = "session"' in line
     assert str(other) not in line
     assert HAZARD not in result.output
-    data = json.loads(lockdiag(cluster, "check", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--format", "json").output)
     (found,) = data["leaders"]
     pids = sorted(s.worker.pid for s in standbys)
     assert found["pid"] == leader and sorted(s["pid"] for s in found["standbys"]) == pids
@@ -109,7 +106,7 @@ def test_the_session_age_finding_speaks_of_a_leader(cluster: Cluster, elector: A
     design, and the declaration that quiets it; not the hazard of a second instance."""
     leader, _, _ = elector
     time.sleep(1.1)
-    result = lockdiag(cluster, "check", "--session-age", "1s", "--format", "json")
+    result = run_on(cluster, "check", "--session-age", "1s", "--format", "json")
     data = json.loads(result.output)
     (finding,) = [f for f in data["findings"] if f["kind"] == "session-lock"]
     assert finding["pid"] == leader
@@ -129,7 +126,7 @@ def test_the_declaration_pasted_quiets_the_leader(
     check and quiets the session-age alert; the leader is still named."""
     leader, _, _ = elector
     time.sleep(1.1)
-    data = json.loads(lockdiag(cluster, "check", "--session-age", "1s", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--session-age", "1s", "--format", "json").output)
     (finding,) = [f for f in data["findings"] if f["kind"] == "session-lock"]
     entry = re.search(r"\[namespaces.NAME\] (.*?);", finding["next_step"])
     assert entry is not None and 'expect = "session"' in entry[1], finding["next_step"]
@@ -139,7 +136,7 @@ def test_the_declaration_pasted_quiets_the_leader(
     checked = CliRunner().invoke(cli, ["registry", "check", "--registry", str(registry)])
     assert checked.exit_code == 0, checked.output
     args = ("check", "--registry", str(registry), "--session-age", "1s", "--format", "json")
-    quiet = json.loads(lockdiag(cluster, *args).output)
+    quiet = json.loads(run_on(cluster, *args).output)
     assert quiet["status"] == "OK" and not quiet["findings"], quiet
     assert [x["pid"] for x in quiet["leaders"]] == [leader]
 
@@ -157,7 +154,7 @@ def test_a_constant_bigint_leader_is_declared_by_its_key(
     two = sessions.open("elector-2")
     two.run("SELECT pg_advisory_lock(4242, 21), pg_advisory_lock(4242, 22)")
     psycopg.ClientCursor(sessions.open("elector-2").connection).execute(POLL, (4242, 21))
-    data = json.loads(lockdiag(cluster, "check", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--format", "json").output)
     declared = {x["pid"]: x["declaration"] for x in data["leaders"]}
     assert f"[namespaces.NAME] key = {constant}," in declared[leader.pid]
     assert "id = 1917933" not in declared[leader.pid]
@@ -166,7 +163,7 @@ def test_a_constant_bigint_leader_is_declared_by_its_key(
 
 def test_who_holds_says_who_polls_instead_of_nothing_to_do(cluster: Cluster, elector: Any) -> None:
     leader, _, _ = elector
-    result = lockdiag(cluster, "who-holds", "--key", "4242,17", "--format", "plain")
+    result = run_on(cluster, "who-holds", "--key", "4242,17", "--format", "plain")
     assert result.exit_code == 0, result.output
     assert "nothing to do" not in result.output
     assert f"pid {leader} (elector) holds unregistered pair (4242, 17) as a leader lock" in (
@@ -179,21 +176,21 @@ def test_who_holds_says_who_polls_instead_of_nothing_to_do(cluster: Cluster, ele
 def test_sample_counts_the_standbys(cluster: Cluster, elector: Any) -> None:
     leader, standbys, _ = elector
     args = ("sample", "--duration", "2s", "--interval", "250ms")
-    data = json.loads(lockdiag(cluster, *args, "--format", "json").stdout)
+    data = json.loads(run_on(cluster, *args, "--format", "json").stdout)
     (seen,) = data["leaders"]
     assert seen["pid"] == leader
     assert seen["standby_pids"] == sorted(s.worker.pid for s in standbys)
     assert data["polling_sessions"] == {"unregistered": 2}
-    plain = lockdiag(cluster, *args, "--format", "plain").stdout
+    plain = run_on(cluster, *args, "--format", "plain").stdout
     assert "standby(s) seen polling a try-lock" in plain and "leader lock" in plain
-    metrics = lockdiag(cluster, *args, "--format", "prometheus").stdout
+    metrics = run_on(cluster, *args, "--format", "prometheus").stdout
     assert 'lockdiag_sample_polling_sessions{namespace="unregistered"} 2' in metrics
 
 
 def test_the_exporters_series_counts_them(cluster: Cluster, elector: Any) -> None:
     """The exporter's /metrics is check's series (check_metrics): the gauge counts the two
     standbys, under the leader's namespace; the idle sessions are not counted."""
-    metrics = lockdiag(cluster, "check", "--format", "prometheus").output
+    metrics = run_on(cluster, "check", "--format", "prometheus").output
     assert 'lockdiag_polling_sessions{namespace="unregistered"} 2' in metrics
     assert 'lockdiag_polling_sessions{namespace="unknown"} 0' in metrics
 
@@ -203,9 +200,9 @@ def test_no_leader_without_standbys(cluster: Cluster, sessions: Sessions) -> Non
     holder = sessions.open("elector")
     holder.run("SELECT pg_advisory_lock(4242, 18)")
     sessions.open("elector").run("SELECT 1")
-    data = json.loads(lockdiag(cluster, "check", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--format", "json").output)
     assert data["leaders"] == []
-    result = lockdiag(cluster, "who-holds", "--key", "4242,18", "--format", "plain")
+    result = run_on(cluster, "who-holds", "--key", "4242,18", "--format", "plain")
     assert "nobody waits" in result.output and "leader lock" not in result.output
 
 
@@ -219,9 +216,9 @@ def test_a_standby_polling_another_key_is_not_its_leaders(
     sessions.open("billing").run("SELECT pg_advisory_lock(4242, 20)")  # its try fails
     client = psycopg.ClientCursor(sessions.open("elector").connection)
     client.execute(POLL, (4242, 20))  # literals: the server sees (4242, 20)
-    metrics = lockdiag(cluster, "check", "--format", "prometheus").output
+    metrics = run_on(cluster, "check", "--format", "prometheus").output
     assert 'lockdiag_polling_sessions{namespace="unknown"} 1' in metrics
-    data = json.loads(lockdiag(cluster, "check", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--format", "json").output)
     assert data["leaders"] == []
 
 

@@ -31,6 +31,9 @@ from lockdiag.keys import LockTriple
 from lockdiag.logs import LogReader, NotALog, Tally, prefix_pattern, report
 from lockdiag.registry import Registry
 
+from helpers.cli import run
+from helpers.registry import write_registry
+
 PREFIX = "%m [%p] %q%u@%d/%a "
 REGISTRY = """
 [namespaces.tenant_summary]
@@ -194,7 +197,7 @@ def incident(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Incident]:
 
 
 def _run(args: list[str], stdin: bytes | None = None) -> Result:
-    return CliRunner().invoke(cli, ["log", *args], input=stdin, catch_exceptions=False)
+    return run("log", *args, input=stdin)
 
 
 def _json(args: list[str], stdin: bytes | None = None) -> dict[str, Any]:
@@ -214,9 +217,7 @@ def _key(data: dict[str, Any], label: str) -> dict[str, Any]:
 
 @pytest.fixture
 def registry(tmp_path: Path) -> str:
-    path = tmp_path / "lockdiag.toml"
-    path.write_text(REGISTRY)
-    return str(path)
+    return str(write_registry(tmp_path, REGISTRY))
 
 
 def _formats(incident: Incident) -> list[str]:

@@ -19,15 +19,9 @@ real locks; nothing scrolls off the top.
 
 from __future__ import annotations
 
-import functools
 import html
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,17 +33,13 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster
 
-from helpers.terminal import screen_of as terminal_screen
+from helpers.browser import browse
+from helpers.cli import output
+from helpers.servers import Sessions
+from helpers.terminal import screen_once, shown
 
 SIZES = [(24, 80), (40, 120), (50, 200)]
 SIZE_IDS = [f"{columns}x{rows}" for rows, columns in SIZES]
-# rich sizes its screen from COLUMNS/LINES before the terminal's own size: the pty decides
-CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if k not in ("COLUMNS", "LINES")
-    and (not k.startswith(("LOCKDIAG_", "PG")) or k == "LOCKDIAG_PG_BIN")
-}
 
 PDF_ID, SUMMARY_ID, REPORT_ID, LEDGER_ID = 4200, 4102, 4300, 4400
 CONTENDED = "invoice_pdf_export 9000"  # four sessions wait for it
@@ -103,31 +93,6 @@ expect = "session"
 
 
 @dataclass
-class Session:
-    connection: psycopg.Connection[Any]
-    pid: int
-    name: str
-    thread: threading.Thread | None = None
-    error: BaseException | None = None
-
-    def run(self, sql: str) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql.encode())
-
-    def start(self, sql: str) -> None:
-        """Run ``sql`` in a background thread (it waits for a lock)."""
-
-        def target() -> None:
-            try:
-                self.run(sql)
-            except BaseException as error:  # the session is terminated at the end
-                self.error = error
-
-        self.thread = threading.Thread(target=target, daemon=True, name=self.name)
-        self.thread.start()
-
-
-@dataclass
 class Incident:
     """The saved snapshot, its registry, and who is who in it."""
 
@@ -149,69 +114,12 @@ class Incident:
         return ["--from", str(self.snapshot), "--registry", str(self.registry)]
 
 
-@dataclass
-class Opened:
-    cluster: Cluster
-    sessions: list[Session] = field(default_factory=list)
-
-    def open(self, name: str, autocommit: bool = True) -> Session:
-        connection = psycopg.connect(self.cluster.dsn(application_name=name), autocommit=autocommit)
-        session = Session(connection, connection.info.backend_pid, name)
-        self.sessions.append(session)
-        return session
-
-    def waiting(self, *waiters: Session, timeout: float = 15.0) -> None:
-        """Until every one of ``waiters`` waits for a lock (not granted in pg_locks, with
-        its waitstart)."""
-        pids = [w.pid for w in waiters]
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
-            while time.monotonic() < deadline:
-                row = admin.execute(
-                    "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted "
-                    "AND waitstart IS NOT NULL AND pid = ANY(%s::int[])",
-                    (pids,),
-                ).fetchone()
-                if row is not None and row[0] == len(pids):
-                    return
-                errors = [f"{w.name}: {w.error}" for w in waiters if w.error is not None]
-                assert not errors, errors
-                time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {pids} to wait for a lock")
-
-    def close(self) -> None:
-        pids = [s.pid for s in self.sessions]
-        if pids:
-            with psycopg.connect(self.cluster.dsn(), autocommit=True) as admin:
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,)
-                )
-        for session in self.sessions:
-            if session.thread is not None:
-                session.thread.join(5)
-            session.connection.close()
-        self.sessions.clear()
-
-
-def lockdiag(*args: str, codes: tuple[int, ...] = (0,)) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=CLEAN_ENV,
-        timeout=60,
-    )
-    assert result.returncode in codes, f"{args}: exit {result.returncode}\n{result.stderr}"
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def incident(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Incident]:
     scratch = tmp_path_factory.mktemp("messy")
     registry = scratch / "lockdiag.toml"
     registry.write_text(REGISTRY_TEXT)
-    opened = Opened(cluster)
+    opened = Sessions(cluster)
     try:
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("CREATE TABLE IF NOT EXISTS messy_t (id int PRIMARY KEY)")
@@ -222,31 +130,31 @@ def incident(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         pdf_waiters = [opened.open(f"pdf-render-{n}") for n in range(1, 5)]
         for waiter in pdf_waiters:
             waiter.start(f"SELECT pg_advisory_lock({PDF_ID}, 9000)")
-        opened.waiting(*pdf_waiters)
+        opened.waiting(*pdf_waiters, timeout=15)
         # a holder idle in transaction, one waiter
         stuck = opened.open("summary-worker", autocommit=False)
         stuck.run(f"SELECT pg_advisory_xact_lock({SUMMARY_ID}, 73)")
         stuck_waiter = opened.open("summary-retry")
         stuck_waiter.start(f"SELECT pg_advisory_xact_lock({SUMMARY_ID}, 73)")
-        opened.waiting(stuck_waiter)
+        opened.waiting(stuck_waiter, timeout=15)
         # three levels: A holds k1; B holds k2 and waits for k1; C waits for k2
         chain_a, chain_b, chain_c = (opened.open(f"cache-{n}") for n in "abc")
         chain_a.run(f"SELECT pg_advisory_lock({REPORT_ID}, 1)")
         chain_b.run(f"SELECT pg_advisory_lock({REPORT_ID}, 2)")
         chain_b.start(f"SELECT pg_advisory_lock({REPORT_ID}, 1)")
-        opened.waiting(chain_b)
+        opened.waiting(chain_b, timeout=15)
         chain_c.start(f"SELECT pg_advisory_lock({REPORT_ID}, 2)")
-        opened.waiting(chain_c)
+        opened.waiting(chain_c, timeout=15)
         # a table lock at the root of a chain that ends in an advisory wait
         table_d = opened.open("schema-migrate", autocommit=False)
         table_d.run("LOCK TABLE messy_t IN ACCESS EXCLUSIVE MODE")
         table_e = opened.open("ledger-report", autocommit=False)
         table_e.run(f"SELECT pg_advisory_xact_lock({LEDGER_ID}, 5)")
         table_e.start("SELECT * FROM messy_t")
-        opened.waiting(table_e)
+        opened.waiting(table_e, timeout=15)
         table_f = opened.open("ledger-sync")
         table_f.start(f"SELECT pg_advisory_lock({LEDGER_ID}, 5)")
-        opened.waiting(table_f)
+        opened.waiting(table_f, timeout=15)
         # 500 uncontested session locks in one statement
         bulk = opened.open("pdf-prewarm")
         bulk.run(f"SELECT pg_advisory_lock({PDF_ID}, n) FROM generate_series(10000, 10499) n")
@@ -254,9 +162,9 @@ def incident(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for n in range(1, 14):
             opened.open(f"web-{n}")
         everyone = [*pdf_waiters, stuck_waiter, chain_b, chain_c, table_e, table_f]
-        opened.waiting(*everyone)
+        opened.waiting(*everyone, timeout=15)
         snapshot = scratch / "incident.json"
-        lockdiag("snapshot", "-o", str(snapshot), "--dsn", cluster.dsn())
+        output("snapshot", "-o", str(snapshot), "--dsn", cluster.dsn())
         recording = scratch / "incident.jsonl"
         recording.write_text(json.dumps(json.loads(snapshot.read_text())) + "\n")
         yield Incident(
@@ -270,24 +178,14 @@ def incident(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
             chain=(chain_a.pid, chain_b.pid, chain_c.pid),
             table=(table_d.pid, table_e.pid, table_f.pid),
             bulk=bulk.pid,
-            total=len(opened.sessions),
-            pids={s.name: s.pid for s in opened.sessions},
+            total=len(opened.workers),
+            pids={s.name: s.pid for s in opened.workers},
         )
     finally:
         opened.close()
 
 
 # -- a real terminal -----------------------------------------------------------------------------
-
-
-@functools.cache
-def screen_of(args: tuple[str, ...], size: tuple[int, int], keys: str = "") -> tuple[str, ...]:
-    """The screen of ``lockdiag ARGS`` in a pty of ``size``; each (args, size) runs once."""
-    return tuple(terminal_screen(args, size, keys, codes=(0, 1, 2), env=CLEAN_ENV))
-
-
-def shown(screen: tuple[str, ...] | list[str]) -> str:
-    return "\n".join(screen)
 
 
 def nonblank(screen: tuple[str, ...]) -> list[str]:
@@ -330,7 +228,7 @@ def assert_names_the_cause(screen: tuple[str, ...], incident: Incident) -> None:
 
 def check_json(incident: Incident, *extra: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(
-        lockdiag("check", *extra, *incident.source, "--format", "json", codes=(0, 1, 2))
+        output("check", *extra, *incident.source, "--format", "json", codes=(0, 1, 2))
     )
     return document
 
@@ -345,7 +243,7 @@ def verdict_of(document: dict[str, Any]) -> str:
 
 def list_json(incident: Incident, *extra: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(
-        lockdiag("list", *extra, *incident.source, "--format", "json")
+        output("list", *extra, *incident.source, "--format", "json")
     )
     return document
 
@@ -363,7 +261,7 @@ def test_the_snapshot_holds_the_whole_scenario(incident: Incident) -> None:
     """Not a view under test: the incident the other tests rely on is really in the file."""
     saved = json.loads(incident.snapshot.read_text())
     assert incident.total == 27
-    document = json.loads(lockdiag("blockers", *incident.source, "--format", "json"))
+    document = json.loads(output("blockers", *incident.source, "--format", "json"))
     roots = [(r["pid"], r["direct"], r["total"]) for r in document["roots"]]
     chain_a, _, _ = incident.chain
     table_d, _, _ = incident.table
@@ -408,7 +306,7 @@ def test_check_json_first_cause_is_the_leaked_session_lock(
 
 
 def test_blockers_json_first_root_is_the_leaked_session_lock(incident: Incident) -> None:
-    document = json.loads(lockdiag("blockers", *incident.source, "--format", "json"))
+    document = json.loads(output("blockers", *incident.source, "--format", "json"))
     root = document["roots"][0]
     assert root["pid"] == incident.billing, root
     assert (root["direct"], root["total"]) == (4, 4), root
@@ -437,7 +335,7 @@ def test_check_text_and_json_agree_on_severities_and_counts(
     incident: Incident, thresholds: tuple[str, ...]
 ) -> None:
     document = check_json(incident, *thresholds)
-    plain = lockdiag("check", *thresholds, *incident.source, "--format", "plain", codes=(0, 1, 2))
+    plain = output("check", *thresholds, *incident.source, "--format", "plain", codes=(0, 1, 2))
     lines = plain.splitlines()
     summary = document["summary"]
     assert lines[0] == verdict_of(document), plain
@@ -460,7 +358,7 @@ def test_check_text_and_json_agree_on_severities_and_counts(
 def test_check_on_a_terminal(
     incident: Incident, size: tuple[int, int], thresholds: tuple[str, ...]
 ) -> None:
-    screen = screen_of(("check", *thresholds, *incident.source), size)
+    screen = screen_once(("check", *thresholds, *incident.source), size)
     text = shown(screen)
     lines = nonblank(screen)
     document = check_json(incident, *thresholds)
@@ -486,7 +384,7 @@ def test_check_on_a_terminal(
 @pytest.mark.parametrize("every", [False, True], ids=["list", "list-all"])
 def test_list_on_a_terminal(incident: Incident, size: tuple[int, int], every: bool) -> None:
     extra = ("--all",) if every else ()
-    screen = screen_of(("list", *extra, *incident.source), size)
+    screen = screen_once(("list", *extra, *incident.source), size)
     text = shown(screen)
     lines = nonblank(screen)
     # nothing scrolled off: the header (or, on a narrow screen, the first row) on top
@@ -518,7 +416,7 @@ def test_list_folds_count_real_locks(incident: Incident, size: tuple[int, int]) 
     """The 500-lock worker's locks are one row, `500 x invoice_pdf_export 10000..10499`, at
     every size; any fold row says how many locks it stands for, all of them."""
     for extra in ((), ("--all",)):
-        screen = screen_of(("list", *extra, *incident.source), size)
+        screen = screen_once(("list", *extra, *incident.source), size)
         text = shown(screen)
         folds = [line for line in screen if re.search(r"\b\d+ x invoice_pdf_export ", line)]
         if not extra:
@@ -531,7 +429,7 @@ def test_list_folds_count_real_locks(incident: Incident, size: tuple[int, int]) 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 def test_blockers_on_a_terminal(incident: Incident, size: tuple[int, int]) -> None:
-    screen = screen_of(("blockers", *incident.source), size)
+    screen = screen_once(("blockers", *incident.source), size)
     text = shown(screen)
     lines = nonblank(screen)
     assert lines[0].startswith(f"root blocker 1: {CONTENDED}"), text  # nothing scrolled off
@@ -548,7 +446,7 @@ def test_blockers_on_a_terminal(incident: Incident, size: tuple[int, int]) -> No
 def test_watch_on_a_terminal(incident: Incident, size: tuple[int, int]) -> None:
     args = ("watch", "--from", str(incident.recording), "--registry", str(incident.registry),
             "--interval", "60s")  # fmt: skip
-    screen = screen_of(args, size, keys="q")
+    screen = screen_once(args, size, keys="q")
     text = shown(screen)
     lines = nonblank(screen)
     assert lines[0].startswith("lockdiag watch"), text  # its header, on top
@@ -612,28 +510,9 @@ def page_file(incident: Incident) -> Path:
     return path
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:  # never a skip: the page must be seen rendered
-        pytest.fail("chromium not found: apt-get install -y chromium", pytrace=False)
-    return found
-
-
 def seen_in_browser(page: Path, width: int, height: int, profile: Path) -> tuple[str, list[str]]:
     """The viewport chromium laid out, and the page's lines inside it, top to bottom."""
-    flags = ["--headless", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={profile}", "--disable-dev-shm-usage",
-             f"--window-size={width},{height}", "--dump-dom"]  # fmt: skip
-    if os.geteuid() == 0:
-        flags.append("--no-sandbox")
-    done = subprocess.run(
-        [chromium(), *flags, page.as_uri()],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = browse(page.as_uri(), profile, f"--window-size={width},{height}", "--dump-dom")
     found = re.search(
         r"<pre id=\"seen\" data-viewport=\"(\d+x\d+)\">(.*?)</pre>", done.stdout, re.S
     )

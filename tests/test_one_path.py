@@ -15,13 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Bouncer, Cluster, free_port, start_pgbouncer
 
+from helpers.cli import run
+from helpers.exporter import get, healthy, prometheus, scrape_config, series
+from helpers.polling import until
 from helpers.servers import Sessions
-from test_exporter import get, prometheus, scrape_config, series, until
 
 KEY = 737373
 WAITERS = 3
@@ -51,8 +51,8 @@ def leaked(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[tup
         bouncer.stop()
 
 
-def lockdiag(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args))
+def status_and_stdout(*args: str) -> tuple[int, str]:
+    result = run(*args)
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
     return result.exit_code, result.stdout
 
@@ -68,18 +68,11 @@ def exporter(cluster: Cluster, leaked: tuple[int, Path]) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        until(lambda: _healthy(url), 20, "the exporter to listen")
+        until(lambda: healthy(url), 20, "the exporter to listen")
         yield url
     finally:
         process.terminate()
         process.wait(10)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return get(f"{url}/-/healthy")[0] == 200
-    except OSError:
-        return False
 
 
 def test_the_leak_is_one_cause_in_check_watch_the_series_and_the_page(
@@ -87,7 +80,7 @@ def test_the_leak_is_one_cause_in_check_watch_the_series_and_the_page(
 ) -> None:
     pid, registry = leaked
     source = ("--dsn", cluster.dsn(), "--registry", str(registry))
-    status, text = lockdiag("check", *source, "--format", "json")
+    status, text = status_and_stdout("check", *source, "--format", "json")
     document: dict[str, Any] = json.loads(text)
     assert status == 2, text
     (cause,) = [c for c in document["causes"] if c["pid"] == pid]

@@ -13,19 +13,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from click.testing import CliRunner, Result
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import run_on
 from helpers.servers import Sessions, Worker, keep_alive
 
 RAN = "its session ran a statement"
 OLDER = "the lock may be far older"
-
-
-def lockdiag(cluster: Cluster, *args: str) -> Result:
-    return CliRunner().invoke(cli, [*args[:1], "--dsn", cluster.dsn(), *args[1:]])
 
 
 @pytest.fixture
@@ -50,7 +45,7 @@ def test_list_says_the_age_of_a_pinging_leader_may_be_far_older(
     cluster: Cluster, leaders: tuple[Worker, Worker, Worker]
 ) -> None:
     pinging, silent, late = leaders
-    result = lockdiag(cluster, "list", "--format", "plain")
+    result = run_on(cluster, "list", "--format", "plain")
     assert result.exit_code == 0, result.output
     (line,) = notes(result.output, pinging.pid)
     holding = f"pid {pinging.pid} (pinging-leader), holding unregistered pair (4242, 1): "
@@ -65,10 +60,10 @@ def test_who_holds_says_it_of_the_holder(
     cluster: Cluster, leaders: tuple[Worker, Worker, Worker]
 ) -> None:
     pinging, _, _ = leaders
-    result = lockdiag(cluster, "who-holds", "--key", "4242,1", "--format", "plain")
+    result = run_on(cluster, "who-holds", "--key", "4242,1", "--format", "plain")
     (line,) = notes(result.output, pinging.pid)
     assert "(4242, 1): HELD ≥ " in line and OLDER in line
-    quiet = lockdiag(cluster, "who-holds", "--key", "4242,2", "--format", "plain")
+    quiet = run_on(cluster, "who-holds", "--key", "4242,2", "--format", "plain")
     assert quiet.exit_code == 0 and RAN not in quiet.output, quiet.output
 
 
@@ -79,14 +74,14 @@ def test_check_says_session_age_cannot_judge_it(
     says the pinging one's bound could not be judged; under the default 5m the session is
     younger than the threshold and nothing is said."""
     pinging, silent, _ = leaders
-    result = lockdiag(cluster, "check", "--session-age", "2s", "--format", "plain")
+    result = run_on(cluster, "check", "--session-age", "2s", "--format", "plain")
     assert result.exit_code == 1, result.output  # the silent one: session-lock WARNING
     (line,) = notes(result.output, pinging.pid)
     assert line.startswith(f"note: pid {pinging.pid} (pinging-leader), holding ") and OLDER in line
     assert "(4242, 1): held ≥ " in line
     assert "--session-age 2s cannot judge it from one read" in line
     assert not notes(result.output, silent.pid)
-    data = json.loads(lockdiag(cluster, "check", "--session-age", "2s", "--format", "json").output)
+    data = json.loads(run_on(cluster, "check", "--session-age", "2s", "--format", "json").output)
     assert [n for n in data["notes"] if f"pid {pinging.pid} (" in n and RAN in n]
-    default = lockdiag(cluster, "check", "--format", "plain")
+    default = run_on(cluster, "check", "--format", "plain")
     assert default.exit_code == 0 and RAN not in default.output, default.output

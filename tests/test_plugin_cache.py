@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.plugins import install
+
 PROBE = (
     "import sys\n"
     "from lockdiag import plugins\n"
@@ -34,13 +36,9 @@ def run(site: Path, cache: Path) -> str:
     return result.stdout.strip()
 
 
-def install(site: Path) -> None:
-    """A distribution as pip leaves it: its module, and a dist-info with its entry point."""
-    (site / "acme_plugin.py").write_text(PLUGIN)
-    info = site / "acme_plugin-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[lockdiag.catalogue]\nacme = acme_plugin:entries\n")
+def install_acme(site: Path) -> None:
+    """The Acme plugin, installed as pip leaves it."""
+    install(site, "acme_plugin", PLUGIN, {"acme": "acme_plugin:entries"})
 
 
 def test_plugins_are_found_once_then_read_from_the_cache(tmp_path: Path) -> None:
@@ -49,7 +47,7 @@ def test_plugins_are_found_once_then_read_from_the_cache(tmp_path: Path) -> None
     cache.mkdir()  # made now: the current directory (tmp_path) is on sys.path too
     assert run(site, cache) == "[] True"  # looked up: the distributions' metadata read
     assert run(site, cache) == "[] False"  # from the cache: no metadata read at all
-    install(site)  # a new dist-info directory changes the site directory's time
+    install_acme(site)  # a new dist-info directory changes the site directory's time
     assert run(site, cache) == "['acme'] True"
     assert run(site, cache) == "['acme'] True"  # from the cache: the plugin itself loaded
     (written,) = (cache / "lockdiag").iterdir()
@@ -66,7 +64,7 @@ def test_plugins_are_found_once_then_read_from_the_cache(tmp_path: Path) -> None
 def test_a_cache_that_cannot_be_written_leaves_the_answer_alone(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
-    install(site)
+    install_acme(site)
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     assert run(site, blocked) == "['acme'] True"

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import zlib
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import from_bigint, from_pair
 from lockdiag.plugins import Entry, Key, cause
 
+from helpers.cli import lockdiag
+from helpers.plugins import install
 from helpers.servers import Sessions
 
 DEPLOY_KEY = 4711000001  # high word 1, low word 416032705
@@ -57,17 +58,6 @@ def entries():
 """
 
 
-def install(site: Path, module: str, source: str, points: dict[str, str]) -> None:
-    """A distribution as pip leaves it: the module, and a dist-info with its entry points."""
-    site.mkdir(exist_ok=True)
-    (site / f"{module}.py").write_text(textwrap.dedent(source))
-    info = site / f"{module}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-    lines = [f"{name} = {target}" for name, target in points.items()]
-    (info / "entry_points.txt").write_text("[lockdiag.catalogue]\n" + "\n".join(lines) + "\n")
-
-
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     found = tmp_path / "site"
@@ -75,16 +65,10 @@ def site(tmp_path: Path) -> Path:
     return found
 
 
-def lockdiag(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "lockdiag", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,  # the tests look at the exit code
-    )
+def with_plugins(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``lockdiag ARGS`` as a process with ``site`` (its plugins) on its Python path, on a
+    250-column screen."""
+    return lockdiag(*args, env={**os.environ, "PYTHONPATH": str(site), "COLUMNS": "250"})
 
 
 def python(site: Path, code: str) -> str:
@@ -163,12 +147,12 @@ def test_plugins_load_once_and_only_when_a_catalogue_is_built(site: Path) -> Non
         "print(len(acme_lockdiag.CALLS))\n"
     )
     assert python(site, probe).split() == ["False", "1"]
-    key = lockdiag(site, "key", "--help")
+    key = with_plugins(site, "key", "--help")
     assert key.returncode == 0 and key.stderr == ""
 
 
 def test_decode_names_a_plugin_key_without_a_server(site: Path) -> None:
-    result = lockdiag(site, "decode", str(DEPLOY_KEY), "--format", "json")
+    result = with_plugins(site, "decode", str(DEPLOY_KEY), "--format", "json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["known"] == {
         "software": "Acme Deploy",
@@ -176,7 +160,7 @@ def test_decode_names_a_plugin_key_without_a_server(site: Path) -> None:
         "confidence": "plugin",
         "plugin": "acme",
     }
-    space = lockdiag(site, "decode", str(TENANT_SPACE), "99")
+    space = with_plugins(site, "decode", str(TENANT_SPACE), "99")
     assert space.stdout.splitlines()[0] == "Acme Deploy: tenant job (declared by plugin acme)"
     assert "SELECT pg_try_advisory_lock(4712, 99) (as Acme Deploy takes it)" in space.stdout
     assert result.stderr == space.stderr == ""
@@ -210,14 +194,14 @@ def test_list_who_holds_and_check_name_the_plugins_software(
     cluster: Cluster, sessions: Sessions, site: Path
 ) -> None:
     deploy, cron, waiter = hold(sessions)
-    listed = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "json")
+    listed = with_plugins(site, "list", "--dsn", cluster.dsn(), "--format", "json")
     assert plugin_locks(listed) == sorted([
         (deploy, "Acme Deploy", "deploy lock", "plugin", "acme"),
         (deploy, "Acme Deploy", "tenant job", "plugin", "acme"),
         (cron, "Acme Cron", "cron of postgres", "plugin", "acme"),
         (waiter, "Acme Deploy", "deploy lock", "plugin", "acme"),
     ])  # fmt: skip
-    plain = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "plain")
+    plain = with_plugins(site, "list", "--dsn", cluster.dsn(), "--format", "plain")
     labels = {line.split("  ")[0] for line in plain.stdout.splitlines()[1:-1]}  # header, total
     assert labels == {
         "Acme Deploy: deploy lock (declared by plugin acme)",
@@ -225,7 +209,7 @@ def test_list_who_holds_and_check_name_the_plugins_software(
         "Acme Cron: cron of postgres (declared by plugin acme)",
     }
 
-    who = lockdiag(site, "who-holds", "--key", str(DEPLOY_KEY), "--dsn", cluster.dsn())
+    who = with_plugins(site, "who-holds", "--key", str(DEPLOY_KEY), "--dsn", cluster.dsn())
     assert who.returncode == 0, who.stderr
     assert who.stdout.splitlines()[0].startswith(
         f"Acme Deploy: deploy lock (declared by plugin acme) (1, 416032705, 1) is held by pid "
@@ -238,7 +222,7 @@ def test_list_who_holds_and_check_name_the_plugins_software(
     # the holder's own query shows the call: the strongest evidence of how it was taken
     assert "SQL: SELECT pg_advisory_lock(4711000001) (its holder's own query)" in who.stdout
 
-    check = lockdiag(
+    check = with_plugins(
         site, "check", "--session-age", "0s,1h", "--wait-age", "0s,5m", "--dsn", cluster.dsn(),
         "--format", "json",
     )  # fmt: skip
@@ -272,7 +256,7 @@ def test_a_broken_plugin_warns_in_one_line_and_the_command_answers(
     source = "".join(code for _, code in BROKEN.values() if code)
     install(site, "broken_plugins", source, {name: target for name, (target, _) in BROKEN.items()})
     hold(sessions)
-    listed = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "json")
+    listed = with_plugins(site, "list", "--dsn", cluster.dsn(), "--format", "json")
     assert len(plugin_locks(listed)) == 4  # acme's keys, named as without the broken ones
     assert warnings_of(listed) == [
         "lockdiag: warning: plugin garbage not used: TypeError: it returned a str, not a "
@@ -284,7 +268,7 @@ def test_a_broken_plugin_warns_in_one_line_and_the_command_answers(
         "lockdiag: warning: plugin raises not used: RuntimeError: no config",
     ]
     assert listed.stderr.count("\n") == 4  # one line each, never a traceback
-    check = lockdiag(site, "check", "--dsn", cluster.dsn())
+    check = with_plugins(site, "check", "--dsn", cluster.dsn())
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith("OK")
     assert warnings_of(check) == warnings_of(listed)
@@ -307,7 +291,7 @@ def test_a_clash_keeps_the_registry_name_then_the_built_in_one(
     deploy, cron, waiter = hold(sessions)
     prisma = sessions.open("prisma")
     prisma.run("SELECT pg_advisory_lock(72707369)")
-    listed = lockdiag(site, "list", "--dsn", cluster.dsn(), "--format", "json")
+    listed = with_plugins(site, "list", "--dsn", cluster.dsn(), "--format", "json")
     locks = json.loads(listed.stdout)["locks"]
     names = {
         (lock["pid"], lock["namespace"], (lock["known"] or {}).get("software")) for lock in locks
@@ -343,11 +327,11 @@ def test_the_guides_example_is_a_working_plugin(tmp_path: Path) -> None:
     module = text.split("The module, complete:\n\n```python\n", 1)[1].split("```", 1)[0]
     site = tmp_path / "guide"
     install(site, "acme_lockdiag", module, {"acme": "acme_lockdiag:entries"})
-    deploy = lockdiag(site, "decode", str(DEPLOY_KEY))
+    deploy = with_plugins(site, "decode", str(DEPLOY_KEY))
     assert deploy.stdout.splitlines()[:2] == [
         "Acme Deploy: deploy lock (declared by plugin acme)",
         "  confidence: plugin",
     ]
-    jobs = lockdiag(site, "decode", str(TENANT_SPACE), "5")
+    jobs = with_plugins(site, "decode", str(TENANT_SPACE), "5")
     assert jobs.stdout.splitlines()[0] == "Acme Jobs: tenant job (declared by plugin acme)"
     assert deploy.stderr == jobs.stderr == ""

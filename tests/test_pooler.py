@@ -21,16 +21,10 @@ from lockdiag.errors import ServerError
 from lockdiag.pg.deadline import NoAnswer
 from lockdiag.pg.session import DiagnosticSession
 
-from helpers.cli import ctrl_c_reaches_child
+from helpers.cli import ctrl_c_reaches_child, list_json
+from helpers.pooler import leak
 from helpers.servers import Sessions
 from helpers.terminal import TERMINAL_ENV
-
-
-@pytest.fixture
-def transaction_pool(cluster: Cluster) -> Iterator[Bouncer]:
-    bouncer = start_pgbouncer(cluster, "transaction")
-    yield bouncer
-    bouncer.stop()
 
 
 @pytest.fixture
@@ -38,23 +32,6 @@ def session_pool(cluster: Cluster) -> Iterator[Bouncer]:
     bouncer = start_pgbouncer(cluster, "session")
     yield bouncer
     bouncer.stop()
-
-
-def leak(bouncer: Bouncer, key: int) -> int:
-    """A worker takes a session lock through the pool and leaves without unlocking."""
-    with psycopg.connect(
-        bouncer.dsn(application_name="leaky-worker"), autocommit=True, prepare_threshold=None
-    ) as worker:
-        row = worker.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()", (key,)).fetchone()
-        assert row is not None and row[0] is True
-        return int(row[1])
-
-
-def list_json(cluster: Cluster, *args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(cli, ["list", "--dsn", cluster.dsn(), "--format", "json", *args])
-    assert result.exit_code == 0, result.stderr
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
 
 
 def test_leak_through_transaction_pooling_is_flagged(

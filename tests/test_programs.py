@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, create_cluster
 
+from helpers.cli import run_on, step_of
 from helpers.servers import OTHER_DB, Sessions, Worker
 
 RAILS_SALT = 2053462845  # ActiveRecord's MIGRATOR_SALT
@@ -33,24 +34,18 @@ MIGRATIONS = -8525285245963000605  # postgres-migrations' key
 AGES = ["--session-age", "0s,1h", "--idle-age", "0s,1h", "--wait-age", "0s,1h"]
 
 
-def lockdiag(cluster: Cluster, *args: str) -> Result:
-    result = CliRunner().invoke(cli, [*args[:1], "--dsn", cluster.dsn(), *args[1:]])
+def run_checked(cluster: Cluster, command: str, *args: str) -> Result:
+    """``lockdiag COMMAND --dsn CLUSTER ARGS``, checked to have printed no traceback."""
+    result = run_on(cluster, command, *args)
     assert "Traceback" not in result.output, result.output
     return result
 
 
 def check(cluster: Cluster) -> dict[str, Any]:
-    result = lockdiag(cluster, "check", "--format", "json", *AGES)
+    result = run_checked(cluster, "check", "--format", "json", *AGES)
     assert result.exit_code in (0, 1, 2), result.output
     document: dict[str, Any] = json.loads(result.stdout)
     return document
-
-
-def step_of(document: dict[str, Any], pid: int, kind: str = "session-lock") -> str:
-    found = [f for f in document["findings"] if f["pid"] == pid and f["kind"] == kind]
-    assert found, json.dumps(document["findings"], indent=1)
-    step: str = found[0]["next_step"]
-    return step
 
 
 def connect(
@@ -139,9 +134,9 @@ def test_a_rails_migration_is_pointed_at_on_its_main_connection(
     assert "a second db:migrate run at the same time" in step, step
     assert f"end pid {work.pid} instead" in step, step
     assert f"lockdiag terminate {lock.pid}" not in step and "timeout" not in step, step
-    text = lockdiag(cluster, "who-holds", "--key", str(key)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(key)).stdout
     assert f"whose migration runs on pid {work.pid} (active)" in text.splitlines()[0], text
-    plain = lockdiag(cluster, "check", "--format", "plain", *AGES).stdout
+    plain = run_checked(cluster, "check", "--format", "plain", *AGES).stdout
     going = f"its work is not over: Ruby on Rails's migration runs on pid {work.pid}"
     assert going in plain, plain
 
@@ -151,18 +146,18 @@ def test_terminate_says_so_and_refuses_yes_without_force(
 ) -> None:
     work, lock, _ = rails_migration(sessions)
     assert work is not None
-    refused = lockdiag(cluster, "terminate", str(lock.pid), "--yes")
+    refused = run_checked(cluster, "terminate", str(lock.pid), "--yes")
     assert refused.exit_code == 2, refused.output  # terminate's documented "refused"
     assert "Ruby on Rails: migration lock of database postgres: " in refused.stdout
     assert f"Ending pid {lock.pid} does not stop the migration" in refused.stdout
     assert f"(its migration runs on pid {work.pid}): ending it does not stop" in refused.stderr
     assert "--force" in refused.stderr and "nothing done" in refused.stderr
     assert holds(cluster, lock.pid)
-    document = lockdiag(cluster, "terminate", str(lock.pid), "--yes", "--format", "json")
+    document = run_checked(cluster, "terminate", str(lock.pid), "--yes", "--format", "json")
     assert document.exit_code == 2
     program = json.loads(document.stdout)["program"]
     assert program["keeps_working"] and program["sibling"] == work.pid, program
-    ended = lockdiag(cluster, "terminate", str(lock.pid), "--yes", "--force")
+    ended = run_checked(cluster, "terminate", str(lock.pid), "--yes", "--force")
     assert ended.exit_code == 0, ended.output
     assert not holds(cluster, lock.pid)
     busy(sessions, work)  # what the warning said: the migration goes on without its lock
@@ -186,9 +181,9 @@ def test_a_session_of_the_same_name_that_is_no_sibling_is_not_the_migration(
     assert str(later.pid) not in step, step
     assert "the migration is not running" in step, step
     assert step.index("sport = :") < step.index(f"lockdiag terminate {lock.pid}"), step
-    text = lockdiag(cluster, "who-holds", "--key", str(key)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(key)).stdout
     assert "whose migration's connection is gone" in text.splitlines()[0], text
-    refused = lockdiag(cluster, "terminate", str(lock.pid), "--yes")
+    refused = run_checked(cluster, "terminate", str(lock.pid), "--yes")
     assert refused.exit_code == 2 and "--force" in refused.stderr, refused.output
 
 
@@ -273,7 +268,7 @@ def test_a_sqitch_change_is_pointed_at_in_psql(cluster: Cluster, sessions: Sessi
     assert "Sqitch cannot record it" in step and "a second deploy" in step, step
     assert f"end pid {change.pid} instead" in step, step
     assert f"lockdiag terminate {deploy.pid}" not in step and "idle_in_transaction" not in step
-    refused = lockdiag(cluster, "terminate", str(deploy.pid), "--yes")
+    refused = run_checked(cluster, "terminate", str(deploy.pid), "--yes")
     assert refused.exit_code == 2, refused.output
     assert "Sqitch: deploy lock: Sqitch's change runs on pid" in refused.stdout
     assert holds(cluster, deploy.pid)
@@ -353,12 +348,12 @@ def test_pg_partman_at_work_is_left_alone_and_its_function_comes_from_its_query(
     busy(sessions, maintenance)
     document = check(cluster)
     assert not [f for f in document["findings"] if f["pid"] == maintenance.pid], document
-    text = lockdiag(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
     routine = call.split(".")[1].split("(", maxsplit=1)[0] + "()"
     assert f"pg_partman's {routine} at work" in text.splitlines()[0], text
     assert f"SQL: SELECT {function}({MAINTENANCE}) (as pg_partman's {routine} takes it" in text
     assert "left behind" not in text
-    preview = lockdiag(cluster, "terminate", str(maintenance.pid))  # not a terminal: no prompt
+    preview = run_checked(cluster, "terminate", str(maintenance.pid))  # not a terminal: no prompt
     assert f"pg_partman's {routine} runs in this session now" in preview.stdout
     assert "ending the session stops that call" in preview.stdout
 
@@ -377,7 +372,7 @@ def test_pg_partman_lock_taken_by_other_code_is_ended_only_after_asking(
     step = found[0]["next_step"]
     assert "other code took the key" in step, step
     assert step.index("Ask who owns the session first") < step.index("lockdiag terminate"), step
-    text = lockdiag(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
     assert "or held by other code on purpose" in text.splitlines()[1], text
     assert "failed" not in text.splitlines()[1], text
 
@@ -401,7 +396,7 @@ def test_a_pg_partman_call_returned_in_an_open_transaction_is_not_ended(
     assert "lockdiag terminate" not in step and "timeout" not in step, step
     assert not [f for f in document["findings"] if f["pid"] == caller.pid and
                 f["owner_done"] and f["owner_done"]["level"] != "unknown"]  # fmt: skip
-    text = lockdiag(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(MAINTENANCE)).stdout
     assert "run_maintenance() returned in a transaction still open" in text.splitlines()[0], text
     assert "at work" not in text, text
     decoded = CliRunner().invoke(cli, ["decode", str(MAINTENANCE), "--dsn", cluster.dsn()])
@@ -536,7 +531,7 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
         10,
         "four sessions to try",
     )
-    result = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS))
+    result = run_checked(cluster, "who-holds", "--key", str(MIGRATIONS))
     lines = result.stdout.splitlines()
     assert (
         f"nobody waits in pg_locks: 1 session retries this key (pid {same.worker.pid}:"
@@ -545,13 +540,13 @@ def test_sessions_that_retry_a_key_are_counted_instead_of_nobody_waits(
     assert str(other.worker.pid) not in result.stdout and "nothing to do" not in lines[1]
     assert str(elsewhere.worker.pid) not in result.stdout
     assert str(bound.worker.pid) not in result.stdout
-    document = json.loads(lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS), "--format",
+    document = json.loads(run_checked(cluster, "who-holds", "--key", str(MIGRATIONS), "--format",
                                    "json").stdout)  # fmt: skip
     assert document["retrying"] == [same.worker.pid]
     # another program's key: nobody retries it
     holder = connect(sessions, "billing")
     holder.run(f"SELECT pg_advisory_lock({MIGRATIONS + 2})")
-    quiet = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS + 2)).stdout
+    quiet = run_checked(cluster, "who-holds", "--key", str(MIGRATIONS + 2)).stdout
     assert "nobody waits for it;" in quiet.splitlines()[1] and "retr" not in quiet, quiet
 
 
@@ -582,7 +577,7 @@ def test_a_migration_between_two_migrations_is_no_leader(
     assert document["leaders"] == [], document["leaders"]
     step = step_of(document, migrate.pid)
     assert "leader" not in step and "postgres-migrations migration is running" in step, step
-    text = lockdiag(cluster, "who-holds", "--key", str(MIGRATIONS)).stdout
+    text = run_checked(cluster, "who-holds", "--key", str(MIGRATIONS)).stdout
     assert "leader" not in text and f"1 session retries this key (pid {pid}" in text, text
 
 
@@ -599,7 +594,7 @@ def test_a_hashed_pair_is_told_to_try_hashtext_and_that_names_it(
     worker.run(
         "SELECT pg_advisory_lock(hashtext('nightly rollup lock'), hashtext('public.orders'))"
     )
-    result = lockdiag(cluster, "check", "--format", "json", "--session-age", "1h")
+    result = run_checked(cluster, "check", "--format", "json", "--session-age", "1h")
     (found,) = [
         f
         for f in json.loads(result.stdout)["findings"]
@@ -608,7 +603,7 @@ def test_a_hashed_pair_is_told_to_try_hashtext_and_that_names_it(
     assert "[known] (hashtext:" in found["next_step"], found["next_step"]
     registry = tmp_path / "lockdiag.toml"
     registry.write_text('[known]\nhashtext = ["nightly rollup lock"]\n')
-    listed = lockdiag(cluster, "list", "--format", "json", "--registry", str(registry))
+    listed = run_checked(cluster, "list", "--format", "json", "--registry", str(registry))
     (lock,) = [x for x in json.loads(listed.stdout)["locks"] if x["pid"] == worker.pid]
     assert lock["known"]["meaning"] == "hashtext('nightly rollup lock')", lock
 

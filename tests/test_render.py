@@ -12,11 +12,7 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.render import Output, Table, Text, clean, plain, render
 
 from helpers.servers import Sessions
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+from helpers.terminal import Terminal
 
 
 def test_clean_makes_control_characters_visible() -> None:

@@ -19,14 +19,23 @@ from lockdiag.core.graph import Edge, behind, oldest_wait, tree_pids
 from lockdiag.core.model import HIDDEN_QUERY, LockRow, PoolLink, Session, describe_lock
 from lockdiag.core.observe import KeyStats
 from lockdiag.core.ownership import Ownership, may_release
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import _folds, by_urgency, fold
 from lockdiag.views.sample import fold as sample_fold
 
-from helpers.snapshots import STARTED, advisory, session, snapshot
+from helpers.registry import parsed_registry
+from helpers.snapshots import (
+    STARTED,
+    active,
+    advisory,
+    idle,
+    idle_in_transaction,
+    session,
+    snapshot,
+)
 
-_PARSED, _ = parse_registry(
+REGISTRY: Registry = parsed_registry(
     """\
 [namespaces.plain]
 id = 7
@@ -49,22 +58,7 @@ id = 100
 max_hold = "1m"
 """
 )
-assert _PARSED is not None
-REGISTRY: Registry = _PARSED
 PLAIN, XACT, XACT2, QUICK, SLOW, UNREGISTERED = 7, 4102, 4103, 5, 100, 77
-
-
-def idle(pid: int, held: float) -> Session:
-    """Idle outside a transaction for ``held`` seconds: its locks are certain session locks."""
-    return session(pid, "idle", -timedelta(seconds=held))
-
-
-def idle_in_transaction(pid: int, held: float) -> Session:
-    return session(pid, "idle in transaction", -timedelta(seconds=held), in_transaction=True)
-
-
-def active(pid: int) -> Session:
-    return session(pid, "active", -timedelta(seconds=1))
 
 
 def waiter(pid: int, key: int, holder: int, waited: float, namespace: int = PLAIN) -> LockRow:

@@ -13,13 +13,14 @@ from lockdiag.core.analysis import DEFAULT_POLICY, Filters, Flag, Policy
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.model import LockRow, PoolLink, Session
-from lockdiag.registry import Registry, Unregistered, parse_registry
+from lockdiag.registry import Registry, Unregistered
 from lockdiag.views.columns import ListRow
 from lockdiag.views.listing import by_urgency, fold
 
-from helpers.snapshots import advisory, session, snapshot
+from helpers.registry import parsed_registry
+from helpers.snapshots import active, advisory, idle, idle_in_transaction, session, snapshot
 
-_PARSED, _ = parse_registry(
+REGISTRY: Registry = parsed_registry(
     """\
 [namespaces.plain]
 id = 7
@@ -43,25 +44,10 @@ max_hold = "1h"
 max_wait = "10m"
 """
 )
-assert _PARSED is not None
-REGISTRY: Registry = _PARSED
 PLAIN, LEADER, XACT, QUICK, PATIENT, UNREGISTERED = 7, 1, 4102, 5, 6, 77
 MS = 0.001  # "just below" and "just above" an edge: a millisecond off it
 
 Found = set[tuple[Kind, str, int | None]]
-
-
-def idle(pid: int, held: float, application: str = "w") -> Session:
-    """Idle outside a transaction for ``held`` seconds: its locks are certain session locks."""
-    return session(pid, "idle", -timedelta(seconds=held), application=application)
-
-
-def idle_in_transaction(pid: int, held: float) -> Session:
-    return session(pid, "idle in transaction", -timedelta(seconds=held), in_transaction=True)
-
-
-def active(pid: int, application: str = "w") -> Session:
-    return session(pid, "active", -timedelta(seconds=1), application=application)
 
 
 def flags(

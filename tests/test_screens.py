@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
+from helpers.paths import BUNDLED_REGISTRY as REGISTRY
+from helpers.paths import INCIDENT
 from helpers.terminal import screen_of
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT = ROOT / "examples" / "incident.json"
-REGISTRY = ROOT / "examples" / "lockdiag.toml"
 SIZES = [(24, 80), (40, 120), (50, 200)]
 
 

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -41,10 +41,6 @@ def write(path: Path, text: str, mode: int = 0o600) -> Path:
     path.write_text(text)
     path.chmod(mode)
     return path
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
 
 
 def flagged(result: Result) -> set[str]:

@@ -15,9 +15,10 @@ from lockdiag.errors import InputError
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.pg import queries
 from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry
 from lockdiag.views.who_holds import verdict
 
+from helpers.registry import parsed_registry
 from helpers.servers import OBSERVER, OTHER_DB, Sessions
 
 REGISTRY_TEXT = """\
@@ -35,9 +36,7 @@ expect = "session"
 
 @pytest.fixture
 def registry() -> Registry:
-    parsed, _ = parse_registry(REGISTRY_TEXT)
-    assert parsed is not None
-    return parsed
+    return parsed_registry(REGISTRY_TEXT)
 
 
 def capture(

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 from lockdiag.registry import parse_registry
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 REGISTRY = """\
@@ -44,10 +43,6 @@ OTHER = """\
 [namespaces.someone_elses]
 id = 4102
 """
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 @pytest.fixture

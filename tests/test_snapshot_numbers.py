@@ -14,11 +14,13 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_bounds import INCIDENT, refused
 
 from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.errors import InputError
+
+from helpers.cli import refused
+from helpers.paths import INCIDENT
 
 FAST = settings(max_examples=40)
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
 
-from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import run_without_traceback
 from helpers.servers import Sessions
 
 LATIN1 = "latin_app"
@@ -57,39 +56,34 @@ def latin1_waits(encodings: Cluster, sessions: Sessions) -> Iterator[tuple[int, 
     yield holder.pid, waiter.pid
 
 
-def run(*args: str) -> Result:
-    result = CliRunner().invoke(cli, list(args))
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result
-    return result
-
-
 def test_every_command_shows_another_databases_text_in_its_encoding(
     encodings: Cluster, latin1_waits: tuple[int, int], tmp_path: Path
 ) -> None:
     holder, waiter = latin1_waits
     dsn = encodings.dsn()  # the postgres database: the LATIN1 text comes through pg_stat_activity
 
-    result = run("list", "--dsn", dsn)
+    result = run_without_traceback("list", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert "2 lock(s), 1 waiting" in result.stdout
     assert f"waits for {holder}" in result.stdout
     assert NOTE not in result.stdout, result.stdout  # LATIN1 explains every byte
 
-    result = run("who-holds", "--key", str(KEY), "--dsn", dsn)
+    result = run_without_traceback("who-holds", "--key", str(KEY), "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert "'café' AS note" in result.stdout
     assert str(waiter) in result.stdout
 
-    result = run("blockers", "--dsn", dsn)
+    result = run_without_traceback("blockers", "--dsn", dsn)
     assert result.exit_code == 0, result.output
     assert str(holder) in result.stdout and str(waiter) in result.stdout
 
-    result = run("check", "--wait-age", "1ms,1h", "--format", "nagios", "--dsn", dsn)
+    result = run_without_traceback(
+        "check", "--wait-age", "1ms,1h", "--format", "nagios", "--dsn", dsn
+    )
     assert result.exit_code == 1, result.output  # the wait, as a WARNING: not UNKNOWN, not OK
 
     saved = tmp_path / "snapshot.json"
-    result = run("snapshot", "-o", str(saved), "--dsn", dsn)
+    result = run_without_traceback("snapshot", "-o", str(saved), "--dsn", dsn)
     assert result.exit_code == 0, result.output
     document = json.loads(saved.read_text(encoding="utf-8"))
     queries = json.dumps(document, ensure_ascii=False)
@@ -108,13 +102,13 @@ def test_a_sql_ascii_databases_bytes(encodings: Cluster, sessions: Sessions) -> 
     # psycopg encodes a str query in the session's encoding: 'é' goes as the byte 0xE9
     holder.connection.execute('LOCK TABLE public."café" IN ACCESS SHARE MODE')
 
-    result = run("who-holds", "--key", str(KEY), "--dsn", encodings.dsn())
+    result = run_without_traceback("who-holds", "--key", str(KEY), "--dsn", encodings.dsn())
     assert result.exit_code == 0, result.output
     assert 'LOCK TABLE public."caf\ufffd"' in result.stdout
     note = f"note: text from database {SQL_ASCII} is not valid UTF-8 (another encoding)"
     assert result.stdout.count(note) == 1, result.stdout
 
-    result = run("list", "--all", "--dsn", encodings.dsn(dbname=SQL_ASCII))
+    result = run_without_traceback("list", "--all", "--dsn", encodings.dsn(dbname=SQL_ASCII))
     assert result.exit_code == 0, result.output
     assert 'relation public."caf\ufffd"' in result.stdout
     assert result.stdout.count(note) == 1, result.stdout

@@ -19,6 +19,8 @@ from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.connection import conninfo
 from lockdiag.pg.session import DiagnosticSession
 
+from helpers.servers import until_waiting
+
 KEY = 987654321
 # what each database's owner may set for every session of it, and what it did before
 DATABASES = {
@@ -82,21 +84,6 @@ def wait(connection: psycopg.Connection[Any]) -> None:
         connection.execute(f"SELECT pg_advisory_lock({KEY})")
 
 
-def wait_until_waiting(cluster: Cluster, pid: int) -> None:
-    deadline = time.monotonic() + 10
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        while time.monotonic() < deadline:
-            row = admin.execute(
-                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted "
-                "AND waitstart IS NOT NULL",
-                (pid,),
-            ).fetchone()
-            if row and row[0]:
-                return
-            time.sleep(0.02)
-    raise AssertionError(f"pid {pid} never waited")
-
-
 @pytest.mark.parametrize("database", list(DATABASES))
 def test_lockdiag_sees_the_locks_whatever_the_database_sets(
     owned: Cluster, helpers: list[psycopg.Connection[Any]], database: str
@@ -110,7 +97,7 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
     holder.execute(f"SELECT pg_advisory_lock({KEY}), '€ 日本' AS note")
     waiter = helper(owned, database, helpers, "waiter")
     threading.Thread(target=wait, args=(waiter,), daemon=True).start()
-    wait_until_waiting(owned, waiter.info.backend_pid)
+    until_waiting(owned, waiter.info.backend_pid)
     time.sleep(0.05)  # past the 1ms idle_session_timeout, were lockdiag's session subject to it
 
     dsn = owned.dsn(dbname=database)

@@ -11,21 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 
+from helpers.cli import run
 from helpers.servers import Sessions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INCIDENT = str(EXAMPLES / "incident.json")
 REGISTRY = str(EXAMPLES / "lockdiag.toml")
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), prog_name="lockdiag")
 
 
 def refused(result: Result, code: int = 2) -> list[str]:

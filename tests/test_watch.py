@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
@@ -27,8 +26,9 @@ from lockdiag.views.blockers import tree_lines
 from lockdiag.views.watch import State, frame
 
 from helpers.cli import ctrl_c_reaches_child
+from helpers.paths import BUNDLED_REGISTRY, INCIDENT
 from helpers.servers import Sessions
-from helpers.terminal import TERMINAL_ENV, screen_of
+from helpers.terminal import TERMINAL_ENV, Terminal, screen_of, spawn
 
 REGISTRY = '[namespaces.tenant_summary]\nid = 4102\nexpect = "xact"\n'
 REFRESH = re.compile(rb"refresh #(\d+)")
@@ -61,11 +61,9 @@ def spawn_watch(
     """`lockdiag watch` on a real pseudo-terminal of ``screen`` (rows, columns), in
     ``directory``."""
     (directory / "lockdiag.toml").write_text(REGISTRY)
-    command = ["-m", "lockdiag", "watch", "--interval", interval, "--dsn", cluster.dsn()]
-    return pexpect.spawn(
-        sys.executable, command, cwd=str(directory), dimensions=screen, timeout=30,
-        env=TERMINAL_ENV,
-    )  # fmt: skip
+    return spawn(
+        "watch", "--interval", interval, "--dsn", cluster.dsn(), size=screen, cwd=directory
+    )
 
 
 def pause_and_quit(child: pexpect.spawn) -> None:
@@ -382,8 +380,6 @@ def test_narrowing_to_a_namespace_keeps_its_root_cause() -> None:
     assert "root blocker 1: tenant_summary 73" in "\n".join(narrowed)
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-INCIDENT, BUNDLED_REGISTRY = EXAMPLES / "incident.json", EXAMPLES / "lockdiag.toml"
 SIZES = [(24, 80), (40, 120), (50, 200)]
 
 
@@ -522,11 +518,6 @@ def test_lock_table_keeps_chains_and_flagged_locks_first_when_capped() -> None:
     rows = lines[header + 1 : header + 7]
     assert "more row(s) not shown" in "\n".join(lines)
     assert not any("leader 1" in row or "tenant_summary 80" in row for row in rows), rows
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 LOCK_ROW = re.compile(r"\b(held|WAITING)\b")

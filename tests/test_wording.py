@@ -8,12 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import tomllib
 from click.testing import CliRunner
-from test_sample_truth import sampled, stuck_owner
 
 from lockdiag.cli import cli
 from lockdiag.core.catalogue import SOFTWARE, Known
@@ -23,10 +21,12 @@ from lockdiag.core.holding import holding
 from lockdiag.render import plain
 from lockdiag.views.sample import sample_output
 
+from helpers.cli import run
+from helpers.paths import BUNDLED_REGISTRY as REGISTRY
+from helpers.paths import INCIDENT
+from helpers.samples import sampled, stuck_owner
 from helpers.snapshots import known_lock, session
 
-ROOT = Path(__file__).resolve().parent.parent
-INCIDENT, REGISTRY = ROOT / "examples" / "incident.json", ROOT / "examples" / "lockdiag.toml"
 NAMES = list(tomllib.loads(REGISTRY.read_text())["namespaces"])
 FORMATS = ["plain", "json", "csv", "markdown"]
 
@@ -49,11 +49,10 @@ def problems(text: str) -> list[str]:
     return found
 
 
-def run(*args: str) -> str:
-    result = CliRunner().invoke(
-        cli, [*args, "--from", str(INCIDENT), "--registry", str(REGISTRY)],
-        env={"LOCKDIAG_SETTINGS": "", "COLUMNS": "200"},
-    )  # fmt: skip
+def bundled(*args: str) -> str:
+    """The stdout of ``lockdiag ARGS`` on the bundled incident and its registry, 200 columns."""
+    result = run(*args, "--from", str(INCIDENT), "--registry", str(REGISTRY),
+                 env={"LOCKDIAG_SETTINGS": "", "COLUMNS": "200"})  # fmt: skip
     assert result.exit_code in (0, 1, 2), result.output  # check exits 2 on critical findings
     assert "Traceback" not in result.output
     return result.stdout
@@ -72,7 +71,7 @@ CASES = [(c, f) for c in COMMANDS for f in FORMATS if f != "csv" or c[0] == "lis
 
 @pytest.mark.parametrize(("command", "output_format"), CASES, ids=str)
 def test_the_incidents_outputs_read_right(command: list[str], output_format: str) -> None:
-    text = run(*command, "--format", output_format)
+    text = bundled(*command, "--format", output_format)
     assert text
     assert problems(text) == []
 
@@ -96,7 +95,7 @@ def test_every_hold_is_a_lower_bound_and_every_unknown_age_is_explained(
     command: list[str],
 ) -> None:
     """A held lock's AGE (HELD in who-holds) is "≥ N" or "?", and a "?" shown is explained."""
-    text = run(*command, "--format", "plain")
+    text = bundled(*command, "--format", "plain")
     column = "HELD" if command[0] == "who-holds" else "AGE"
     ages = [age for age in cells(text, column) if not age.startswith("waiting")]
     assert ages, text

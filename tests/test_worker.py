@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
-from lockdiag.registry import Registry, UnknownNamespace, load_registry, parse_registry
+from lockdiag.registry import Registry, UnknownNamespace, load_registry
 from lockdiag.worker import (
     Event,
     LockTimeout,
@@ -36,7 +36,8 @@ from lockdiag.worker import (
     xact_lock,
 )
 
-from helpers.servers import Sessions
+from helpers.registry import parsed_registry
+from helpers.servers import Sessions, advisory_locks_of, held
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (
@@ -46,18 +47,7 @@ TEXT = (
 
 @pytest.fixture
 def registry() -> Registry:
-    parsed, _ = parse_registry(TEXT)
-    assert parsed is not None
-    return parsed
-
-
-def held(cluster: Cluster, key: tuple[int, int, int]) -> int:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND (classid, objid, objsubid) = (%s, %s, %s)", key,
-        ).fetchone()  # fmt: skip
-    return int(row[0]) if row else 0
+    return parsed_registry(TEXT)
 
 
 def test_two_workers_contend(cluster: Cluster, registry: Registry) -> None:
@@ -79,7 +69,7 @@ def test_a_transaction_lock_outside_a_transaction_is_refused(
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         with pytest.raises(NotInTransaction, match=r"conn\.transaction"):
             xact_lock(conn, "tenant_summary", 2, registry=registry)
-        assert held(cluster, (4102, 2, 2)) == 0
+        assert held(cluster, 2) == 0
 
 
 def test_a_connection_not_in_autocommit_holds_the_lock_until_its_commit(
@@ -90,11 +80,11 @@ def test_a_connection_not_in_autocommit_holds_the_lock_until_its_commit(
     with psycopg.connect(cluster.dsn()) as conn, psycopg.connect(cluster.dsn()) as other:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert xact_lock(conn, "tenant_summary", 5, registry=registry)
-        assert held(cluster, (4102, 5, 2)) == 1  # still held after the helper returned
+        assert held(cluster, 5) == 1  # still held after the helper returned
         with other.transaction(), pytest.raises(LockTimeout):
             xact_lock(other, "tenant_summary", 5, wait=True, timeout=0.2, registry=registry)
         conn.commit()
-        assert held(cluster, (4102, 5, 2)) == 0
+        assert held(cluster, 5) == 0
         # nothing open, the key busy: the wait gives up...
         with pytest.raises(LockTimeout), other.transaction():
             xact_lock(other, "tenant_summary", 6, registry=registry)
@@ -108,16 +98,16 @@ def test_an_exception_releases_a_session_lock(cluster: Cluster, registry: Regist
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         with pytest.raises(RuntimeError), session_lock(conn, "tenant_summary", 3,
                                                        registry=registry) as taken:  # fmt: skip
-            assert taken and held(cluster, (4102, 3, 2)) == 1
+            assert taken and held(cluster, 3) == 1
             raise RuntimeError("the job failed")
-        assert held(cluster, (4102, 3, 2)) == 0
+        assert held(cluster, 3) == 0
     with psycopg.connect(cluster.dsn()) as conn, conn.transaction():  # a failed statement
         with (
             pytest.raises(psycopg.errors.DivisionByZero),
             session_lock(conn, "tenant_summary", 4, registry=registry),
         ):
             conn.execute("SELECT 1 / 0")
-        assert held(cluster, (4102, 4, 2)) == 0
+        assert held(cluster, 4) == 0
         conn.execute("SELECT 1")  # the caller's transaction goes on
 
 
@@ -128,8 +118,8 @@ def test_a_session_lock_survives_rollback_and_is_released_on_exit(
         with session_lock(conn, "tenant_summary", 5, registry=registry) as taken:
             assert taken
             conn.rollback()  # PostgreSQL's rule: a session lock ignores the transaction
-            assert held(cluster, (4102, 5, 2)) == 1
-        assert held(cluster, (4102, 5, 2)) == 0
+            assert held(cluster, 5) == 1
+        assert held(cluster, 5) == 0
 
 
 def test_a_waiting_lock_gives_up_in_time(cluster: Cluster, registry: Registry) -> None:
@@ -202,9 +192,9 @@ def test_the_async_variants(cluster: Cluster, registry: Registry) -> None:
             with pytest.raises(RuntimeError):
                 async with asession_lock(auto, "tenant_summary", 10, registry=registry) as taken:
                     results.append(taken)
-                    results.append(held(cluster, (4102, 10, 2)))
+                    results.append(held(cluster, 10))
                     raise RuntimeError("the job failed")
-            results.append(held(cluster, (4102, 10, 2)))
+            results.append(held(cluster, 10))
 
             async def cancelled() -> None:
                 async with asession_lock(auto, "tenant_summary", 11, registry=registry):
@@ -215,7 +205,7 @@ def test_the_async_variants(cluster: Cluster, registry: Registry) -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            results.append(held(cluster, (4102, 11, 2)))
+            results.append(held(cluster, 11))
         return results
 
     assert asyncio.run(scenario()) == [True, False, True, 1, 0, 0]
@@ -435,14 +425,6 @@ def waits_for_a_lock(admin: psycopg.Connection[Any], pid: int) -> bool:
     return bool(row and row[0])
 
 
-def advisory_locks_of(cluster: Cluster, pid: int) -> int:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", (pid,)
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 @contextmanager
 def meanwhile(
     sessions: Sessions, pid: int, action: Callable[[], object], after: float = 0.0
@@ -512,13 +494,13 @@ def test_a_taken_lock_leaves_the_callers_settings(
                 assert await caller.settings() == expected
                 if kind == "xact":
                     assert await caller.xact(resource, T)
-                    assert held(cluster, (4102, resource, 2)) == 1
+                    assert held(cluster, resource) == 1
                     await unchanged(caller, expected, sessions)
                 else:
                     async with caller.session(resource, T) as taken:
-                        assert taken and held(cluster, (4102, resource, 2)) == 1
+                        assert taken and held(cluster, resource) == 1
                         await unchanged(caller, expected, sessions)
-                    assert held(cluster, (4102, resource, 2)) == 0
+                    assert held(cluster, resource) == 0
                     await unchanged(caller, expected, sessions)  # after the block too
             assert await caller.settings() == AFTER[setting]
             assert caller.attempts() == ["acquired"]
@@ -620,9 +602,9 @@ def test_a_session_lock_outside_a_transaction_leaves_the_callers_settings(
         async with connected(api, cluster, registry) as caller:
             await caller.set_session(setting)
             async with caller.session(resource, T) as taken:
-                assert taken and held(cluster, (4102, resource, 2)) == 1
+                assert taken and held(cluster, resource) == 1
                 await unchanged(caller, expected, sessions)
-            assert held(cluster, (4102, resource, 2)) == 0
+            assert held(cluster, resource) == 0
             await unchanged(caller, expected, sessions)
             sessions.open("key-holder").run(f"SELECT pg_advisory_lock(4102, {resource})")
             with pytest.raises(LockTimeout):

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from lockdiag.demo.cluster import Cluster
-from lockdiag.registry import Registry, parse_registry
+from lockdiag.registry import Registry
 from lockdiag.worker import (
     Event,
     LockTimeout,
@@ -31,7 +31,8 @@ from lockdiag.worker import (
     xact_lock,
 )
 
-from helpers.servers import Sessions
+from helpers.registry import parsed_registry
+from helpers.servers import Sessions, advisory_locks_of, held, url
 
 TEXT = "[namespaces.tenant_summary]\nid = 4102\n[namespaces.nightly_export]\nid = 7\n"
 RESOURCES = itertools.count(5000)  # a key of its own for every scenario
@@ -42,31 +43,7 @@ QUERY_CANCELED = "57014"
 
 @pytest.fixture
 def registry() -> Registry:
-    parsed, _ = parse_registry(TEXT + 'form = "bigint"\n')
-    assert parsed is not None
-    return parsed
-
-
-def held(cluster: Cluster, resource: int) -> int:
-    """Granted locks on tenant_summary RESOURCE, seen from a connection of its own."""
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND (classid, objid, objsubid) = (%s, %s, 2)", (LOCKDIAG, resource),
-        ).fetchone()  # fmt: skip
-    return int(row[0]) if row else 0
-
-
-def advisory_locks_of(cluster: Cluster, pid: int) -> int:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", (pid,)
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def url(cluster: Cluster, driver: str) -> str:
-    return f"{driver}://postgres@127.0.0.1:{cluster.port}/postgres"
+    return parsed_registry(TEXT + 'form = "bigint"\n')
 
 
 def sqlstate(error: BaseException) -> str | None:
@@ -284,7 +261,9 @@ async def connect(driver: str, cluster: Cluster, stack: AsyncExitStack, autocomm
         from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
         dialect = "asyncpg" if driver.endswith("asyncpg") else "psycopg"
-        aengine = create_async_engine(url(cluster, f"postgresql+{dialect}"), **isolation)
+        aengine = create_async_engine(
+            url(cluster.port, scheme=f"postgresql+{dialect}"), **isolation
+        )
         stack.push_async_callback(aengine.dispose)
         if driver.startswith("sqlalchemy-asyncsession"):
             return await stack.enter_async_context(AsyncSession(aengine))
@@ -294,7 +273,7 @@ async def connect(driver: str, cluster: Cluster, stack: AsyncExitStack, autocomm
         from sqlalchemy.orm import Session
 
         dialect = "psycopg" if driver == "sqlalchemy+psycopg" else "psycopg2"
-        engine = create_engine(url(cluster, f"postgresql+{dialect}"), **isolation)
+        engine = create_engine(url(cluster.port, scheme=f"postgresql+{dialect}"), **isolation)
         stack.callback(engine.dispose)
         if driver == "sqlalchemy-session":
             return stack.enter_context(Session(engine))
@@ -302,14 +281,14 @@ async def connect(driver: str, cluster: Cluster, stack: AsyncExitStack, autocomm
     if driver == "asyncpg":
         import asyncpg
 
-        conn = await asyncpg.connect(url(cluster, "postgresql"))
+        conn = await asyncpg.connect(url(cluster.port))
         stack.push_async_callback(conn.close)
         return conn
     if driver == "asyncpg-pool":
         import asyncpg
 
         pool = await stack.enter_async_context(
-            asyncpg.create_pool(url(cluster, "postgresql"), min_size=1, max_size=2)
+            asyncpg.create_pool(url(cluster.port), min_size=1, max_size=2)
         )
         return await stack.enter_async_context(pool.acquire())
     django_settings(cluster)

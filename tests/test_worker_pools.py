@@ -23,27 +23,16 @@ from lockdiag.worker import (
     xact_lock,
 )
 
+from helpers.servers import held, url
+
 RESOURCES = itertools.count(7000)
 NAMESPACE = "[namespaces.tenant_summary]\nid = 4102\n"
-
-
-def held(cluster: Cluster, resource: int) -> int:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND (classid, objid, objsubid) = (4102, %s, 2)", (resource,),
-        ).fetchone()  # fmt: skip
-    return int(row[0]) if row else 0
 
 
 def registry_of(text: str) -> Registry:
     parsed, problems = parse_registry(NAMESPACE + text)
     assert parsed is not None, problems
     return parsed
-
-
-def url(port: int) -> str:
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
 def test_asyncpg_pool_unlocks_on_release(cluster: Cluster) -> None:
