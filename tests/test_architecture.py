@@ -324,3 +324,23 @@ def test_every_package_says_what_it_holds_and_may_import() -> None:
     for directory in PACKAGE.rglob("*"):
         if directory.is_dir() and any(directory.glob("*.py")):
             assert (directory / "__init__.py").exists(), f"{directory}: a package without __init__"
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_tests_share_their_helpers_from_one_place() -> None:
+    """A test module imports what it shares from ``tests/helpers/``, never ``conftest`` nor
+    another test module (each helper is written once, and says what it is)."""
+    modules = {path.stem for path in TESTS.glob("*.py")}  # conftest and the test modules
+    helpers = sorted((TESTS / "helpers").glob("*.py"))
+    assert len(helpers) > 5, "the helpers package has moved"
+    for path in [*TESTS.glob("*.py"), *helpers]:
+        wrong = {name.split(".")[0] for name in imported(path)} & modules
+        assert not wrong, f"{path.name} imports {sorted(wrong)}: share it from tests/helpers/"
+    for path in helpers:
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), path.name
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                assert ast.get_docstring(node), f"{path.name}: {node.name} says nothing"
