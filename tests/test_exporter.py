@@ -35,6 +35,7 @@ from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.exporter import Exporter, Target
 from lockdiag.exporter.server import WORKERS
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.worker import PrometheusEvents
 
@@ -94,7 +95,9 @@ def until(condition: object, timeout: float, what: str) -> None:
 def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
     """An exporter whose every scrape reads its targets (no minimum interval between reads):
     for the tests of what a scrape does when a target changes between two of them."""
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0, min_read_interval=0.0)
+    return Exporter(
+        targets, Registry(), CheckPolicy(), Timeout(timeout), 1.0, min_read_interval=0.0
+    )
 
 
 @contextmanager
@@ -209,7 +212,7 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     registry, _ = parse_registry(REGISTRY)
     assert registry is not None
     policy = CheckPolicy(idle_age=Threshold(1.0))
-    exporter = Exporter([Target("one", cluster.dsn())], registry, policy, 5.0, 1.0)
+    exporter = Exporter([Target("one", cluster.dsn())], registry, policy, Timeout(5.0), 1.0)
     taken = []
     original = exporter.scraper.sessions["one"].snapshot
 
@@ -240,7 +243,7 @@ def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
     lock table is read at most once a second, however many scrapes come. Without it (0s),
     every scrape read it: the test's own control."""
     exporter = Exporter(
-        [Target("one", cluster.dsn())], Registry(), CheckPolicy(), 5.0, 1.0,
+        [Target("one", cluster.dsn())], Registry(), CheckPolicy(), Timeout(5.0), 1.0,
         min_read_interval=interval,
     )  # fmt: skip
     taken: list[float] = []

@@ -20,6 +20,7 @@ from lockdiag.cli import cli
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import Cluster
 from lockdiag.exporter import Exporter, Target
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry
 
 from conftest import Sessions
@@ -209,7 +210,7 @@ def every_command(cluster: Cluster, user: str, database: str) -> str:
         result = CliRunner().invoke(cli, [*args, "--dsn", dsn])
         assert result.exception is None or isinstance(result.exception, SystemExit), result
         assert "Traceback" not in result.output
-    exporter = Exporter([Target("hostile", dsn)], Registry(), CheckPolicy(), 5.0, 60.0)
+    exporter = Exporter([Target("hostile", dsn)], Registry(), CheckPolicy(), Timeout(5.0), 60.0)
     try:
         assert b'lockdiag_up{target="hostile"} 1.0' in exporter.exposition(["hostile"])
     finally:

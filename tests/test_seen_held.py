@@ -26,6 +26,7 @@ from lockdiag.core.incident import Incident
 from lockdiag.core.observe import Looks
 from lockdiag.exporter import Exporter, Target
 from lockdiag.pg.session import take_snapshot
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry
 from lockdiag.render import plain
 from lockdiag.views import watch
@@ -78,9 +79,9 @@ def test_a_pinging_leader_and_a_silent_one_get_the_same_findings(
 ) -> None:
     pinging, silent = leaders
     dsn = cluster.dsn()  # type: ignore[attr-defined]
-    exporter = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25, duty=0.5)
+    exporter = Exporter([Target("db", dsn)], Registry(), POLICY, Timeout(5.0), 0.25, duty=0.5)
     # the same scrapes with no earlier look: only the state bound, as before
-    blind = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25)
+    blind = Exporter([Target("db", dsn)], Registry(), POLICY, Timeout(5.0), 0.25)
     blind.scraper.look = None
     exporter.start_samplers()
     try:

@@ -37,11 +37,11 @@ from lockdiag.core.termination import (
 )
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError, ServerError
 from lockdiag.keys import parse_numbers
-from lockdiag.pg import deadline
 from lockdiag.pg.actions import act
 from lockdiag.pg.fleet import open_session
 from lockdiag.pg.pooltest import run
 from lockdiag.pg.session import DiagnosticSession
+from lockdiag.pg.timeout import Timeout
 from lockdiag.render import render
 from lockdiag.views.pooltest import pooltest_output
 from lockdiag.views.terminate import (
@@ -167,7 +167,7 @@ def terminate_command(
                 raise InputError(refusal)
             if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
                 finish(False, "nothing done")
-        with deadline.budget(where.timeout + wait):  # the confirmation may have taken minutes
+        with where.timeout.plus(wait).budget():  # the confirmation may have taken minutes
             outcome = act(session, plan, cancel, wait)
             if not outcome.done:
                 finish(False, outcome.message)
@@ -263,6 +263,6 @@ def pooltest_command(
     """
     key = parse_numbers([raw_key])
     names = get_registry(registry)
-    results, left = run(pooled, direct, key, timeout, names, consoles, accept_losing_locks)
+    results, left = run(pooled, direct, key, Timeout(timeout), names, consoles, accept_losing_locks)
     show(pooltest_output(results, left), fmt)
     sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)

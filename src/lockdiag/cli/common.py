@@ -24,6 +24,7 @@ from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
 from lockdiag.pg.fleet import Capture, Target, capture_all, label, read_targets, target
+from lockdiag.pg.timeout import DEFAULT_TIMEOUT, Timeout
 from lockdiag.registry import (
     ENV_VAR,
     Registry,
@@ -93,7 +94,7 @@ class Source:
     """Where the snapshot comes from: the common options of every read command."""
 
     dsns: tuple[str, ...] = ()
-    timeout: float = 5.0
+    timeout: Timeout = DEFAULT_TIMEOUT
     from_file: str | None = None
     pgbouncer: tuple[str, ...] = ()
     pooler_addr: tuple[str, ...] = ()
@@ -114,9 +115,11 @@ def source() -> Source:
     meta = click.get_current_context().meta
     given = {
         name: meta[f"lockdiag.{name}"]
-        for name in ("timeout", "from_file", "pgbouncer", "pooler_addr")
+        for name in ("from_file", "pgbouncer", "pooler_addr")
         if meta.get(f"lockdiag.{name}") is not None
     }
+    if meta.get("lockdiag.timeout") is not None:
+        given["timeout"] = Timeout(meta["lockdiag.timeout"])
     given_dsn = meta.get("lockdiag.dsn") or ()
     dsns = [given_dsn] if isinstance(given_dsn, str) else list(given_dsn)
     # --target from the settings file comes after LOCKDIAG_DSN (read by hand, below, so that

@@ -16,6 +16,7 @@ from lockdiag.core import snapshot_file
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.pg.session import take_snapshot
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import load_registry
 from lockdiag.views.blockers import blockers_output
 from lockdiag.views.check import check_output
@@ -122,7 +123,7 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
     names = load_registry(registry_path)
 
     heading = _heading  # the server and registry exported, as --keep shows them
-    snapshot = take_snapshot(dsn, 5.0, "all", names)
+    snapshot = take_snapshot(dsn, Timeout(), "all", names)
     # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
     zero = Threshold(0.0, None)
     thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))

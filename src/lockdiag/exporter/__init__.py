@@ -34,6 +34,7 @@ from lockdiag.exporter.sampling import Samplers
 from lockdiag.exporter.scraping import MIN_READ_INTERVAL, Scraper, Target
 from lockdiag.exporter.server import QUEUE, WORKERS, PooledHTTPServer
 from lockdiag.pg.fleet import target as server
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
 from lockdiag.views import exporter as exporter_view
 from lockdiag.views.metrics import families, inert
@@ -49,7 +50,7 @@ class Exporter:
         targets: list[Target],
         registry: Registry,
         policy: CheckPolicy,
-        timeout: float,
+        timeout: Timeout,
         interval: float,
         duty: float = 0.01,
         poolers: Poolers | None = None,

@@ -27,10 +27,10 @@ from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
 from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.errors import LockdiagError, ServerError
-from lockdiag.pg.deadline import budget, client_deadline
 from lockdiag.pg.fleet import Target as Server
 from lockdiag.pg.fleet import open_session
 from lockdiag.pg.session import DiagnosticSession
+from lockdiag.pg.timeout import Timeout
 from lockdiag.views.check import check_metrics
 from lockdiag.views.metrics import Metric, labelled, merged
 
@@ -75,7 +75,7 @@ class Scraper:
         targets: list[Target],
         servers: Mapping[str, Server],
         policy: CheckPolicy,
-        timeout: float,
+        timeout: Timeout,
         look: Callable[[str, Snapshot], Seen] | None = None,
         min_read_interval: float = MIN_READ_INTERVAL,
     ) -> None:
@@ -88,7 +88,7 @@ class Scraper:
         # when earlier looks (the samplers' reads, earlier scrapes) saw each lock held
         self.look = look
         # of each target's scrape: the session's own deadline for one statement
-        self.deadline = client_deadline(timeout)
+        self.deadline = timeout.deadline
         # the evidence every command reads: the registry's names, the poolers' consoles
         self.sessions = {t.name: open_session(servers[t.name]) for t in targets}
         self.closing = threading.Event()
@@ -120,7 +120,7 @@ class Scraper:
     def _take(self, target: Target, run: Scrape) -> None:
         session = self.sessions[target.name]
         try:
-            with budget(self.timeout):  # the retry on a fresh connection shares it
+            with self.timeout.budget():  # the retry on a fresh connection shares it
                 snapshot = self._snapshot(session, run.started + self.deadline)
             registry = self.servers[target.name].registry
             seen = self.look(target.name, snapshot) if self.look is not None else None
@@ -146,7 +146,8 @@ class Scraper:
             target.down_since = _down_since(target.down_since, run.report is not None)
             # no answer in time: given up on, or failed only after the whole budget (a
             # connection that timed out, a statement that never came back)
-            target.stalled = run.report is None and (run.abandoned or run.seconds >= self.timeout)
+            late = run.abandoned or run.seconds >= self.timeout.seconds
+            target.stalled = run.report is None and late
         run.done.set()
 
     @staticmethod

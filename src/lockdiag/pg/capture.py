@@ -23,6 +23,7 @@ from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
 from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
 
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
@@ -151,7 +152,7 @@ def complete(
     snapshot: Snapshot,
     registry: Registry | None,
     poolers: Poolers | None,
-    timeout: float,
+    timeout: Timeout,
 ) -> Snapshot:
     """What the snapshot query alone cannot say: names of well-known keys computed on the
     server (with a registry), and which backends are a pooler's server connections (read in

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.errors import InputError, LockdiagError
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
 from lockdiag.registry.reading import read_text
 
@@ -34,14 +35,14 @@ class Target:
 
     label: str  # host:port/dbname, never a password
     dsn: str | None
-    timeout: float
+    timeout: Timeout
     registry: Registry
     poolers: Poolers
 
 
 def target(
     dsn: str | None,
-    timeout: float,
+    timeout: Timeout,
     registry: Registry,
     pgbouncer: tuple[str, ...] = (),
     addresses: tuple[str, ...] = (),

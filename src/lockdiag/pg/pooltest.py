@@ -41,6 +41,7 @@ from lockdiag.pg.connection import one_line
 from lockdiag.pg.pgbouncer import read_console
 from lockdiag.pg.raw_text import UTF8, Texts, codec
 from lockdiag.pg.session import DiagnosticSession, server_error
+from lockdiag.pg.timeout import DEFAULT_TIMEOUT, Timeout
 from lockdiag.registry import Registry
 
 
@@ -97,7 +98,7 @@ assert ENDING.keys() == ENDINGS.keys()
 
 
 class PoolTest:
-    def __init__(self, pooled: str, direct: DiagnosticSession, key: LockTriple, timeout: float):
+    def __init__(self, pooled: str, direct: DiagnosticSession, key: LockTriple, timeout: Timeout):
         if key.form != "pair":
             raise InputError("the pooltest key must be an int4 pair, e.g. --key 1818977383,1")
         self.pooled, self.direct, self.timeout = pooled, direct, timeout
@@ -325,7 +326,7 @@ def run(
     pooled: str,
     direct: str,
     key: LockTriple = DEFAULT_KEY,
-    timeout: float = 5.0,
+    timeout: Timeout = DEFAULT_TIMEOUT,
     registry: Registry | None = None,
     consoles: tuple[str, ...] = (),
     accept_losing_locks: bool = False,
@@ -347,7 +348,7 @@ def _run(
     pooled: str,
     direct: str,
     key: LockTriple,
-    timeout: float,
+    timeout: Timeout,
     registry: Registry,
     consoles: tuple[str, ...],
     accept_losing_locks: bool,
