@@ -9,8 +9,9 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import InputError, ServerError
+from lockdiag.evidence import take_snapshot
 from lockdiag.pg.connection import conninfo, scrub
-from lockdiag.pg.session import DiagnosticSession, take_snapshot
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.pg.timeout import Timeout
 
 from conftest import PASSWORD, Sessions

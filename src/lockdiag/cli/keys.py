@@ -20,7 +20,6 @@ from lockdiag.core.analysis import decode
 from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
 from lockdiag.keys import AdvisoryTag, InvalidKey, LockTriple, parse_lock
-from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry, check_file
 from lockdiag.views.keys import (
     check_output,
@@ -160,8 +159,13 @@ def decode_command(
     strings = hashed_names(names.candidates)
     derived = []
     if dsn is not None:
-        with DiagnosticSession(dsn) as session:
-            derived = session.hashtext_keys(strings)
+        from lockdiag.evidence import Reader, Target
+        from lockdiag.pg.timeout import DEFAULT_TIMEOUT
+
+        # one query: no names from well-known software's tables, no pooler's console
+        server = Target.of(dsn, DEFAULT_TIMEOUT, names)
+        with Reader(server, enrich=False, read_poolers=False) as reader:
+            derived = reader.session.hashtext_keys(strings)
     catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
     untried = [] if dsn is not None else strings
     decoded = decode(names, catalogue, key, database)

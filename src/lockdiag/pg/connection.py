@@ -96,6 +96,19 @@ def conninfo(dsn: str | None, timeout: Timeout, server_version: int = 0) -> str:
     )
 
 
+def dsn_label(dsn: str) -> str:
+    """``host:port/dbname`` (or ``service=name``) for a DSN, never its password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # an invalid DSN still needs a name in the report
+        return "invalid DSN"
+    if parts.get("service") and not parts.get("host"):
+        return f"service={parts['service']}"
+    host = parts.get("host") or "localhost"
+    where = f"{host}:{parts['port']}" if parts.get("port") else str(host)
+    return f"{where}/{parts['dbname']}" if parts.get("dbname") else where
+
+
 def one_line(message: str) -> str:
     return "; ".join(part.strip() for part in message.strip().splitlines() if part.strip())
 

@@ -350,17 +350,9 @@ def notices_to(sink: Callable[[str], None]) -> Iterator[None]:
         _SINK.remove(sink)
 
 
-def take_snapshot(
-    dsn: str | None,
-    timeout: Timeout | float,
-    scope: Scope,
-    registry: Registry | None = None,
-    poolers: Poolers | None = None,
-) -> Snapshot:
-    """Connect, capture one snapshot and complete it, disconnect (``timeout``: --timeout, in
-    seconds too, as the documented Python API takes it)."""
-    with DiagnosticSession(dsn, timeout, registry, poolers) as session:
-        return session.snapshot(scope)
+class ConnectionLost(ServerError):
+    """The connection broke under a statement (the server restarted, the backend was
+    terminated): a new connection may well succeed at once."""
 
 
 def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> ServerError:
@@ -379,7 +371,7 @@ def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> Ser
     if isinstance(error, psycopg.errors.InsufficientPrivilege):
         return ServerError(f"permission denied: {one_line(str(error))}")
     if isinstance(error, psycopg.OperationalError):
-        return ServerError(f"connection lost: {one_line(scrub(str(error), dsn))}")
+        return ConnectionLost(f"connection lost: {one_line(scrub(str(error), dsn))}")
     return ServerError(f"query failed: {one_line(scrub(str(error), dsn))}")
 
 
