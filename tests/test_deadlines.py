@@ -179,6 +179,23 @@ def test_decode_asking_a_frozen_server(cluster: Cluster, proxy: FreezingProxy) -
     assert "did not answer within 6s" in result.stderr.splitlines()[0]
 
 
+def test_decode_takes_the_common_connection_options(
+    cluster: Cluster, proxy: FreezingProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decode names its server as every server command does (here --target, from the settings
+    file) and is bound by --timeout; without a server named it asks none."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f"[targets.frozen]\ndsn = {json.dumps(proxy.dsn(cluster.dsn()))}\n")
+    monkeypatch.setenv("LOCKDIAG_SETTINGS", str(settings))
+    proxy.freeze_after_queries(1)
+    result, took = lockdiag("decode", "-1738207498", "--target", "frozen", "--timeout", "1s")
+    assert took < TIMEOUT + GENEROUS, f"{took:.1f}s"
+    assert result.returncode == EXIT_SERVER and "Traceback" not in result.stderr
+    assert NO_ANSWER in result.stderr.splitlines()[0]
+    offline, _ = lockdiag("decode", "-1738207498", "--timeout", "1s")
+    assert offline.returncode == 0 and "not tried without a server" in offline.stdout
+
+
 @pytest.mark.parametrize("mode", MODES, ids=list(MODES))
 def test_sample_frozen_from_the_start_ends_on_time(
     cluster: Cluster, proxy: FreezingProxy, mode: str

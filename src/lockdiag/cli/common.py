@@ -155,7 +155,13 @@ def fleet_options(command: F) -> F:
     return _connection(command, fleet=True)
 
 
-def _connection(command: F, fleet: bool) -> F:
+def server_options(what: str) -> Callable[[F], F]:
+    """--dsn, --target and --timeout of a command that asks a server ``what`` only when one is
+    named (`decode`): libpq's environment alone names none."""
+    return lambda command: _connection(command, fleet=False, asks=what)
+
+
+def _connection(command: F, fleet: bool, asks: str | None = None) -> F:
     command = click.option(
         "--timeout",
         callback=_remember_duration,
@@ -181,6 +187,8 @@ def _connection(command: F, fleet: bool) -> F:
         f"Connection string or URI [env LOCKDIAG_DSN]{many}. Default: libpq's "
         "environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass)."
     )
+    if asks is not None:
+        dsn_help = f"Connection string or URI of a server to ask {asks} [env LOCKDIAG_DSN]."
     command = click.option(
         "--target",
         multiple=True,
