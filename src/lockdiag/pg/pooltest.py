@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -59,6 +59,30 @@ APPLICATION_NAME = "lockdiag-pooltest"
 EVIDENCE_SHOWN = 20  # lines of the locks at risk shown at most, then how many more
 Connection = psycopg.Connection[Any]
 Diagnose = Callable[[Snapshot], Diagnosis]  # the analysis of a snapshot of the direct session
+
+
+# the rows of pooltest's queries (tests/test_query_rows.py checks each query's columns against
+# these names)
+class Holders(NamedTuple):
+    """pooltest_holders.sql: backends holding the test key."""
+
+    holders: int
+
+
+class Answer(NamedTuple):
+    """pooltest_lock.sql: what the lock or unlock function answered (NULL for one that waits)."""
+
+    answer: bool | None
+
+
+class PoolSide(NamedTuple):
+    """pooltest_probe.sql: where a pooled client lands, as the server sees it: the pooler's
+    address, the database's and role's names as their bytes, the database's encoding."""
+
+    address: str | None
+    database: str
+    role: str
+    encoding: str
 
 
 def _commit(a: Connection) -> None:
@@ -136,8 +160,8 @@ class PoolTest:
         """Backends holding the key, seen directly in pg_locks (not through the pool)."""
         key = key or self.key
         params = {"classid": key.classid, "objid": key.objid, "objsubid": key.objsubid}
-        (count,) = self.direct.fetch("pooltest_holders", params) or (0,)
-        return int(count)
+        row = self.direct.fetch("pooltest_holders", params)
+        return Holders._make(row).holders if row else 0
 
     def evidence(self, consoles: tuple[str, ...]) -> list[str]:
         """Advisory locks a scenario could destroy: those held by the pool's server
@@ -150,10 +174,11 @@ class PoolTest:
             row = probe.execute(queries.query("pooltest_probe").encode()).fetchone()
         finally:
             self.close(probe)
-        address, raw_database, raw_role, encoding = row if row else (None, None, None, None)
+        side = PoolSide._make(row) if row else None
+        address = side.address if side else None
         texts = Texts()  # the names as their bytes, with the database's encoding (raw_text.py)
-        database = texts.decoded(raw_database, UTF8, codec(encoding))
-        role = texts.decoded(raw_role, UTF8, codec(encoding))
+        database = texts.decoded(side.database, UTF8, codec(side.encoding)) if side else None
+        role = texts.decoded(side.role, UTF8, codec(side.encoding)) if side else None
         snapshot = self.direct.snapshot("advisory")
         servers: set[int] = set()
         for console_dsn in consoles:
@@ -215,7 +240,7 @@ class PoolTest:
             function=sql.Identifier(function)
         )
         row = connection.execute(statement, {"a": a, "b": b}).fetchone()
-        return bool(row and row[0] is not False)
+        return row is not None and Answer._make(row).answer is not False
 
     def release(self, key: LockTriple | None = None) -> int:
         """Unlock the test key through the pool until the server shows it free; returns how

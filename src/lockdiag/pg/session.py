@@ -24,13 +24,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from psycopg import sql
 
-from lockdiag.core.catalogue import derived_keys, hashed_names
-from lockdiag.core.pacing import Activity
+from lockdiag.core.catalogue import KeyRow, derived_keys, hashed_names
+from lockdiag.core.pacing import Activity, Backend
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
@@ -51,6 +51,17 @@ from lockdiag.pg.timeout import DEFAULT_TIMEOUT, Timeout
 if TYPE_CHECKING:
     from lockdiag.core.model import DerivedKey, Scope, Snapshot
     from lockdiag.registry import Poolers, Registry
+
+
+class DatabaseName(NamedTuple):
+    """A row of database_names.sql (tests/test_query_rows.py checks its columns against these
+    names): a database's OID, its name's bytes in hex, whether lockdiag is connected to it, and
+    the connected database's encoding."""
+
+    oid: int
+    name: str
+    current: bool
+    encoding: str
 
 
 class DiagnosticSession:
@@ -256,11 +267,11 @@ class DiagnosticSession:
                 sql = queries.query("relation_names", version)
                 relations = connection.execute(sql.encode(), {"oids": oids}).fetchall()
         # names as their bytes, with the connected database's encoding (raw_text.py)
-        here = next((int(oid) for oid, _, current, _ in rows if current), None)
+        found = list(map(DatabaseName._make, rows))
+        here = next((int(d.oid) for d in found if d.current), None)
         texts = Texts()
         databases = {
-            int(oid): texts.decoded(name, UTF8, codec(encoding)) or ""
-            for oid, name, _, encoding in rows
+            int(d.oid): texts.decoded(d.name, UTF8, codec(d.encoding)) or "" for d in found
         }
         return here, databases, relation_names(relations)
 
@@ -270,14 +281,14 @@ class DiagnosticSession:
         with self.conversation(within) as connection:
             sql = queries.query("probe_activity", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"own": APPLICATION_NAME}).fetchall()
-        return frozenset(map(tuple, rows))
+        return frozenset(map(Backend._make, rows))
 
     def hashtext_keys(self, strings: list[str]) -> list[DerivedKey]:
         """hashtext() of ``strings`` on this server (for `decode --dsn`): one query."""
         with self.conversation() as connection:
             sql = queries.query("enrich_hashtext", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"strings": strings}).fetchall()
-        return derived_keys(rows, "")
+        return derived_keys(map(KeyRow._make, rows), "")
 
     def interrupt(self) -> None:
         """From another thread: wake the statement under way now (its caller gets a
