@@ -44,8 +44,9 @@ from lockdiag.exporter import DEFAULT_PORT, MIN_READ_INTERVAL, Exporter
     type=click.FloatRange(0.0001, 1.0),
     default=0.01,
     show_default=True,
-    help="Share of wall time the sampler's reads of pg_locks may keep the server's lock manager "
-    "busy: a read that took 0.3s waits 30s for the next at 0.01.",
+    help="Share of wall time the sampler's reads of pg_locks (each with its analysis) may take, "
+    "keeping the server's lock manager busy: a read that took 0.3s waits 30s for the next at "
+    "0.01.",
 )
 @click.option(
     "--min-read-interval",

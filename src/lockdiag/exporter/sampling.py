@@ -158,7 +158,7 @@ class Samplers:
         )
         duty = Metric(
             "lockdiag_sampler_duty_cycle",
-            "Share of wall time the sampler's reads kept the server's lock manager busy.",
+            "Share of wall time the sampler's reads of the lock table, and their analysis, took.",
         )
         reads = Metric("lockdiag_sampler_reads_total", "Reads of the lock table.", type="counter")
         for name in names:
