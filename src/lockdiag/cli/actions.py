@@ -11,6 +11,7 @@ import click
 
 from lockdiag.cli.common import (
     DURATION,
+    TIMEOUT,
     connection_options,
     format_option,
     get_registry,
@@ -217,7 +218,14 @@ def _after_cancel(reader: Reader, plan: Preview, wait: float) -> tuple[AfterCanc
     metavar="A,B",
     help="The reserved int4 pair to test with (B+1 is used too); never any other key.",
 )
-@click.option("--timeout", **DURATION, default="5s", show_default=True, help="Connect timeout.")
+@click.option(
+    "--timeout",
+    **TIMEOUT,
+    default="5s",
+    show_default=True,
+    help="Time limit of each connection and round trip, through the pool and direct (also the "
+    "direct session's statement_timeout).",
+)
 @click.option(
     "--pgbouncer",
     "consoles",
@@ -238,7 +246,7 @@ def pooltest_command(
     pooled: str,
     direct: str,
     raw_key: str,
-    timeout: float,
+    timeout: Timeout,
     consoles: tuple[str, ...],
     accept_losing_locks: bool,
     registry: str | None,
@@ -260,7 +268,7 @@ def pooltest_command(
     key = parse_numbers([raw_key])
     names = get_registry(registry)
     # the direct view of the server: the registry's names, never a pooler's console
-    with Reader(Target.of(direct, Timeout(timeout), names), read_poolers=False) as watcher:
+    with Reader(Target.of(direct, timeout, names), read_poolers=False) as watcher:
         results, left = run(
             pooled, watcher.session, watcher.diagnose, key, consoles, accept_losing_locks
         )

@@ -54,6 +54,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
 
 
+def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> Timeout | None:
+    """Click callback: a duration as a Timeout (statement_timeout, connect_timeout, the
+    client's deadline and the exchange's budget, all of them)."""
+    seconds = _duration(ctx, param, value)
+    return None if seconds is None else Timeout(seconds)
+
+
+TIMEOUT: dict[str, Any] = {"callback": _timeout, "metavar": "DURATION"}
+
+
 class _AsLockdiag(logging.Handler):
     """A library's log record (psycopg's "query cancellation failed: ..." when a frozen
     server ignores a cancel) as one of lockdiag's lines, made inert: Python's last-resort
@@ -86,8 +96,8 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def _remember_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    return _remember(ctx, param, _duration(ctx, param, value))
+def _remember_timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return _remember(ctx, param, _timeout(ctx, param, value))
 
 
 def source() -> Source:
@@ -111,7 +121,7 @@ def _source(meta: dict[str, Any]) -> dict[str, Any]:
         if meta.get(f"lockdiag.{name}") is not None
     }
     if meta.get("lockdiag.timeout") is not None:
-        given["timeout"] = Timeout(meta["lockdiag.timeout"])
+        given["timeout"] = meta["lockdiag.timeout"]
     given_dsn = meta.get("lockdiag.dsn") or ()
     dsns = [given_dsn] if isinstance(given_dsn, str) else list(given_dsn)
     # --target from the settings file comes after LOCKDIAG_DSN (read by hand, below, so that
@@ -164,7 +174,7 @@ def server_options(what: str) -> Callable[[F], F]:
 def _connection(command: F, fleet: bool, asks: str | None = None) -> F:
     command = click.option(
         "--timeout",
-        callback=_remember_duration,
+        callback=_remember_timeout,
         expose_value=False,
         metavar="DURATION",
         default="5s",
