@@ -109,7 +109,7 @@ class PacedReader(Feed):
         collect_now_and_then(self.pacer.reads)
         began = time.monotonic()  # the probe (and connecting) is not a read
         reading = self.reader.read(self.scope, self.analysis, _left(ends))
-        if reading.snapshot is None:
+        if reading.snapshot is None:  # failed: the error is in the reading
             self._failed()
             return reading
         self.pacer.read(began, reading.seconds, activity)

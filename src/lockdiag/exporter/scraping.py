@@ -95,37 +95,37 @@ class Scraper:
         self.readers = {target.label: Reader(target) for target in targets}
         self.closing = threading.Event()
 
-    def scrape(self, target: TargetState, asked: float) -> Scrape:
-        """The snapshot of ``target`` that a scrape asked at ``asked`` waits for: the one
-        under way if there is one (concurrent scrapes share it, and a stalled one is never
+    def scrape(self, state: TargetState, asked: float) -> Scrape:
+        """The snapshot of ``state``'s target that a scrape asked at ``asked`` waits for: the
+        one under way if there is one (concurrent scrapes share it, and a stalled one is never
         joined by a second), else one done since ``asked`` or begun less than
         ``min_read_interval`` before it, else a new one in its own thread."""
-        with target.scrape:
-            if target.running is not None:
-                return target.running
-            last = target.last
+        with state.scrape:
+            if state.running is not None:
+                return state.running
+            last = state.last
             if last is not None and (
                 last.finished >= asked or last.started > asked - self.min_read_interval
             ):
                 return last
-            run = target.running = Scrape(time.monotonic())
+            run = state.running = Scrape(time.monotonic())
         thread = threading.Thread(
-            target=self._take, args=(target, run), daemon=True, name=f"scrape {target.name}"
+            target=self._take, args=(state, run), daemon=True, name=f"scrape {state.name}"
         )
         try:
             thread.start()
         except RuntimeError as error:  # no thread to be had: down, and never left "running"
             run.error = f"cannot start a scrape: {error}"
-            self._finish(target, run)
+            self._finish(state, run)
         return run
 
-    def _take(self, target: TargetState, run: Scrape) -> None:
-        reader = self.readers[target.name]
-        looks = self.looks.get(target.name) if self.looks is not None else None
+    def _take(self, state: TargetState, run: Scrape) -> None:
+        reader = self.readers[state.name]
+        looks = self.looks.get(state.name) if self.looks is not None else None
         analysis = Analysis(self.policy.analysis_policy(), looks)
         try:
             # the retry on a fresh connection shares the scrape's budget
-            with target.target.timeout.budget():
+            with state.target.timeout.budget():
                 reading = self._read(reader, analysis, run.started + self.deadline)
             run.report = reading.diagnosed().incident(self.policy)
         except LockdiagError as error:
@@ -134,22 +134,22 @@ class Scraper:
             run.error = f"internal error: {error!r}"
             raise
         finally:
-            self._finish(target, run)
+            self._finish(state, run)
             if self.closing.is_set():
                 reader.close()
 
-    def _finish(self, target: TargetState, run: Scrape) -> None:
+    def _finish(self, state: TargetState, run: Scrape) -> None:
         run.finished = time.monotonic()
         run.seconds = run.finished - run.started
-        with target.scrape:
-            target.running, target.last = None, run
-            target.report, target.error = run.report, run.error
-            target.taken_at, target.seconds = run.finished, run.seconds
-            target.down_since = _down_since(target.down_since, run.report is not None)
+        with state.scrape:
+            state.running, state.last = None, run
+            state.report, state.error = run.report, run.error
+            state.taken_at, state.seconds = run.finished, run.seconds
+            state.down_since = _down_since(state.down_since, run.report is not None)
             # no answer in time: given up on, or failed only after the whole budget (a
             # connection that timed out, a statement that never came back)
-            late = run.abandoned or run.seconds >= target.target.timeout.seconds
-            target.stalled = run.report is None and late
+            late = run.abandoned or run.seconds >= state.target.timeout.seconds
+            state.stalled = run.report is None and late
         run.done.set()
 
     @staticmethod
@@ -177,47 +177,47 @@ class Scraper:
             "How long the target has been down, since its first failed scrape (0 while up).",
         )
         groups: list[list[Metric]] = [[up, took, down]]
-        for target, run in runs:
-            with target.scrape:
-                waits = not target.stalled
+        for state, run in runs:
+            with state.scrape:
+                waits = not state.stalled
             done = run.done.wait(max(0.0, deadline - time.monotonic()) if waits else 0.0)
-            if done or not self._give_up(target, run, wait):
+            if done or not self._give_up(state, run, wait):
                 report, seconds = run.report, run.seconds
             else:
                 report, seconds = None, time.monotonic() - run.started
-            with target.scrape:
-                since = target.down_since
-            up.add(1 if report is not None else 0, target=target.name)
-            took.add(seconds, target=target.name)
+            with state.scrape:
+                since = state.down_since
+            up.add(1 if report is not None else 0, target=state.name)
+            took.add(seconds, target=state.name)
             unreachable = time.time() - since if report is None and since is not None else 0.0
-            down.add(max(0.0, unreachable), target=target.name)
+            down.add(max(0.0, unreachable), target=state.name)
             if report is not None:
-                groups.append(labelled(check_metrics(report), "target", target.name))
+                groups.append(labelled(check_metrics(report), "target", state.name))
         return merged(groups)
 
     @staticmethod
-    def _give_up(target: TargetState, run: Scrape, wait: float) -> bool:
+    def _give_up(state: TargetState, run: Scrape, wait: float) -> bool:
         """A scrape stops waiting for ``run``: the target is down and stalled until an attempt
         answers. False if ``run`` ended meanwhile (what it said stands)."""
-        with target.scrape:
-            if target.running is not run:
+        with state.scrape:
+            if state.running is not run:
                 return False
-            if not target.stalled:
-                target.error = f"timed out after {wait:g}s"
-            run.abandoned = target.stalled = True
-            target.report, target.seconds = None, time.monotonic() - run.started
-            target.down_since = _down_since(target.down_since, False)
+            if not state.stalled:
+                state.error = f"timed out after {wait:g}s"
+            run.abandoned = state.stalled = True
+            state.report, state.seconds = None, time.monotonic() - run.started
+            state.down_since = _down_since(state.down_since, False)
         return True
 
     def close(self) -> None:
         """Close the sessions; one still under way is closed by its own thread when it ends
         (never from here, while it is in use)."""
         self.closing.set()
-        for target in self.targets.values():
-            with target.scrape:
-                busy = target.running is not None
+        for state in self.targets.values():
+            with state.scrape:
+                busy = state.running is not None
             if not busy:
-                self.readers[target.name].close()
+                self.readers[state.name].close()
 
 
 def _down_since(since: float | None, up: bool) -> float | None:
