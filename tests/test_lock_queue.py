@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.demo.cluster import Cluster
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import take_snapshot
 from lockdiag.registry import Registry
 
 from helpers.servers import Sessions, Worker

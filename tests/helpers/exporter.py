@@ -17,8 +17,10 @@ from typing import Any
 
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import free_port
-from lockdiag.exporter import Exporter, Target
+from lockdiag.evidence import Target
+from lockdiag.exporter import Exporter
 from lockdiag.exporter.server import WORKERS
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry
 
 
@@ -39,10 +41,13 @@ def healthy(url: str) -> bool:
         return False
 
 
-def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
-    """An exporter whose every scrape reads its targets (no minimum interval between reads):
-    for the tests of what a scrape does when a target changes between two of them."""
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0, min_read_interval=0.0)
+def make_exporter(named: dict[str, str], timeout: float = 2.0) -> Exporter:
+    """An exporter of these DSNs by name, whose every scrape reads its targets (no minimum
+    interval between reads): for the tests of what a scrape does when a target changes between
+    two of them."""
+    limit = Timeout(timeout)
+    targets = [Target.of(dsn, limit, Registry(), name=name) for name, dsn in named.items()]
+    return Exporter(targets, CheckPolicy(), 1.0, min_read_interval=0.0)
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
 from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
 
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
@@ -34,6 +35,20 @@ BATCH = 2000  # rows of the snapshot turned into records at a time
 # Python across the read and the analysis: 64 rows are under a millisecond)
 GROUP_MIN = 64
 _ONE = (1, None)  # LockRow.keys and objid_last of a row that is one lock
+
+# The columns of the snapshot queries (snapshot_*.sql, snapshot_aggregated_*.sql), in order: a
+# row's kind ('lock', 'session', 'server'), a lock's LockRow fields up to blocked_by (a span's
+# count and last key come in the detail), the name of its relation, and a JSON detail (a
+# session, the server, a span). A hundred thousand lock rows are read by position (a LockRow
+# made from a slice: see capture()); these are the positions, named, and
+# tests/test_query_rows.py checks the names against each query's cursor.description.
+LOCK_FIELDS = LockRow._fields[: LockRow._fields.index("blocked_by") + 1]
+SNAPSHOT_COLUMNS = ("kind", *LOCK_FIELDS, "relation_name", "detail")
+KIND = SNAPSHOT_COLUMNS.index("kind")
+LOCK = slice(SNAPSHOT_COLUMNS.index(LOCK_FIELDS[0]), SNAPSHOT_COLUMNS.index(LOCK_FIELDS[-1]) + 1)
+RELATION = SNAPSHOT_COLUMNS.index("relation")
+RELATION_NAME = SNAPSHOT_COLUMNS.index("relation_name")
+DETAIL = SNAPSHOT_COLUMNS.index("detail")
 
 
 def capture(
@@ -57,26 +72,28 @@ def capture(
     relations: dict[int, str] = {}  # their bytes in hex, decoded once the encoding is known
     texts = Texts()
     make = LockRow._make
+    # the columns' positions as locals: the loop below runs once per lock
+    kind_at, lock_at, relation_at, name_at, detail_at = KIND, LOCK, RELATION, RELATION_NAME, DETAIL
     with connection.cursor() as cursor:
         params.update(names=names or [], **probe_params())
         for row in stream_rows(cursor, sql, params):
-            kind = row[0]
+            kind = row[kind_at]
             if kind == "lock":
-                span = row[18]  # an aggregated read's span: {"count", "objid_last"}
+                span = row[detail_at]  # an aggregated read's span: {"count", "objid_last"}
                 # the LockRow fields, in order (blocked_by last), then keys and objid_last
                 lock = make(
-                    row[1:17] + (_ONE if span is None else (span["count"], span["objid_last"]))
+                    row[lock_at] + (_ONE if span is None else (span["count"], span["objid_last"]))
                 )
                 if lock.blocked_by is not None:  # an array arrives as a list
                     lock = lock._replace(blocked_by=tuple(lock.blocked_by))
                 locks.append(lock)
-                if row[17] is not None:
-                    relations[row[3]] = row[17]
+                if row[name_at] is not None:
+                    relations[row[relation_at]] = row[name_at]
             elif kind == "session":
-                session = build_record(Session, texts.session(row[18]), "session")
+                session = build_record(Session, texts.session(row[detail_at]), "session")
                 sessions[session.pid] = session
             else:
-                server = row[18]
+                server = row[detail_at]
     # the whole read, rows turned into records included: streamed, the server goes on sending
     # after the first rows, and the pacing of watch, sample and the exporter must not count
     # a read as cheaper than it was (an overstatement only makes them read less often)
@@ -151,7 +168,7 @@ def complete(
     snapshot: Snapshot,
     registry: Registry | None,
     poolers: Poolers | None,
-    timeout: float,
+    timeout: Timeout,
 ) -> Snapshot:
     """What the snapshot query alone cannot say: names of well-known keys computed on the
     server (with a registry), and which backends are a pooler's server connections (read in

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockdiag.core.records import FieldError
 
@@ -143,11 +143,22 @@ class Texts:
         return own
 
 
+class RelationName(NamedTuple):
+    """A row of relation_names.sql (tests/test_query_rows.py checks its columns against these
+    names): a relation's OID, its name's bytes in hex, the database's encoding."""
+
+    oid: int
+    name: str
+    encoding: str
+
+
 def relation_names(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
-    """The rows of relation_names.sql (oid, the name's bytes, the database's encoding) as
-    names by OID."""
+    """The rows of relation_names.sql as names by OID."""
     texts = Texts()
-    return {int(oid): texts.decoded(name, codec(encoding)) or "" for oid, name, encoding in rows}
+    return {
+        int(r.oid): texts.decoded(r.name, codec(r.encoding)) or ""
+        for r in map(RelationName._make, rows)
+    }
 
 
 def undecodable_note(snapshot: Snapshot) -> str:

@@ -109,7 +109,7 @@ from lockdiag.core.catalogue.queues import (
     pg_boss_keys,
 )
 from lockdiag.core.catalogue.schedulers import dbos_background_key, dbos_key, tooz_key, tooz_keys
-from lockdiag.core.catalogue.server_keys import derived_keys, hashed_names, row_parts
+from lockdiag.core.catalogue.server_keys import KeyRow, derived_keys, hashed_names, row_parts
 
 __all__ = [
     "BY_APPLICATION",
@@ -134,6 +134,7 @@ __all__ = [
     "Confidence",
     "Family",
     "Hold",
+    "KeyRow",
     "Known",
     "PluginKeys",
     "Program",

@@ -6,6 +6,7 @@ tables): the names to send, as the programs declare them (the query itself is
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from lockdiag.core.catalogue.entry import Hashed, Program, Rows
 from lockdiag.core.catalogue.index import PROGRAMS, row_sources
@@ -15,6 +16,16 @@ from lockdiag.registry import Candidates, KnownList, declare_list
 
 # any string the team's code passes to hashtext(): named as itself, no software's
 declare_list(KnownList("hashtext", "any string your code passes to hashtext()"))
+
+
+class KeyRow(NamedTuple):
+    """A key the server computed, as :func:`derived_keys` reads it: enrich_hashtext.sql's
+    columns (tests/test_query_rows.py checks them against these names), ``source``
+    'hashtext'; the enrichment query's rows come as (part number, name, key)."""
+
+    source: str | int
+    name: str
+    key: int
 
 
 def _hashed() -> Iterator[tuple[Program, Hashed]]:
