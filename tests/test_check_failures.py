@@ -103,7 +103,7 @@ def a_bug(request: pytest.FixtureRequest, tmp: Path, env: pytest.MonkeyPatch) ->
     def broken(*args: object) -> None:
         raise RuntimeError("boom")
 
-    env.setattr(alerts, "_check", broken)
+    env.setattr(alerts, "fleet_check_output", broken)
     return ["--from", INCIDENT, "--registry", REGISTRY]
 
 
