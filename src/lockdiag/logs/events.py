@@ -208,7 +208,7 @@ class LogReader:
         counts = self.counts
         pending: dict[int, Pending] = {}
         last: Pending | None = None  # the entry the previous line belonged to
-        latest: Pending | None = None  # the entry read whole last
+        latest: Pending | None = None  # the entry read last, while it is pending
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = first_character(prefix)
         recent = self._recent
@@ -226,24 +226,22 @@ class LogReader:
                 last = None
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
+                    if latest is not None and pending.get(latest.pid) is not latest:
+                        latest = None
                 if latest is not None and raw.startswith(latest.head):
                     # a wait's DETAIL, then its STATEMENT (not kept), as Pending.add takes
                     # them, told without the severity's end found: most lines of a log of waits
-                    size, pending_still = latest.size, pending.get(latest.pid) is latest
-                    if pending_still and raw.startswith("DETAIL:  ", size):
+                    size = latest.size
+                    if raw.startswith("DETAIL:  ", size):
                         latest.detail = raw[size + 9 :].rstrip("\r\n")[:TEXT_MAX]
                         latest.where, last = "detail", latest
                         continue
-                    if (
-                        pending_still
-                        and raw.startswith("STATEMENT:  ", size)
-                        and latest.severity == "LOG"
-                    ):
+                    if raw.startswith("STATEMENT:  ", size) and latest.severity == "LOG":
                         latest.where, last = None, latest
                         continue
                     colon = raw.find(":  ", size)
                     severity = raw[size:colon]
-                    if colon > 0 and severity in CONTINUATIONS and pending_still:
+                    if colon > 0 and severity in CONTINUATIONS:
                         if latest.add(severity, raw, colon + 3):
                             last = latest
                         continue
@@ -283,6 +281,8 @@ class LogReader:
                         continue
                 counts.entries += 1
                 done = pending.pop(pid, None)
+                if done is latest:
+                    latest = None  # no longer pending: a line starting as it did is read whole
                 if severity not in ENGLISH_SEVERITIES:
                     self._foreign(severity, message)
                 elif interesting(severity, message):

@@ -115,9 +115,10 @@ _WAIT = re.compile(
     _WAIT_HEAD + r"(.+?)(?: by rearranging queue order)?(?: after (\d+(?:\.\d+)?) ms)?"
     r"(?: at character \d+)?$"
 )
-# the shape nearly every wait message has: its tag ends where the last " after " begins
-_WAIT_AFTER = re.compile(_WAIT_HEAD + r"([^\n]+) after (\d+(?:\.\d+)?) ms$")
+# the shape nearly every wait message has: its tag ends where the last " after " begins (and
+# not with _WAIT's optional ending, which a lookbehind tells at that one place)
 _REARRANGED = " by rearranging queue order"
+_WAIT_AFTER = re.compile(_WAIT_HEAD + rf"([^\n]+)(?<!{_REARRANGED}) after (\d+(?:\.\d+)?) ms$")
 _HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: [\d, ]*\.")
 # a tag is short (lmgr.c DescribeLockTag): bounded, so that a crafted DETAIL costs linear time
 _CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.{1,200}?); blocked by process (\d+)\.")
@@ -135,9 +136,9 @@ def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
     """A wait message's pid, verb, mode, tag and milliseconds, as ``_WAIT`` reads them.
     ``_WAIT``'s lazy tag tries its three optional endings at every character: the common shape
     ("... on <tag> after <n> ms") is read by ``_WAIT_AFTER`` first, at a third of the cost
-    (the same parts: tests/test_log_bounds.py checks that the two agree)."""
+    (the same parts: tests/test_log_fast_paths.py checks that the two agree)."""
     found = _WAIT_AFTER.match(message)
-    if found is None or found.group(4).endswith(_REARRANGED):
+    if found is None:
         found = _WAIT.match(message)
     return None if found is None else found.groups()  # type: ignore[return-value]
 
@@ -221,6 +222,13 @@ def parse_cycle(detail: str) -> tuple[CycleStep, ...]:
 
 
 def _pids(text: str) -> tuple[int, ...]:
+    """The pids of a list ("24247, 24250"); one pid, what most waits name, is read without
+    the list split (tests/test_log_fast_paths.py reads lists both ways)."""
+    if len(text) <= 10 and text.isdecimal():  # what int() reads, as the split would
+        pid = int(text)
+        if pid > PID_MAX:
+            raise Malformed(f"a pid past {PID_MAX}")
+        return (pid,)
     try:
         pids = tuple(map(int, text.replace(",", " ").split()))  # in C: not pid_of for each
     except ValueError:  # more than 4300 digits

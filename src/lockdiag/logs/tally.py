@@ -183,6 +183,8 @@ class Tally:
         self.timeline_key = timeline_key
         self.kept_keys, self.kept_episodes = kept_keys, kept_episodes
         self.keys: dict[tuple[object, ...], KeyTally] = {}
+        # a tag's text -> its key's tally, for the tags met again and again (see _tally)
+        self._by_text: dict[str, KeyTally] = {}
         self.folded: dict[str, KeyTally] = {}  # lock type -> its least waited keys' totals
         self.episode_count = 0  # kept, across keys
         self._episode_limit = 2 * kept_episodes
@@ -300,9 +302,10 @@ class Tally:
                 self._close_oldest()
         else:
             wait.seen = time
-            wait.waited_ms = max(wait.waited_ms, waited)
+            if waited > wait.waited_ms:  # noqa: PLR1730 - not max(), a call: twice a wait
+                wait.waited_ms = waited
         if holders and holders != wait.holders:
-            wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
+            wait.holders = _merged(wait.holders, holders)
             self.holders_added += len(holders)  # as many as it adds, or more
             if self.holders_added > OPEN_HOLDERS:
                 self._close_oldest()
@@ -343,17 +346,27 @@ class Tally:
         )
 
     def _tally(self, tag: LockTag) -> KeyTally:
+        """The tally of the tag's key. A tag's text always gives the same key (parse_tag), so
+        the tally is found by the text, whose hash a string keeps, before the key is made;
+        folding keys forgets the texts (their tallies may be gone)."""
+        tally = self._by_text.get(tag.text)
+        if tally is not None:
+            return tally
         key = key_of(tag)
         tally = self.keys.get(key)
         if tally is None:
             if len(self.keys) >= 2 * self.kept_keys:
                 self._fold_keys()
             tally = self.keys[key] = KeyTally(tag)
+        if len(self._by_text) >= 4 * self.kept_keys:
+            self._by_text.clear()  # bounded: texts of keys folded, or written another way
+        self._by_text[tag.text] = tally
         return tally
 
     def _fold_keys(self) -> None:
         """The least waited half of the keys counted together, one total per lock type (a key
         met again later starts a tally of its own; the totals stay exact)."""
+        self._by_text.clear()
         ranked = sorted(self.keys.items(), key=lambda item: (item[1].total_ms, item[1].waits))
         for key, one in ranked[: len(ranked) - self.kept_keys]:
             del self.keys[key]
@@ -393,7 +406,8 @@ class Tally:
         waited_ms = wait.waited_ms
         tally = self._tally(wait.tag)
         tally.waits += 1
-        tally.longest_ms = max(tally.longest_ms, waited_ms)
+        if waited_ms > tally.longest_ms:  # noqa: PLR1730 - not max(), a call: once a wait
+            tally.longest_ms = waited_ms
         tally.total_ms += waited_ms
         outcomes = tally.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -420,7 +434,8 @@ class Tally:
         if end is not None and (episode.last is None or end > episode.last):
             episode.last = end
         episode.waits += 1
-        episode.longest_ms = max(episode.longest_ms, waited_ms)
+        if waited_ms > episode.longest_ms:  # noqa: PLR1730 - as above
+            episode.longest_ms = waited_ms
         episode.total_ms += waited_ms
         outcomes = episode.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -475,6 +490,14 @@ class Tally:
                     entry.statement,
                 )
             )
+
+
+def _merged(listed: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
+    """The holders a wait listed, then those of a DETAIL not among them, each once; the
+    first DETAIL of a wait naming one holder (most of them) as it is."""
+    if not listed and len(more) == 1:
+        return more
+    return tuple(dict.fromkeys((*listed, *more)))
 
 
 def _elapsed(wait: Wait, now: datetime | None) -> float:
