@@ -115,10 +115,13 @@ _WAIT = re.compile(
     _WAIT_HEAD + r"(.+?)(?: by rearranging queue order)?(?: after (\d+(?:\.\d+)?) ms)?"
     r"(?: at character \d+)?$"
 )
-# the shape nearly every wait message has: its tag ends where the last " after " begins (and
-# not with _WAIT's optional ending, which a lookbehind tells at that one place)
+# the shape nearly every wait message has: its tag ends where the last " after " begins, and
+# not with _WAIT's optional ending (a lookbehind, once " after " is found: before it, it would
+# be tried at every character the tag gives back)
 _REARRANGED = " by rearranging queue order"
-_WAIT_AFTER = re.compile(_WAIT_HEAD + rf"([^\n]+)(?<!{_REARRANGED}) after (\d+(?:\.\d+)?) ms$")
+_WAIT_AFTER = re.compile(
+    _WAIT_HEAD + rf"([^\n]+) after (?<!{_REARRANGED} after )(\d+(?:\.\d+)?) ms$"
+)
 _HOLDERS = re.compile(r"Process(?:es)? holding the lock: ([\d, ]*)[.,] Wait queue: [\d, ]*\.")
 # a tag is short (lmgr.c DescribeLockTag): bounded, so that a crafted DETAIL costs linear time
 _CYCLE = re.compile(r"Process (\d+) waits for (\S+) on (.{1,200}?); blocked by process (\d+)\.")
