@@ -15,7 +15,15 @@ from typing import Literal
 import orjson
 
 from lockdiag.errors import InputError
-from lockdiag.logs.messages import PID_MAX, TEXT_MAX, Entry, Identity, identity_of, parse_time
+from lockdiag.logs.messages import (
+    DIGIT,
+    PID_MAX,
+    TEXT_MAX,
+    Entry,
+    Identity,
+    identity_of,
+    parse_time,
+)
 
 LogFormat = Literal["stderr", "csvlog", "jsonlog"]
 SPLITS_KEPT = 50_000  # sessions whose lock lines' split is remembered (Splits)
@@ -29,12 +37,13 @@ class NotALog(InputError):
 # every value bounded: names are at most 63 bytes (NAMEDATALEN), host names NI_MAXHOST (1025)
 _VALUE = r"[^\t]{0,1100}?"
 _ZONE = r"(?: [^\s\]]{1,64}?)?"  # the shortest the text after it allows
+_SECONDS = rf"{DIGIT}{{4}}-{DIGIT}{{2}}-{DIGIT}{{2}} {DIGIT}{{2}}:{DIGIT}{{2}}:{DIGIT}{{2}}"
 _ESCAPES = {
-    "m": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+{_ZONE})",
-    "t": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE})",
-    "n": r"(?P<time>\d+\.\d+)",
-    "s": rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE}",
-    "p": r"(?P<pid>\d{1,10})",  # an int: a longer one is no pid (the line is not read)
+    "m": rf"(?P<time>{_SECONDS}\.{DIGIT}+{_ZONE})",
+    "t": rf"(?P<time>{_SECONDS}{_ZONE})",
+    "n": rf"(?P<time>{DIGIT}+\.{DIGIT}+)",
+    "s": rf"{_SECONDS}{_ZONE}",
+    "p": rf"(?P<pid>{DIGIT}{{1,10}})",  # an int: a longer one is no pid (the line is not read)
     "u": rf"(?P<user>{_VALUE})",
     "d": rf"(?P<database>{_VALUE})",
     "a": rf"(?P<application>{_VALUE})",
