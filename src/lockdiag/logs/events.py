@@ -311,8 +311,16 @@ class LogReader:
 
     def _aged(self, pending: dict[int, Pending], number: int) -> Iterator[Entry]:
         """Entries whose DETAIL and STATEMENT lines had every chance to come (PostgreSQL
-        writes them with the message; only a log without the collector interleaves)."""
-        for pid in [p for p, entry in pending.items() if number - entry.line > PENDING_LINES]:
+        writes them with the message; only a log without the collector interleaves).
+        ``pending`` holds its entries in the order they were read (an entry goes in only
+        after its pid's last one is taken out), so the aged ones come first: the look stops
+        at the first that is not (it looked at every one, every 64 lines)."""
+        aged = []
+        for pid, entry in pending.items():
+            if number - entry.line <= PENDING_LINES:
+                break
+            aged.append(pid)
+        for pid in aged:
             yield self._named(pending.pop(pid).entry())
 
     def _identity(self, found: re.Match[str]) -> Identity:

@@ -163,8 +163,9 @@ class Splits:
 
     def __init__(self, quick: Callable[[str], re.Match[str] | None]) -> None:
         self._quick = quick
-        # the pid's text: the text from its end to the message, the severity, the pid, who
-        self._known: dict[str, tuple[str, str, int, Identity]] = {}
+        # the pid's text: the text from its end to the message, the severity, the pid, who,
+        # and from the pid's end: where the message begins and where the severity does
+        self._known: dict[str, tuple[str, str, int, Identity, int, int]] = {}
 
     def known(self, raw: str) -> tuple[int, str | None, str, str, str, Identity] | None:
         """pid, time, severity, message, the text before the severity and the session, of a
@@ -174,18 +175,14 @@ class Splits:
             return None
         pid_text, time = start.group("pid", "time")
         known = self._known.get(pid_text)
-        if known is None or not raw.startswith(known[0], start.end()):
+        if known is None:
             return None
-        text, severity, pid, identity = known
-        message_at = start.end() + len(text)
-        return (
-            pid,
-            time,
-            severity,
-            raw[message_at:].rstrip("\r\n"),
-            raw[: message_at - len(severity) - 3],
-            identity,
-        )
+        text, severity, pid, identity, message_at, severity_at = known
+        pid_end = start.end()
+        if not raw.startswith(text, pid_end):
+            return None
+        message = raw[pid_end + message_at :].rstrip("\r\n")
+        return pid, time, severity, message, raw[: pid_end + severity_at], identity
 
     def learn(self, found: re.Match[str], identity: Identity) -> None:
         """A line read whole by the prefix pattern: how the next of its pid may split."""
@@ -196,13 +193,9 @@ class Splits:
             return  # longer than a server's values make it: read whole each time
         if len(self._known) >= SPLITS_KEPT:
             self._known.clear()  # bounded: the oldest sessions are forgotten together
-        pid = found.group("pid")
-        self._known[pid] = (
-            text,
-            found.group("severity"),
-            int(pid),
-            identity,
-        )
+        pid, severity = found.group("pid", "severity")
+        severity_at = len(text) - len(severity) - 3  # the text ends with the severity and ":  "
+        self._known[pid] = (text, severity, int(pid), identity, len(text), severity_at)
 
 
 def prefix_splits(prefix: str) -> Splits | None:
