@@ -229,15 +229,16 @@ class LogReader:
                     if latest is not None and pending.get(latest.pid) is not latest:
                         latest = None
                 if latest is not None and raw.startswith(latest.head):
-                    # a wait's DETAIL, then its STATEMENT (not kept), as Pending.add takes
-                    # them, told without the severity's end found: most lines of a log of waits
+                    # a wait's STATEMENT (not kept) and DETAIL, as Pending.add takes them, told
+                    # without the severity's end found: most lines of a log of waits (a wait
+                    # and its end have a STATEMENT each, the wait alone a DETAIL: looked for last)
                     size = latest.size
+                    if raw.startswith("STATEMENT:  ", size) and latest.severity == "LOG":
+                        latest.where, last = None, latest
+                        continue
                     if raw.startswith("DETAIL:  ", size):
                         latest.detail = raw[size + 9 :].rstrip("\r\n")[:TEXT_MAX]
                         latest.where, last = "detail", latest
-                        continue
-                    if raw.startswith("STATEMENT:  ", size) and latest.severity == "LOG":
-                        latest.where, last = None, latest
                         continue
                     colon = raw.find(":  ", size)
                     severity = raw[size:colon]

@@ -58,6 +58,7 @@ KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the res
 # wait of its own. The holders listed by the open waits are bounded alike.
 OPEN_WAITS = 50_000
 OPEN_HOLDERS = 500_000
+DURATIONS_KEPT = 4096  # the first figures of waits kept as timedeltas (Tally._duration)
 DATABASE_NAMES = 100_000  # database names (by oid, from %d) kept; the next are left out
 TIMELINE_EVENTS = {  # a wait message's verb, as the --key timeline says it (with the mode)
     "still waiting for": "waiting for {}",
@@ -185,6 +186,7 @@ class Tally:
         self.keys: dict[tuple[object, ...], KeyTally] = {}
         # a tag's text -> its key's tally, for the tags met again and again (see _tally)
         self._by_text: dict[str, KeyTally] = {}
+        self._durations: dict[float, timedelta] = {}  # see _duration
         self.folded: dict[str, KeyTally] = {}  # lock type -> its least waited keys' totals
         self.episode_count = 0  # kept, across keys
         self._episode_limit = 2 * kept_episodes
@@ -293,9 +295,10 @@ class Tally:
             self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
             return
         if wait is None:
-            # timedelta's arguments by position (days, seconds, microseconds, milliseconds):
-            # cheaper than by keyword, once per wait
-            start = time - timedelta(0, 0, 0, waited) if time else None
+            ago = self._durations.get(waited)
+            if ago is None:
+                ago = self._duration(waited)
+            start = time - ago if time else None
             wait = Wait(pid, tag, mode, start, time, waited, entry.identity)
             self.open[pid] = wait
             if len(self.open) > OPEN_WAITS:
@@ -317,6 +320,16 @@ class Tally:
         if verb == "acquired":
             self._close(wait, "acquired", waited)
         # "detected deadlock while waiting": the ERROR that follows closes the wait
+
+    def _duration(self, waited: float) -> timedelta:
+        """A wait's first figure as a timedelta, kept: the first figure of most waits is
+        deadlock_timeout and a little, a few thousand values (the figures are finite:
+        _wait_message refuses others)."""
+        if len(self._durations) >= DURATIONS_KEPT:
+            self._durations.clear()
+        # by position (days, seconds, microseconds, milliseconds): cheaper than by keyword
+        ago = self._durations[waited] = timedelta(0, 0, 0, waited)
+        return ago
 
     def _close_oldest(self) -> None:
         """Past OPEN_WAITS or OPEN_HOLDERS: the oldest open waits closed, as ends not logged,
