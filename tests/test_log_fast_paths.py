@@ -11,6 +11,7 @@ ones.
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from datetime import datetime
 from operator import attrgetter
 from unittest import mock
@@ -332,3 +333,32 @@ def test_a_key_s_tally_found_by_its_text_is_the_one_its_key_finds(
     by_text, keyed = tallies
     assert by_text.keys == keyed.keys
     assert by_text.folded == keyed.folded
+
+
+def test_a_wait_message_read_by_the_reader_is_the_one_the_tally_reads() -> None:
+    """The reader hands the tally its parse of a wait message (Entry.wait): the same parts
+    the tally reads from the message itself, and the same tally."""
+    lines = _log("2026-05-01 03:10:00.{ms:03d} UTC [{pid}] app@shop ")
+    tag = "advisory lock [5,4102,9,2]"
+    lines += [
+        f"2026-05-01 03:10:01.000 UTC [21] app@shop LOG:  process {text}\n"
+        for text in (
+            f"21 avoided deadlock for ShareLock on {tag} by rearranging queue order after 10.5 ms",
+            f"21 could not obtain ShareLock on {tag}",
+            f"4294967296 still waiting for ShareLock on {tag} after 1.5 ms",  # Malformed
+            "21 still waiting for nothing",  # a lock message that is not one
+            f"21 acquired ShareLock on {tag} after 12.5 ms",
+        )
+    ]
+    entries = _entries(lines, "%m [%p] %q%u@%d ")
+    waits = [e for e in entries if e.severity == "LOG"]
+    assert len(waits) == 10 and sum(e.wait is not None for e in waits) == 9
+    assert all(e.wait == parse_wait(e.message) for e in waits)
+    handed, read = Tally(), Tally()
+    for entry in entries:
+        for tally, one in ((handed, entry), (read, entry._replace(wait=None))):
+            with suppress(Malformed):
+                tally.add(one)
+    for tally in (handed, read):
+        tally.finish()
+    assert handed.keys == read.keys and handed.deadlocks == read.deadlocks

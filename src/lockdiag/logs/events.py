@@ -44,6 +44,7 @@ from lockdiag.logs.messages import (
     identity_of,
     interesting,
     parse_time,
+    wait_of,
 )
 
 DETECT_LINES = 200  # lines looked at to tell the format and the prefix
@@ -286,7 +287,9 @@ class LogReader:
                     latest = None  # no longer pending: a line starting as it did is read whole
                 if severity not in ENGLISH_SEVERITIES:
                     self._foreign(severity, message)
-                elif interesting(severity, message):
+                elif (said := wait_of(severity, message)) is not None or interesting(
+                    severity, message
+                ):
                     if found is not None:  # read whole: its head and session, and its split
                         head = found.string[: found.start("severity")]
                         identity = self._identity(found)
@@ -295,7 +298,7 @@ class LogReader:
                     if self.identities.get(pid) is not identity:
                         self._remember(pid, identity)
                     last = latest = pending[pid] = Pending(
-                        head, time, severity, message, pid, identity, number
+                        head, time, severity, message, pid, identity, number, said
                     )
                 if done is not None:
                     yield self._named(done.entry())

@@ -21,6 +21,7 @@ from lockdiag.logs.messages import (
     TEXT_MAX,
     Entry,
     Identity,
+    WaitMessage,
     identity_of,
     parse_time,
 )
@@ -319,6 +320,7 @@ class Pending:
         "size",
         "statement",
         "time",
+        "wait",
         "where",
     )
 
@@ -331,8 +333,9 @@ class Pending:
         pid: int,
         identity: Identity,
         line: int,
+        wait: WaitMessage | None,
     ) -> None:
-        self.time, self.severity = time, severity
+        self.time, self.severity, self.wait = time, severity, wait
         self.pid, self.identity, self.line = pid, identity, line
         self.message = message[:TEXT_MAX]
         self.head, self.size = head, len(head)
@@ -374,5 +377,6 @@ class Pending:
                 self.detail,
                 self.statement,
                 self.context,
+                self.wait,
             ),
         )

@@ -89,8 +89,12 @@ def identity_of(user: str | None, database: str | None, application: str | None)
     )
 
 
+WaitMessage = tuple[str, str, str, str, str | None]  # parse_wait's parts of a wait message
+
+
 class Entry(NamedTuple):
-    """One log entry that may concern locks, its DETAIL, STATEMENT and CONTEXT joined."""
+    """One log entry that may concern locks, its DETAIL, STATEMENT and CONTEXT joined; a
+    wait message as the reader read it (``wait_of``: the tally reads it when it is None)."""
 
     time: datetime | None
     pid: int | None
@@ -100,6 +104,7 @@ class Entry(NamedTuple):
     detail: str | None = None
     statement: str | None = None
     context: str | None = None
+    wait: WaitMessage | None = None
 
 
 # \d with the ASCII digits tried first, for the patterns every lock line meets: the same set
@@ -142,7 +147,7 @@ INTERESTING_ERRORS = {
 }
 
 
-def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
+def parse_wait(message: str) -> WaitMessage | None:
     """A wait message's pid, verb, mode, tag and milliseconds, as ``_WAIT`` reads them.
     ``_WAIT``'s lazy tag tries its three optional endings at every character: the common shape
     ("... on <tag> after <n> ms") is read by ``_WAIT_AFTER`` first, at a third of the cost
@@ -151,6 +156,12 @@ def parse_wait(message: str) -> tuple[str, str, str, str, str | None] | None:
     if found is None:
         found = _WAIT.match(message)
     return None if found is None else found.groups()  # type: ignore[return-value]
+
+
+def wait_of(severity: str, message: str) -> WaitMessage | None:
+    """A LOG message's parts when it is a wait message: read once, by the reader, which
+    needs to know whether it concerns locks (a wait message does: ``interesting``)."""
+    return parse_wait(message) if severity == "LOG" else None
 
 
 def interesting(severity: str, message: str) -> bool:

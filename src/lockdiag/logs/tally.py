@@ -29,6 +29,7 @@ from lockdiag.logs.messages import (
     Identity,
     LockTag,
     Malformed,
+    WaitMessage,
     holders_of,
     parse_cycle,
     parse_tag,
@@ -248,7 +249,7 @@ class Tally:
     def add(self, entry: Entry) -> None:
         """One entry; Malformed (nothing counted) when a number in it is out of its range."""
         if entry.severity == "LOG":  # a lock message (events: messages.interesting)
-            said = parse_wait(entry.message)
+            said = entry.wait or parse_wait(entry.message)  # read by the reader, or here
             if said is None:
                 raise Malformed("a lock message that is not one")
             self._wait_message(entry, said)
@@ -265,7 +266,7 @@ class Tally:
             if self.last is None or time > self.last:
                 self.last = time
 
-    def _wait_message(self, entry: Entry, said: tuple[str, str, str, str, str | None]) -> None:
+    def _wait_message(self, entry: Entry, said: WaitMessage) -> None:
         pid_text, verb, mode, tag_text, after = said
         pid = int(pid_text)  # 10 digits at most, the mode 64 characters (messages._WAIT_HEAD)
         waited = float(after) if after else 0.0  # inf for a long one, never an error
