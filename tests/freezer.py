@@ -97,6 +97,7 @@ class FreezingProxy:
     # -- the relay ---------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        parked: dict[socket.socket, tuple[_Link, bool]] = {}  # frozen: not watched meanwhile
         while self.running:
             for key, _ in self.selector.select(timeout=0.01 if self.delay_seconds else 0.05):
                 if key.data is None:
@@ -104,10 +105,25 @@ class FreezingProxy:
                     continue
                 link, from_client = key.data
                 with self.lock:
-                    if self.frozen or link.frozen:
-                        continue  # leave the bytes in the kernel: nothing comes back
+                    frozen = self.frozen or link.frozen
+                if frozen:  # leave the bytes in the kernel: nothing comes back; and stop
+                    # watching the socket, which stays readable (a loop that spun a core)
+                    self.selector.unregister(key.fileobj)
+                    parked[key.fileobj] = key.data  # type: ignore[index]
+                    continue
                 self._relay(link, from_client)
             self._release_due()
+            self._unpark(parked)
+
+    def _unpark(self, parked: dict[socket.socket, tuple[_Link, bool]]) -> None:
+        """Watch again the sockets of links thawed since they were parked (or drop them)."""
+        with self.lock:
+            thawed = [s for s, (link, _) in parked.items() if not (self.frozen or link.frozen)]
+        for sock in thawed:
+            data = parked.pop(sock)
+            if sock.fileno() < 0:
+                continue  # closed meanwhile
+            self.selector.register(sock, selectors.EVENT_READ, data)
 
     def _accept(self) -> None:
         client, _ = self.listener.accept()
@@ -191,7 +207,7 @@ class FreezingProxy:
         return bytes(out)
 
     def _drop(self, link: _Link) -> None:
-        for sock in (link.client, link.server):
+        for sock in (link.client, link.server):  # parked ones are skipped when unparked
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(sock)
             sock.close()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from lockdiag.core.analysis import Decoded, LockEntry
+from lockdiag.core.catalogue import Known
 from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot
+from lockdiag.keys import from_bigint
 
 STARTED = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)  # the snapshot statement's start
 
@@ -47,3 +50,21 @@ def session(
         xact_start=STARTED - timedelta(minutes=10) if in_transaction else None,
         state_change=STARTED + changed, state=state, backend_type="client backend", query="q",
     )  # fmt: skip
+
+
+def known_lock(
+    known: Known, holder: Session, others: tuple[Session, ...] = (), key: int = 5
+) -> tuple[LockEntry, Snapshot]:
+    """``holder`` holding a key named ``known`` (the bigint ``key``), analysed as the analysis
+    would: a session lock where the holder is idle, else of unknown lifetime."""
+    triple = from_bigint(key)
+    row = LockRow(
+        "advisory", 5, None, None, None, None, None, triple.classid, triple.objid,
+        triple.objsubid, f"{holder.pid}/0", holder.pid, "ExclusiveLock", True,
+    )  # fmt: skip
+    idle = holder.certainly_outside_transaction(STARTED)
+    entry = LockEntry(
+        row, holder, holder.database, Decoded(triple, known=known),
+        "session" if idle else "unknown", 60.0 if idle else None, None,
+    )  # fmt: skip
+    return entry, snapshot([holder, *others], [row])

@@ -163,14 +163,17 @@ def test_a_broken_registry_rule_is_evidence_and_ending_comes_after_checking(
 def test_a_rails_migration_is_spoken_of_in_its_terms(
     cluster: Cluster, sessions: Sessions, registry: str
 ) -> None:
-    """A Rails-like migration: the lock Rails takes for db:migrate, held by an idle session.
-    who-holds says whose lock it is and what holding it means, never "outlived its work"."""
+    """A Rails 7.1 migration: the lock Rails takes for db:migrate, on the migration's own
+    connection, idle between two migrations. who-holds says whose lock it is and what holding
+    it means, never "outlived its work"; no connection of its is said to be gone (it runs its
+    migrations itself: test_programs.py has Rails 6.1's, on a connection of its own)."""
     migration = sessions.open("rails-migrate")
     (database,) = migration.run("SELECT current_database()")[0]
     key = RAILS_SALT * zlib.crc32(
         database.encode()
     )  # ActiveRecord::Migrator#generate_migrator_advisory_lock_id
     migration.run(f"SELECT pg_try_advisory_lock({key})")
+    migration.run("SELECT count(*) FROM pg_class")  # a migration's statement
     time.sleep(0.3)
     text, _ = who_holds(cluster, registry, str(key))
     assert "session lock of Ruby on Rails" in text.splitlines()[0], text

@@ -111,7 +111,7 @@ def test_no_module_over_600_lines_and_no_unexplained_fmt_skip() -> None:
 
 
 # findings' modules in the order they may import each other: no cycle, no arrow back
-FINDINGS_ROOM = ("model", "words", "waits", "holders", "names", "stalled", "report")
+FINDINGS_ROOM = ("model", "words", "programs", "waits", "holders", "names", "stalled", "report")
 
 
 def test_the_findings_are_a_room_that_imports_one_way() -> None:
@@ -152,6 +152,66 @@ def test_the_log_reader_is_a_room_of_its_own() -> None:
         assert ours <= allowed, (stem, ours - allowed)
     assert not {n for n in imported(room / "lines.py") if n.startswith("lockdiag")}
     assert not files_importing("lockdiag.logs") & {"core", "pg", "worker", "registry"}
+
+
+EVIDENCE_ROOM = ("target", "reading", "reader", "source", "paced")  # the order data moves
+EVIDENCE_MAY_IMPORT = (
+    "lockdiag.core",
+    "lockdiag.pg",
+    "lockdiag.errors",
+    "lockdiag.durations",
+    "lockdiag.keys",
+    "lockdiag.registry",
+)
+
+
+def test_the_evidence_room_sits_between_the_server_and_the_commands() -> None:
+    """Each module of evidence imports only those before it, besides core, pg and the
+    worker-facing modules; only the commands, the exporter and the Python API import it (pg,
+    core and views are below it)."""
+    room = PACKAGE / "evidence"
+    assert {p.stem for p in room.glob("*.py")} == {"__init__", *EVIDENCE_ROOM}, "evidence moved"
+    for position, stem in enumerate(EVIDENCE_ROOM):
+        ours = {n for n in imported(room / f"{stem}.py") if n.startswith("lockdiag.")}
+        before = {f"lockdiag.evidence.{name}" for name in EVIDENCE_ROOM[:position]}
+        outside = {n for n in ours - before if not n.startswith(EVIDENCE_MAY_IMPORT)}
+        assert not outside, (stem, outside)
+    assert files_importing("lockdiag.evidence") <= {".", "cli", "exporter", "evidence"}
+
+
+def constructed(path: Path, names: set[str]) -> list[str]:
+    """Where a file calls one of these classes by name (``Name(...)`` or ``module.Name(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            called = node.func
+            name = called.id if isinstance(called, ast.Name) else getattr(called, "attr", None)
+            if name in names:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_evidence_room_opens_a_session_or_builds_a_diagnosis() -> None:
+    """One way from a target to a diagnosis: outside evidence/, nothing constructs a
+    DiagnosticSession (evidence.reader.open_session does) or a Diagnosis (evidence.reading's
+    diagnose does)."""
+    wanted = {"DiagnosticSession", "Diagnosis"}
+    outside = [
+        site
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "evidence" not in path.relative_to(PACKAGE).parts
+        for site in constructed(path, wanted)
+    ]
+    assert outside == []
+    inside = [
+        site for path in (PACKAGE / "evidence").glob("*.py") for site in constructed(path, wanted)
+    ]
+    assert sorted(site.split()[-1] for site in inside) == [
+        "Diagnosis",
+        "Diagnosis",
+        "Diagnosis",
+        "DiagnosticSession",
+    ], inside
 
 
 def test_click_only_in_the_cli() -> None:

@@ -281,3 +281,41 @@ def test_a_span_of_formations(monitor: Cluster) -> None:
         assert 'namespace="(extension tag)",state="held"} 140.0' in listed.stdout
     finally:
         sessions.close()
+
+
+def test_the_catalogue_names_them_where_its_extension_is(scene: Scene) -> None:
+    """pg_auto_failover's entry declares its tags (10 a formation, 11 a node group) and its
+    extension: the catalogue names a tag where pgautofailover is installed in the lock's
+    database (the snapshot lists the connected database's extensions), and nowhere else: not
+    in another database, nor where the extension is absent (Citus takes objsubid 10 too)."""
+    import dataclasses
+
+    from lockdiag.core.decoding import Decoder
+    from lockdiag.pg.session import DiagnosticSession
+
+    with DiagnosticSession(scene.cluster.dsn()) as session:
+        taken = session.snapshot("advisory")
+    assert "pgautofailover" in taken.server.extensions
+    decoder = Decoder(Registry(), taken)
+    names = {(lock.pid, lock.objsubid): decoder.tag(lock) for lock in taken.locks}
+    f = scene.formation
+    formation = names[(scene.formation_waiter.pid, 10)]
+    assert formation is not None
+    assert formation.label == f"pg_auto_failover: formation lock (tag 0,{f},10)"
+    assert formation.confidence == "corroborated"
+    assert formation.evidence == "its extension pgautofailover is installed in database postgres"
+    group = names[(scene.holder.pid, 11)]
+    assert (
+        group is not None and group.label == f"pg_auto_failover: node group 0 lock (tag {f},0,11)"
+    )
+    assert names[(scene.holder.pid, 10)] is formation  # one Known per tag
+    without = dataclasses.replace(
+        taken, server=dataclasses.replace(taken.server, extensions=[])
+    )  # a Citus database: objsubid 10 is not pg_auto_failover's there
+    assert all(Decoder(Registry(), without).tag(lock) is None for lock in without.locks)
+    elsewhere = dataclasses.replace(
+        taken,
+        server=dataclasses.replace(taken.server, databases={**taken.server.databases, 1: "x"}),
+        locks=[lock._replace(database=1) for lock in taken.locks],
+    )  # the same tags in another database: its extensions are not known
+    assert all(Decoder(Registry(), elsewhere).tag(lock) is None for lock in elsewhere.locks)

@@ -15,7 +15,7 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.graph import Blockers, behind
 from lockdiag.demo.cluster import Cluster
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import plain
 

@@ -30,7 +30,7 @@ from lockdiag.cli import cli
 from lockdiag.core import snapshot_file
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
-from lockdiag.pg import fleet
+from lockdiag.evidence import source as fleet
 from lockdiag.registry import MAX_DEPTH as TOML_DEPTH
 from lockdiag.registry import MAX_SIZE, check_file, nesting_depth, parse_registry
 from lockdiag.render import Output, Table, clean, csv_cell, render

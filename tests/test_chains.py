@@ -29,8 +29,9 @@ from lockdiag.core.model import LockRow, Session, Snapshot
 from lockdiag.core.snapshot_file import save
 from lockdiag.core.termination import preview
 from lockdiag.demo.cluster import Cluster
-from lockdiag.exporter import Exporter, Target
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import Target, take_snapshot
+from lockdiag.exporter import Exporter
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import Table, plain
 from lockdiag.views.blockers import JSON_DEPTH, TEXT_DEPTH, blockers_output
@@ -545,7 +546,7 @@ def test_the_layered_incident_on_a_real_server_is_linear(
     assert watched.exit_code == 0 and f"{waiting} in total" in watched.stdout, watched.output
     # a scrape: on the previous code the target was reported down (lockdiag_up 0) after its
     # 2 s deadline, its analysis still running behind it
-    scraper = Exporter([Target("layers", dsn)], names, CheckPolicy(), 2.0, 1.0)
+    scraper = Exporter([Target.of(dsn, Timeout(2.0), names, name="layers")], CheckPolicy(), 1.0)
     try:
         body = scraper.exposition(["layers"]).decode()
     finally:

@@ -19,8 +19,9 @@ from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.termination import Refused, preview
 from lockdiag.demo.cluster import Cluster, free_port
+from lockdiag.evidence import take_snapshot
 from lockdiag.pg.actions import act
-from lockdiag.pg.session import DiagnosticSession, take_snapshot
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import parse_registry
 
 from conftest import OBSERVER, Sessions, ctrl_c_reaches_child

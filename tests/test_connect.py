@@ -9,8 +9,10 @@ import pytest
 
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import InputError, ServerError
+from lockdiag.evidence import take_snapshot
 from lockdiag.pg.connection import conninfo, scrub
-from lockdiag.pg.session import DiagnosticSession, take_snapshot
+from lockdiag.pg.session import DiagnosticSession
+from lockdiag.pg.timeout import Timeout
 
 from conftest import PASSWORD, Sessions
 
@@ -43,7 +45,7 @@ def test_snapshot_takes_no_advisory_lock(cluster: Cluster, sessions: Sessions) -
 
 
 def test_user_options_are_kept() -> None:
-    info = conninfo("host=x options='-c search_path=a'", 2)
+    info = conninfo("host=x options='-c search_path=a'", Timeout(2))
     assert "-c search_path=a -c statement_timeout=2000" in info
 
 
@@ -66,7 +68,7 @@ def test_wrong_password_is_never_shown(cluster: Cluster) -> None:
 
 def test_invalid_connection_string() -> None:
     with pytest.raises(InputError, match="invalid connection string"):
-        conninfo("host=x nonsense", 2)
+        conninfo("host=x nonsense", Timeout(2))
 
 
 def test_scrub_removes_passwords() -> None:

@@ -33,8 +33,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
-from lockdiag.exporter import Exporter, Target
+from lockdiag.evidence import Target
+from lockdiag.exporter import Exporter
 from lockdiag.exporter.server import WORKERS
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.worker import PrometheusEvents
 
@@ -91,10 +93,13 @@ def until(condition: object, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def make_exporter(targets: list[Target], timeout: float = 2.0) -> Exporter:
-    """An exporter whose every scrape reads its targets (no minimum interval between reads):
-    for the tests of what a scrape does when a target changes between two of them."""
-    return Exporter(targets, Registry(), CheckPolicy(), timeout, 1.0, min_read_interval=0.0)
+def make_exporter(named: dict[str, str], timeout: float = 2.0) -> Exporter:
+    """An exporter of these DSNs by name, whose every scrape reads its targets (no minimum
+    interval between reads): for the tests of what a scrape does when a target changes between
+    two of them."""
+    limit = Timeout(timeout)
+    targets = [Target.of(dsn, limit, Registry(), name=name) for name, dsn in named.items()]
+    return Exporter(targets, CheckPolicy(), 1.0, min_read_interval=0.0)
 
 
 @contextmanager
@@ -209,16 +214,18 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     registry, _ = parse_registry(REGISTRY)
     assert registry is not None
     policy = CheckPolicy(idle_age=Threshold(1.0))
-    exporter = Exporter([Target("one", cluster.dsn())], registry, policy, 5.0, 1.0)
+    one = Target.of(cluster.dsn(), Timeout(5.0), registry, name="one")
+    exporter = Exporter([one], policy, 1.0)
     taken = []
-    original = exporter.scraper.sessions["one"].snapshot
+    session = exporter.scraper.readers["one"].session
+    original = session.snapshot
 
-    def counting(scope: str) -> object:
+    def counting(scope: str, within: float | None = None) -> object:
         taken.append(scope)
         time.sleep(0.3)  # a slow server: the other scrapes arrive meanwhile
-        return original(scope)  # type: ignore[arg-type]
+        return original(scope, within)  # type: ignore[arg-type]
 
-    exporter.scraper.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
+    session.snapshot = counting  # type: ignore[assignment,method-assign]
     try:
         scrapes = [threading.Thread(target=exporter.exposition, args=(["one"],)) for _ in range(6)]
         for scrape in scrapes:
@@ -240,17 +247,18 @@ def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
     lock table is read at most once a second, however many scrapes come. Without it (0s),
     every scrape read it: the test's own control."""
     exporter = Exporter(
-        [Target("one", cluster.dsn())], Registry(), CheckPolicy(), 5.0, 1.0,
+        [Target.of(cluster.dsn(), Timeout(5.0), Registry(), name="one")], CheckPolicy(), 1.0,
         min_read_interval=interval,
     )  # fmt: skip
     taken: list[float] = []
-    original = exporter.scraper.sessions["one"].snapshot
+    session = exporter.scraper.readers["one"].session
+    original = session.snapshot
 
-    def counting(scope: Any) -> object:
+    def counting(scope: Any, within: float | None = None) -> object:
         taken.append(time.monotonic())
-        return original(scope)
+        return original(scope, within)
 
-    exporter.scraper.sessions["one"].snapshot = counting  # type: ignore[assignment,method-assign]
+    session.snapshot = counting  # type: ignore[assignment,method-assign]
     answered = 0
     with serving(exporter) as url:
         ends = time.monotonic() + 2.0

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from lockdiag.demo.cluster import Cluster
-from lockdiag.exporter import Target
 from lockdiag.exporter.routes import SCRAPE_TIMEOUT_HEADER, scrape_budget
 
 from conftest import Sessions
@@ -75,8 +74,7 @@ def test_frozen_targets_cost_one_deadline_then_none(
     with FreezingProxy(cluster.port) as proxy:
         proxy.freeze()  # from the start: it never answered
         exporter = make_exporter(
-            [Target("healthy", cluster.dsn()), Target("silent", silent),
-             Target("frozen", proxy.dsn(cluster.dsn()))],
+            {"healthy": cluster.dsn(), "silent": silent, "frozen": proxy.dsn(cluster.dsn())},
             TIMEOUT,
         )  # fmt: skip
         with serving(exporter) as url:
@@ -121,7 +119,7 @@ def test_a_target_that_refuses_at_once_is_not_stalled() -> None:
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         port = placeholder.getsockname()[1]  # closed below: connections to it are refused
     refused = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    exporter = make_exporter([Target("refused", refused)], TIMEOUT)
+    exporter = make_exporter({"refused": refused}, TIMEOUT)
     with serving(exporter) as url:
         for _ in range(2):
             assert up(get(f"{url}/metrics")[1], "refused") == "0.0"
@@ -132,7 +130,7 @@ def test_a_target_that_refuses_at_once_is_not_stalled() -> None:
 def test_the_scrape_timeout_header_lowers_the_deadline(cluster: Cluster) -> None:
     with FreezingProxy(cluster.port) as proxy:
         exporter = make_exporter(
-            [Target("healthy", cluster.dsn()), Target("stalled", proxy.dsn(cluster.dsn()))],
+            {"healthy": cluster.dsn(), "stalled": proxy.dsn(cluster.dsn())},
             TIMEOUT,
         )
         assert exporter.scraper.deadline > TIMEOUT
@@ -153,7 +151,7 @@ def test_a_real_prometheus_gets_every_scrape_in_time(
 ) -> None:
     """Prometheus gives each scrape 1s (and says so in the header); a frozen target would cost
     TIMEOUT: not one scrape fails, the first included, and the healthy target's series come."""
-    exporter = make_exporter([Target("healthy", cluster.dsn()), Target("silent", silent)], TIMEOUT)
+    exporter = make_exporter({"healthy": cluster.dsn(), "silent": silent}, TIMEOUT)
     with serving(exporter) as url, prometheus(tmp_path, scrape_config(url, "1s")) as api:
 
         def value(query: str) -> list[str]:
@@ -183,7 +181,7 @@ def test_the_scrape_budget_is_the_header_less_a_margin(header: str, budget: floa
 def test_concurrent_scrapes_of_a_stalled_target_share_one_attempt(
     cluster: Cluster, silent: str
 ) -> None:
-    exporter = make_exporter([Target("healthy", cluster.dsn()), Target("silent", silent)], TIMEOUT)
+    exporter = make_exporter({"healthy": cluster.dsn(), "silent": silent}, TIMEOUT)
     with serving(exporter) as url:
         get(f"{url}/metrics", timeout=30)
         answers: list[str | None] = []

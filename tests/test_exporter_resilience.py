@@ -16,7 +16,6 @@ import pytest
 from lockdiag.core.model import Aggregated, Scope
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import ServerError
-from lockdiag.exporter import Target
 from lockdiag.exporter.server import REQUEST_TIMEOUT
 
 from freezer import FreezingProxy
@@ -35,7 +34,7 @@ def test_a_hundred_concurrent_scrapes_are_all_answered(cluster: Cluster) -> None
     results: list[tuple[int, float, str | None]] = []
     lock = threading.Lock()
     go = threading.Event()
-    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+    with serving(make_exporter({"one": cluster.dsn()})) as url:
         assert get(f"{url}/metrics")[0] == 200
 
         def scrape() -> None:
@@ -62,7 +61,7 @@ def test_a_hundred_concurrent_scrapes_are_all_answered(cluster: Cluster) -> None
 
 
 def test_half_open_requests_hold_no_thread_and_are_dropped(cluster: Cluster) -> None:
-    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+    with serving(make_exporter({"one": cluster.dsn()})) as url:
         port = int(url.rsplit(":", 1)[1])
         assert get(f"{url}/metrics")[0] == 200
         threads = threading.active_count()
@@ -89,7 +88,7 @@ def test_half_open_requests_hold_no_thread_and_are_dropped(cluster: Cluster) -> 
 
 
 def test_a_full_queue_is_answered_503_at_once(cluster: Cluster, proxy: FreezingProxy) -> None:
-    exporter = make_exporter([Target("stalled", proxy.dsn(cluster.dsn()))], timeout=1.0)
+    exporter = make_exporter({"stalled": proxy.dsn(cluster.dsn())}, timeout=1.0)
     with serving(exporter, workers=1, queued=1) as url:
         assert up(get(f"{url}/metrics")[1], "stalled") == "1.0"
         proxy.freeze()
@@ -113,9 +112,7 @@ def test_a_full_queue_is_answered_503_at_once(cluster: Cluster, proxy: FreezingP
 
 
 def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: FreezingProxy) -> None:
-    exporter = make_exporter(
-        [Target("healthy", cluster.dsn()), Target("stalled", proxy.dsn(cluster.dsn()))], 1.0
-    )
+    exporter = make_exporter({"healthy": cluster.dsn(), "stalled": proxy.dsn(cluster.dsn())}, 1.0)
     with serving(exporter) as url:
         body = get(f"{url}/metrics")[1]
         assert up(body, "healthy") == "1.0" and up(body, "stalled") == "1.0"
@@ -141,17 +138,18 @@ def test_a_stalled_target_does_not_delay_the_others(cluster: Cluster, proxy: Fre
 
 def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cluster) -> None:
     """Whatever the session's own limits: a snapshot that never returns."""
-    exporter = make_exporter([Target("one", cluster.dsn()), Target("hung", cluster.dsn())], 1.0)
+    exporter = make_exporter({"one": cluster.dsn(), "hung": cluster.dsn()}, 1.0)
     deadline = exporter.scraper.deadline
     release = threading.Event()
     taken: list[Scope] = []
 
-    def hanging(scope: Scope) -> object:
+    def hanging(scope: Scope, within: float | None = None) -> object:
         taken.append(scope)
         release.wait(60)
         raise ServerError("connection lost: released by the test")
 
-    exporter.scraper.sessions["hung"].snapshot = hanging  # type: ignore[assignment,method-assign]
+    session = exporter.scraper.readers["hung"].session
+    session.snapshot = hanging  # type: ignore[assignment,method-assign]
     try:
         with serving(exporter) as url:
             for _ in range(3):
@@ -174,7 +172,7 @@ def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cl
 
 
 def test_the_first_scrape_after_a_restart_reads_the_server(cluster: Cluster) -> None:
-    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+    with serving(make_exporter({"one": cluster.dsn()})) as url:
         assert up(get(f"{url}/metrics")[1], "one") == "1.0"
         cluster.restart()  # the exporter's kept connection is now broken
         assert up(get(f"{url}/metrics")[1], "one") == "1.0"
@@ -183,7 +181,7 @@ def test_the_first_scrape_after_a_restart_reads_the_server(cluster: Cluster) -> 
 def test_the_first_scrape_after_its_session_is_terminated_reads_the_server(
     cluster: Cluster,
 ) -> None:
-    with serving(make_exporter([Target("one", cluster.dsn())])) as url:
+    with serving(make_exporter({"one": cluster.dsn()})) as url:
         assert up(get(f"{url}/metrics")[1], "one") == "1.0"
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             ended = admin.execute(

@@ -135,6 +135,12 @@ ADAPTED: dict[str, Adapted] = {
     # and answered "n" (nothing done: exit 1), the second has no query to cancel (exit 1)
     "lockdiag terminate 812": ({"812": "{holder}"}, frozenset({1}), None),
     "lockdiag terminate 812 --cancel --yes": ({"812": "{holder}"}, frozenset({1}), None),
+    # no session of that pid (others' examples read the holder): refused, nothing done
+    "lockdiag terminate 812 --yes --force   # a lock whose work runs elsewhere": (
+        {"812": "2147483646"},
+        frozenset({2}),
+        None,
+    ),
     "lockdiag watch": ({}, frozenset({0}), "q quit"),
     "lockdiag watch --interval 5s --record incident.jsonl": ({}, frozenset({0}), "q quit"),
     "lockdiag watch --from incident.jsonl": ({}, frozenset({0}), "q quit"),

@@ -23,8 +23,8 @@ from lockdiag.core.analysis import analyse
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
+from lockdiag.evidence import take_snapshot
 from lockdiag.keys import parse_numbers
-from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import render
 from lockdiag.views.listing import list_output

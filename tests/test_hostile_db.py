@@ -19,7 +19,9 @@ from click.testing import CliRunner, Result
 from lockdiag.cli import cli
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.demo.cluster import Cluster
-from lockdiag.exporter import Exporter, Target
+from lockdiag.evidence import Target
+from lockdiag.exporter import Exporter
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry
 
 from conftest import Sessions
@@ -209,7 +211,8 @@ def every_command(cluster: Cluster, user: str, database: str) -> str:
         result = CliRunner().invoke(cli, [*args, "--dsn", dsn])
         assert result.exception is None or isinstance(result.exception, SystemExit), result
         assert "Traceback" not in result.output
-    exporter = Exporter([Target("hostile", dsn)], Registry(), CheckPolicy(), 5.0, 60.0)
+    hostile = Target.of(dsn, Timeout(5.0), Registry(), name="hostile")
+    exporter = Exporter([hostile], CheckPolicy(), 60.0)
     try:
         assert b'lockdiag_up{target="hostile"} 1.0' in exporter.exposition(["hostile"])
     finally:

@@ -33,7 +33,7 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
 from lockdiag.errors import InputError
-from lockdiag.pg import fleet
+from lockdiag.evidence import source as fleet
 from lockdiag.registry import load_registry, read_bounded
 from lockdiag.registry import validation as registry_validation
 from lockdiag.render import _INVISIBLE, clean

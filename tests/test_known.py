@@ -611,6 +611,12 @@ def test_pg_repack_run_for_real(repack_cluster: Cluster, repack_sessions: Sessio
             step = finding["next_step"]
             assert "check the repack" in step, step
             assert "idle_in_transaction_session_timeout" not in step and "terminate" not in step
+        # terminate's preview says what check says, of either connection (no terminal: asked
+        # for --yes, nothing done)
+        for pid, lock in ((second[0]["pid"], "repack (its second connection)"),
+                          (holder, "repack of table public.t")):  # fmt: skip
+            shown = CliRunner().invoke(cli, ["terminate", str(pid), "--dsn", dsn]).stdout
+            assert f"pg_repack: {lock}: " in shown and "check the repack" in shown, shown
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (ddl.pid,))
         ddl.done(10)

@@ -17,7 +17,7 @@ from terminal import screen_of
 from lockdiag.cli import cli
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.demo.cluster import Cluster
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import take_snapshot
 from lockdiag.registry import Registry
 
 from conftest import Sessions, Worker

@@ -13,7 +13,9 @@ from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.observe import Sampler
 from lockdiag.core.pacing import Pacer
 from lockdiag.demo.cluster import Cluster
-from lockdiag.exporter import Exporter, Target
+from lockdiag.evidence import Target
+from lockdiag.exporter import Exporter
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import parse_registry
 from lockdiag.render import plain
 from lockdiag.views.sample import sample_output
@@ -81,7 +83,10 @@ def test_the_exporter_reads_the_lock_table_only_when_the_backends_change(
     holder = sessions.open("holder")
     holder.run("SELECT pg_advisory_lock(4102, 900)")
     exporter = Exporter(
-        [Target("one", cluster.dsn())], registry, CheckPolicy(), 5.0, 0.05, duty=0.05
+        [Target.of(cluster.dsn(), Timeout(5.0), registry, name="one")],
+        CheckPolicy(),
+        0.05,
+        duty=0.05,
     )
     exporter.start_samplers()
     try:

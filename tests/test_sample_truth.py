@@ -22,8 +22,8 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
 from lockdiag.core.observe import Episodes, Sampler, patterns
 from lockdiag.demo.cluster import Cluster
-from lockdiag.pg import sampling
-from lockdiag.pg.fleet import Target
+from lockdiag.evidence import Analysis, Target, paced, reader
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import parse_registry
 from lockdiag.registry.model import Poolers
 from lockdiag.render import plain, render
@@ -313,18 +313,18 @@ def test_connecting_is_no_read_in_the_duty_cycle(monkeypatch: pytest.MonkeyPatch
     """sample reads when the backends changed, within a duty cycle of its reads. Connecting
     (the first probe) is not a read: counted as one, a 0.4 s connection barred reads for 2 s,
     and CI's sample missed the brief holds of that time."""
-    monkeypatch.setattr(sampling, "open_session", lambda server, enrich: SlowToConnect())
-    server = Target("test", None, 5.0, REGISTRY, Poolers())
-    pacer = sampling.sample(server, 1.0, 0.05, lambda *_: None, Sampler())
+    monkeypatch.setattr(reader, "open_session", lambda target, **_: SlowToConnect())
+    server = Target("test", None, Timeout(5.0), REGISTRY, Poolers())
+    pacer = paced.sample(server, 1.0, 0.05, lambda *_: None, Sampler())
     assert pacer.reads >= 8  # a read at nearly every probe after the connection
 
 
 def test_watch_counts_no_connection_in_its_duty_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     """watch's feed, likewise: after a slow connection, a change is read at the next refresh."""
-    monkeypatch.setattr(sampling, "open_session", lambda server: SlowToConnect())
-    feed = sampling.Feed(Target("test", None, 5.0, REGISTRY, Poolers()), None, None, 0.05)
+    monkeypatch.setattr(reader, "open_session", lambda target, **_: SlowToConnect())
+    feed = paced.watching(Target("test", None, Timeout(5.0), REGISTRY, Poolers()), Analysis(), 0.05)
     reads = 0
     for _ in range(10):
-        reads += feed.next() is not None
+        reads += feed.tick() is not None
         time.sleep(0.05)
     assert reads >= 8

@@ -24,8 +24,9 @@ from lockdiag.core.analysis import Flag, analyse
 from lockdiag.core.findings import CheckPolicy, Kind, Threshold
 from lockdiag.core.incident import Incident
 from lockdiag.core.observe import Looks
-from lockdiag.exporter import Exporter, Target
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import Analysis, Target, diagnose, take_snapshot
+from lockdiag.exporter import Exporter
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry
 from lockdiag.render import plain
 from lockdiag.views import watch
@@ -78,10 +79,11 @@ def test_a_pinging_leader_and_a_silent_one_get_the_same_findings(
 ) -> None:
     pinging, silent = leaders
     dsn = cluster.dsn()  # type: ignore[attr-defined]
-    exporter = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25, duty=0.5)
+    target = Target.of(dsn, Timeout(5.0), Registry(), name="db")
+    exporter = Exporter([target], POLICY, 0.25, duty=0.5)
     # the same scrapes with no earlier look: only the state bound, as before
-    blind = Exporter([Target("db", dsn)], Registry(), POLICY, 5.0, 0.25)
-    blind.scraper.look = None
+    blind = Exporter([target], POLICY, 0.25)
+    blind.scraper.looks = None
     exporter.start_samplers()
     try:
         # the leaders are dated from the sampler's first read: on a loaded machine connecting
@@ -131,9 +133,10 @@ def test_watch_judges_and_shows_the_seen_bound(
     monkeypatch.setattr(watch, "CHECK", POLICY)
     state = watch.State(Registry())
     dsn = cluster.dsn()  # type: ignore[attr-defined]
-    state.take(take_snapshot(dsn, 5, "all"))
+    analysis = Analysis(POLICY.analysis_policy(), Looks())  # watch's: dated by its looks
+    state.take(diagnose(take_snapshot(dsn, 5, "all"), Registry(), analysis))
     time.sleep(SESSION_AGE + 0.5)
-    state.take(take_snapshot(dsn, 5, "all"))
+    state.take(diagnose(take_snapshot(dsn, 5, "all"), Registry(), analysis))
     entries = {e.lock.pid: e for e in state.entries}
     ping, quiet = entries[pinging.pid], entries[silent.pid]
     assert ping.seen is not None and ping.seen.busy and ping.seen.seconds >= SESSION_AGE

@@ -12,9 +12,9 @@ from lockdiag.core.analysis import Flag, Policy, analyse
 from lockdiag.core.diagnosis import Diagnosis, WhoHolds, narrow
 from lockdiag.demo.cluster import Cluster
 from lockdiag.errors import InputError
+from lockdiag.evidence import take_snapshot
 from lockdiag.keys import LockTriple, from_bigint, from_pair
 from lockdiag.pg import queries
-from lockdiag.pg.session import take_snapshot
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.views.who_holds import verdict
 

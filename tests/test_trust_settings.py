@@ -18,6 +18,7 @@ from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster
 from lockdiag.pg.connection import conninfo
 from lockdiag.pg.session import DiagnosticSession
+from lockdiag.pg.timeout import Timeout
 
 KEY = 987654321
 # what each database's owner may set for every session of it, and what it did before
@@ -167,7 +168,7 @@ def test_transaction_timeout_is_pinned_where_the_server_has_it(cluster: Cluster)
                 "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'transaction_timeout'"
             ).fetchall()
             options = connection.info.get_parameters().get("options", "")
-            sent = conninfo(dsn, 3.0, session.server_version)
+            sent = conninfo(dsn, Timeout(3.0), session.server_version)
         if version >= 170000:
             assert shown == [("0",)]  # the database's 1ms is not in force
             assert "transaction_timeout=0" in sent

@@ -19,13 +19,14 @@ from click.testing import CliRunner
 from terminal import TERMINAL_ENV, screen_of
 
 from lockdiag.cli import cli
+from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.demo.cluster import Cluster
-from lockdiag.pg.session import take_snapshot
-from lockdiag.registry import parse_registry
+from lockdiag.evidence import Analysis, diagnose, take_snapshot
+from lockdiag.registry import Registry, parse_registry
 from lockdiag.render import plain
 from lockdiag.views.blockers import tree_lines
-from lockdiag.views.watch import State, frame
+from lockdiag.views.watch import CHECK, State, frame
 
 from conftest import Sessions, ctrl_c_reaches_child
 
@@ -128,7 +129,7 @@ def test_narrowing_keeps_only_what_was_asked_for(cluster: Cluster, sessions: Ses
     registry, _ = parse_registry("[namespaces.tenant_summary]\nid = 4102\n")
     assert registry is not None
     state = State(registry)
-    state.take(take_snapshot(cluster.dsn(), 5, "all"))
+    state.take(watched(take_snapshot(cluster.dsn(), 5, "all"), registry))
     everything = plain(frame(state))
     assert "unregistered pair (9, 9)" in everything and "tenant_summary 2" in everything
     for key in "ntenant_summary\r":
@@ -346,7 +347,7 @@ def test_frame_keeps_every_root_the_namespace_cause_and_says_a_stale_frame_age(
     registry, _ = parse_registry(REGISTRY)
     assert registry is not None
     state = State(registry)
-    state.take(take_snapshot(cluster.dsn(), 5, "all"))
+    state.take(watched(take_snapshot(cluster.dsn(), 5, "all"), registry))
     lines = plain(frame(state, 24)).splitlines()
     assert sum(line.startswith("root blocker ") for line in lines) == 4, lines
     assert not state.stale and not any(line.startswith("stale:") for line in lines)
@@ -370,7 +371,7 @@ def test_narrowing_to_a_namespace_keeps_its_root_cause() -> None:
     registry, _ = parse_registry((examples / "lockdiag.toml").read_text())
     assert registry is not None
     state = State(registry)
-    state.take(load(examples / "incident.json"))
+    state.take(watched(load(examples / "incident.json"), registry))
     everything = plain(frame(state)).splitlines()
     assert everything[1].startswith("CRITICAL session-lock: tenant_summary 73 (+1 more)  pid 4163")
     state.namespace = "tenant_summary"
@@ -384,6 +385,11 @@ def test_narrowing_to_a_namespace_keeps_its_root_cause() -> None:
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INCIDENT, BUNDLED_REGISTRY = EXAMPLES / "incident.json", EXAMPLES / "lockdiag.toml"
 SIZES = [(24, 80), (40, 120), (50, 200)]
+
+
+def watched(snapshot: Snapshot, registry: Registry) -> Diagnosis:
+    """A refresh's diagnosis, as watch's reads analyse one (check's thresholds)."""
+    return diagnose(snapshot, registry, Analysis(CHECK.analysis_policy()))
 
 
 def bundled_snapshot(renumbered: bool = False) -> Snapshot:
@@ -404,7 +410,7 @@ def bundled_state(renumbered: bool = False) -> State:
     registry, _ = parse_registry(BUNDLED_REGISTRY.read_text())
     assert registry is not None
     state = State(registry)
-    state.take(bundled_snapshot(renumbered))
+    state.take(watched(bundled_snapshot(renumbered), registry))
     return state
 
 

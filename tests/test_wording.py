@@ -6,16 +6,21 @@ and sample's report."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import tomllib
 from click.testing import CliRunner
+from snapshots import known_lock, session
 from test_sample_truth import sampled, stuck_owner
 
 from lockdiag.cli import cli
 from lockdiag.core.catalogue import SOFTWARE, Known
+from lockdiag.core.catalogue.index import PROGRAMS
 from lockdiag.core.findings import software_step
+from lockdiag.core.holding import holding
 from lockdiag.render import plain
 from lockdiag.views.sample import sample_output
 
@@ -111,20 +116,34 @@ def test_key_and_decode_read_right() -> None:
     assert problems("\n".join(texts)) == []
 
 
+def step_of(known: Known, state: str = "idle", query: str = "q") -> str:
+    """The step check gives for ``known``'s lock held by a session in ``state``."""
+    holder = replace(
+        session(4242, state, timedelta(minutes=-5), in_transaction=state != "idle"), query=query
+    )
+    entry, snapshot = known_lock(known, holder)
+    found = holding(entry, snapshot)
+    assert found is not None
+    return software_step(found, snapshot)
+
+
+@pytest.mark.parametrize("state", ["idle", "idle in transaction", "active"])
 @pytest.mark.parametrize("software", sorted(SOFTWARE))
-def test_every_softwares_advice_reads_right(software: str) -> None:
-    step = software_step(Known(software, "its lock", "exact"), 4242)
-    assert problems(step) == []
-    assert software in step  # the name as written, never recased
+def test_every_softwares_advice_reads_right(software: str, state: str) -> None:
+    held = [hold for program in PROGRAMS if program.name == software for hold in program.holds]
+    for meaning in ("its lock", *(m for hold in held for m in hold.keys)):
+        step = step_of(Known(software, meaning, "exact"), state)
+        assert problems(step) == []
+        assert software in step  # the name as written, never recased
 
 
 def test_a_name_that_ends_with_its_kind_is_not_said_twice() -> None:
     from lockdiag.core.catalogue import Software
 
     deploy = Software("deploy", "pg_try_advisory_lock", "held for the whole deploy")
-    step = software_step(Known("Acme Deploy", "deploy lock", "plugin", "acme", deploy), 1)
+    step = step_of(Known("Acme Deploy", "deploy lock", "plugin", "acme", deploy))
     assert step.startswith("an Acme Deploy is running, or died"), step
-    step = software_step(Known("Sqitch", "deploy lock", "exact"), 1)
+    step = step_of(Known("Sqitch", "deploy lock", "exact"))
     assert step.startswith("a Sqitch deploy is running"), step
 
 

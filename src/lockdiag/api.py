@@ -19,8 +19,9 @@ from lockdiag.core.incident import Cause, Contended, Incident
 from lockdiag.core.model import LockRow, ServerInfo, Session, Snapshot
 from lockdiag.core.ownership import Ownership
 from lockdiag.errors import InputError, LockdiagError, ServerError
+from lockdiag.evidence import take_snapshot
 from lockdiag.keys import AdvisoryTag, LockTriple, from_bigint, from_pair
-from lockdiag.pg.session import DiagnosticSession, take_snapshot
+from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Namespace, Registry, RegistryError, load_registry
 
 __all__ = [

@@ -50,8 +50,9 @@ class SettingsError(InputError):
 
 
 @dataclass(frozen=True)
-class Target:
-    """A server by name: ``--target prod``."""
+class TargetEntry:
+    """A server by name, as a ``[targets.NAME]`` table says it: ``--target prod`` (the target
+    read is a :class:`lockdiag.evidence.Target`, made from its DSN)."""
 
     name: str
     dsn: str
@@ -71,7 +72,7 @@ class Settings:
     path: Path | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     commands: Mapping[str, Any] = field(default_factory=dict)
-    targets: Mapping[str, Target] = field(default_factory=dict)
+    targets: Mapping[str, TargetEntry] = field(default_factory=dict)
     lines: _LineIndex | None = None
 
     @property
@@ -86,7 +87,7 @@ class Settings:
         line = self.lines.find(table, key) if self.lines else None
         return SettingsError(f"{located(self.path, line)}: {message}")
 
-    def target(self, name: str) -> Target:
+    def target(self, name: str) -> TargetEntry:
         if name in self.targets:
             return self.targets[name]
         if self.path is None:
@@ -199,7 +200,7 @@ def _parse(empty: Settings, document: dict[str, Any], commands: Collection[str])
     )
 
 
-def _target(settings: Settings, name: str, value: Any) -> Target:
+def _target(settings: Settings, name: str, value: Any) -> TargetEntry:
     table = (TARGETS, name)
     if not isinstance(value, dict):
         raise settings.error(
@@ -216,7 +217,7 @@ def _target(settings: Settings, name: str, value: Any) -> Target:
             raise settings.error(f"target {name}: {key} must be a string", table, key)
     if not value.get("dsn"):
         raise settings.error(f'target {name} has no dsn = "..."', table)
-    return Target(name, value["dsn"], value.get("description", ""))
+    return TargetEntry(name, value["dsn"], value.get("description", ""))
 
 
 def dsn_has_password(dsn: str) -> bool:

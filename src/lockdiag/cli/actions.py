@@ -11,6 +11,7 @@ import click
 
 from lockdiag.cli.common import (
     DURATION,
+    TIMEOUT,
     connection_options,
     format_option,
     get_registry,
@@ -21,25 +22,25 @@ from lockdiag.cli.common import (
     source,
 )
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Snapshot
 from lockdiag.core.termination import (
     END_ATTACHED_CLIENT,
+    FORCE,
     AfterCancel,
     Preview,
     Refused,
     after_cancel,
     attached_client,
+    keeps_working,
     nothing_to_cancel,
     preview,
 )
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError, ServerError
+from lockdiag.evidence import Reader, Target
 from lockdiag.keys import parse_numbers
-from lockdiag.pg import deadline
 from lockdiag.pg.actions import act
-from lockdiag.pg.fleet import open_session
 from lockdiag.pg.pooltest import run
-from lockdiag.pg.session import DiagnosticSession
+from lockdiag.pg.timeout import Timeout
 from lockdiag.render import render
 from lockdiag.views.pooltest import pooltest_output
 from lockdiag.views.terminate import (
@@ -55,6 +56,14 @@ from lockdiag.views.terminate import (
     "--cancel", is_flag=True, help="Cancel the running query instead of ending the session."
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
+@click.option(
+    FORCE,
+    is_flag=True,
+    help="With --yes: end the session even though it holds the lock of a program whose work "
+    "goes on without it (its catalogue entry says so: a Rails or Sqitch migration runs on "
+    "another connection), so that a second instance may run beside that work (refused "
+    "without it).",
+)
 @click.option(
     END_ATTACHED_CLIENT,
     "end_attached_client",
@@ -77,6 +86,7 @@ def terminate_command(
     pid: int,
     cancel: bool,
     yes: bool,
+    force: bool,
     end_attached_client: bool,
     wait: float,
     registry: str | None,
@@ -89,7 +99,10 @@ def terminate_command(
     It refuses lockdiag's own session, non-client backends, sessions that hold no lock or
     whose start time it cannot see (without pg_read_all_stats), and a pooled server
     connection that the pooler shows a client attached to now (its transaction is that
-    client's work) unless --end-attached-client says to end it too.
+    client's work) unless --end-attached-client says to end it too. The preview names a
+    well-known program's lock and says what check says of it; with --yes it refuses to end
+    the lock of a program whose work goes on without it (a Rails or Sqitch migration runs on
+    another connection, and a second one could start beside it) unless --force says so.
     At the confirmation it signals the pid only if it is still the session shown (same start
     time) holding what the preview showed; otherwise it does nothing and says what changed.
     --cancel acts only while a query runs (an idle session's cancel releases nothing), then
@@ -107,14 +120,15 @@ def terminate_command(
     Examples:
       lockdiag terminate 812
       lockdiag terminate 812 --cancel --yes
+      lockdiag terminate 812 --yes --force   # a lock whose work runs elsewhere
     """
     names = get_registry(registry)
     where = source()
     machine = fmt == "json"  # one JSON document on stdout at the end; people's text on stderr
-    with open_session(get_target(names)) as session:
-        snapshot = session.snapshot("all")
-        plan = preview(Diagnosis(snapshot, names), pid)
-        shown = terminate_preview_output(plan, snapshot, cancel)
+    with Reader(get_target(names)) as reader:
+        diagnosis = reader.read("all").diagnosed()
+        plan = preview(diagnosis, pid)
+        shown = terminate_preview_output(plan, diagnosis.snapshot, cancel)
         if machine:
             render(shown, "plain", sys.stderr)
         else:
@@ -139,6 +153,9 @@ def terminate_command(
         if not end_attached_client and (why := attached_client(plan, cancel)):
             document(False, why)
             raise Refused(why)
+        if yes and not force and (why := keeps_working(plan, cancel)):
+            document(False, why)
+            raise Refused(why)
         verb = "cancel the query of" if cancel else "terminate"
         if plan.waits is not None and not plan.blocked:
             verb += " the waiter"
@@ -149,14 +166,14 @@ def terminate_command(
                 raise InputError(refusal)
             if not click.confirm(f"{verb} pid {pid}?", default=False, err=True):
                 finish(False, "nothing done")
-        with deadline.budget(where.timeout + wait):  # the confirmation may have taken minutes
-            outcome = act(session, plan, cancel, wait)
+        with where.timeout.plus(wait).budget():  # the confirmation may have taken minutes
+            outcome = act(reader.session, plan, cancel, wait)
             if not outcome.done:
                 finish(False, outcome.message)
             if not cancel:
                 finish(True, outcome.message, list(plan.releases), [])
             try:
-                check, now = _after_cancel(session, plan, wait)
+                check, now = _after_cancel(reader, plan, wait)
             except ServerError as error:  # the cancel was sent: say so, not only the error
                 finish(
                     False,
@@ -166,22 +183,20 @@ def terminate_command(
     finish(check.stopped, cancel_report(plan, now, check, wait), check.released, check.still_held)
 
 
-def _after_cancel(
-    session: DiagnosticSession, plan: Preview, wait: float
-) -> tuple[AfterCancel, Snapshot]:
+def _after_cancel(reader: Reader, plan: Preview, wait: float) -> tuple[AfterCancel, Snapshot]:
     """New reads of the server (each under the session's deadline) until the query shown has
     stopped, or ``wait`` seconds have passed: a backend acts on a cancel at its next check for
     interrupts, not at once."""
     ends = time.monotonic() + wait
     while True:
-        now = session.snapshot("all")
+        now = reader.snapshot("all")
         check = after_cancel(plan, now)
         if check.stopped:
             # the snapshot reads pg_locks before pg_stat_activity: a backend that aborted in
             # between shows its new state beside the locks it held a moment before; it
             # releases them before it reports that state, so a second read is the truth
             time.sleep(0.05)
-            now = session.snapshot("all")
+            now = reader.snapshot("all")
             return after_cancel(plan, now), now
         if time.monotonic() >= ends:
             return check, now
@@ -203,7 +218,14 @@ def _after_cancel(
     metavar="A,B",
     help="The reserved int4 pair to test with (B+1 is used too); never any other key.",
 )
-@click.option("--timeout", **DURATION, default="5s", show_default=True, help="Connect timeout.")
+@click.option(
+    "--timeout",
+    **TIMEOUT,
+    default="5s",
+    show_default=True,
+    help="Time limit of each connection and round trip, through the pool and direct (also the "
+    "direct session's statement_timeout).",
+)
 @click.option(
     "--pgbouncer",
     "consoles",
@@ -224,7 +246,7 @@ def pooltest_command(
     pooled: str,
     direct: str,
     raw_key: str,
-    timeout: float,
+    timeout: Timeout,
     consoles: tuple[str, ...],
     accept_losing_locks: bool,
     registry: str | None,
@@ -245,6 +267,10 @@ def pooltest_command(
     """
     key = parse_numbers([raw_key])
     names = get_registry(registry)
-    results, left = run(pooled, direct, key, timeout, names, consoles, accept_losing_locks)
+    # the direct view of the server: the registry's names, never a pooler's console
+    with Reader(Target.of(direct, timeout, names), read_poolers=False) as watcher:
+        results, left = run(
+            pooled, watcher.session, watcher.diagnose, key, consoles, accept_losing_locks
+        )
     show(pooltest_output(results, left), fmt)
     sys.exit(EXIT_OK if all(r.ok for r in results) and not left else EXIT_NEGATIVE)

@@ -13,20 +13,19 @@ import click
 from lockdiag.cli.common import (
     F,
     formats,
-    get_captures,
+    get_readings,
     get_registry,
     registry_option,
     show,
     source_options,
 )
 from lockdiag.cli.settings import SETTINGS_ERROR
-from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
-from lockdiag.core.incident import Incident
-from lockdiag.core.model import Aggregated, Snapshot
+from lockdiag.core.model import Aggregated
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
-from lockdiag.registry import UNREGISTERED_LEVELS, Registry, Unregistered
+from lockdiag.evidence import Analysis
+from lockdiag.registry import UNREGISTERED_LEVELS, Unregistered
 from lockdiag.views.check import (
     STATUS_EXIT,
     fleet_check_output,
@@ -150,10 +149,12 @@ def check_command(
         level = unregistered or ("ignore" if no_unregistered else names.unregistered)
         policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, level or "report")
         # what the findings need: every lock in a wait, spans of the rest (counted whole)
-        captures = get_captures(Aggregated(), names)  # a single server's error: UNKNOWN below
+        analysis = Analysis(policy.analysis_policy())
+        # a single server's error: UNKNOWN below
+        readings = get_readings(Aggregated(), names, analysis)
         results = [
-            (c.target, _check(c.snapshot, names, policy) if c.snapshot else None, c.reason)
-            for c in captures
+            (r.label, r.diagnosis.incident(policy) if r.diagnosis else None, r.reason)
+            for r in readings
         ]
         output, status = fleet_check_output(results, policy)
         show(output, fmt)
@@ -166,7 +167,3 @@ def check_command(
         show(unknown_output(message), fmt)
         raise UnknownStatus(message) from None
     sys.exit(STATUS_EXIT[status])
-
-
-def _check(snapshot: Snapshot, registry: Registry, policy: CheckPolicy) -> Incident:
-    return Diagnosis(snapshot, registry, policy.analysis_policy()).incident(policy)

@@ -9,9 +9,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -19,11 +19,10 @@ from click.shell_completion import CompletionItem
 
 from lockdiag import plugins
 from lockdiag.cli import COMMANDS
-from lockdiag.core import snapshot_file
 from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.durations import parse_duration
-from lockdiag.errors import EXIT_SERVER, InputError, LockdiagError
-from lockdiag.pg.fleet import Capture, Target, capture_all, label, read_targets, target
+from lockdiag.errors import EXIT_SERVER, LockdiagError
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import (
     ENV_VAR,
     Registry,
@@ -34,6 +33,9 @@ from lockdiag.registry import (
 from lockdiag.registry.discovery import WORKING_DIRECTORY, found_unnamed
 from lockdiag.render import Output, clean, render
 from lockdiag.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:  # the evidence room is loaded by the commands that read (`key` reads none)
+    from lockdiag.evidence import Analysis, Reading, Source, Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 NUMBERS_SETTINGS = {"ignore_unknown_options": True}  # lets negative keys through: decode -5 7
@@ -50,6 +52,16 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 DURATION: dict[str, Any] = {"callback": _duration, "metavar": "DURATION"}
+
+
+def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> Timeout | None:
+    """Click callback: a duration as a Timeout (statement_timeout, connect_timeout, the
+    client's deadline and the exchange's budget, all of them)."""
+    seconds = _duration(ctx, param, value)
+    return None if seconds is None else Timeout(seconds)
+
+
+TIMEOUT: dict[str, Any] = {"callback": _timeout, "metavar": "DURATION"}
 
 
 class _AsLockdiag(logging.Handler):
@@ -84,39 +96,32 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def _remember_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    return _remember(ctx, param, _duration(ctx, param, value))
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the snapshot comes from: the common options of every read command."""
-
-    dsns: tuple[str, ...] = ()
-    timeout: float = 5.0
-    from_file: str | None = None
-    pgbouncer: tuple[str, ...] = ()
-    pooler_addr: tuple[str, ...] = ()
-
-    @property
-    def dsn(self) -> str | None:
-        """The one server of a single-server command."""
-        if len(self.dsns) > 1:
-            raise InputError("this command reads one server: give a single --dsn")
-        return self.dsns[0] if self.dsns else None
-
-    @property
-    def fleet(self) -> bool:
-        return len(self.dsns) > 1
+def _remember_timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    return _remember(ctx, param, _timeout(ctx, param, value))
 
 
 def source() -> Source:
+    """Where the command's evidence comes from: its common options, built once a command."""
+    from lockdiag.evidence.source import Source
+
     meta = click.get_current_context().meta
-    given = {
+    if "lockdiag.source" not in meta:
+        meta["lockdiag.source"] = Source(**_source(meta))
+    built: Source = meta["lockdiag.source"]
+    return built
+
+
+def _source(meta: dict[str, Any]) -> dict[str, Any]:
+    """The Source's fields, as the options give them."""
+    from lockdiag.evidence.source import read_targets
+
+    given: dict[str, Any] = {
         name: meta[f"lockdiag.{name}"]
-        for name in ("timeout", "from_file", "pgbouncer", "pooler_addr")
+        for name in ("from_file", "pgbouncer", "pooler_addr")
         if meta.get(f"lockdiag.{name}") is not None
     }
+    if meta.get("lockdiag.timeout") is not None:
+        given["timeout"] = meta["lockdiag.timeout"]
     given_dsn = meta.get("lockdiag.dsn") or ()
     dsns = [given_dsn] if isinstance(given_dsn, str) else list(given_dsn)
     # --target from the settings file comes after LOCKDIAG_DSN (read by hand, below, so that
@@ -133,7 +138,7 @@ def source() -> Source:
         dsns = [os.environ["LOCKDIAG_DSN"]]  # one DSN: click would split it on spaces
     if not dsns and from_settings and "from_file" not in given:
         dsns = [_settings().target(name).dsn for name in named]
-    return Source(tuple(dsns), **given)
+    return {"dsns": tuple(dsns), **given}
 
 
 def _source_of(name: str) -> ParameterSource | None:
@@ -150,19 +155,26 @@ def _settings() -> Settings:
 
 
 def connection_options(command: F) -> F:
-    """--dsn and --timeout of a command that reads one server."""
+    """--dsn, --target and --timeout of a command that reads one server."""
     return _connection(command, fleet=False)
 
 
 def fleet_options(command: F) -> F:
-    """--dsn (repeatable), --targets and --timeout of a command that reads many servers."""
+    """--dsn (repeatable), --target, --targets and --timeout of a command that reads many
+    servers."""
     return _connection(command, fleet=True)
 
 
-def _connection(command: F, fleet: bool) -> F:
+def server_options(what: str) -> Callable[[F], F]:
+    """--dsn, --target and --timeout of a command that asks a server ``what`` only when one is
+    named (`decode`): libpq's environment alone names none."""
+    return lambda command: _connection(command, fleet=False, asks=what)
+
+
+def _connection(command: F, fleet: bool, asks: str | None = None) -> F:
     command = click.option(
         "--timeout",
-        callback=_remember_duration,
+        callback=_remember_timeout,
         expose_value=False,
         metavar="DURATION",
         default="5s",
@@ -181,6 +193,12 @@ def _connection(command: F, fleet: bool) -> F:
             help="Many servers: one DSN or libpq service name per line.",
         )(command)
     many = "; repeat it to read many servers" if fleet else ""
+    dsn_help = (
+        f"Connection string or URI [env LOCKDIAG_DSN]{many}. Default: libpq's "
+        "environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass)."
+    )
+    if asks is not None:
+        dsn_help = f"Connection string or URI of a server to ask {asks} [env LOCKDIAG_DSN]."
     command = click.option(
         "--target",
         multiple=True,
@@ -196,8 +214,7 @@ def _connection(command: F, fleet: bool) -> F:
         metavar="DSN",
         callback=_remember,
         expose_value=False,
-        help=f"Connection string or URI [env LOCKDIAG_DSN]{many}. Default: libpq's "
-        "environment (PGHOST, PGPORT, PGDATABASE, PGSERVICE, ~/.pgpass).",
+        help=dsn_help,
     )(command)
 
 
@@ -269,52 +286,40 @@ def formats(*extra: str) -> Callable[[F], F]:
 
 
 def get_targets(registry: Registry) -> list[Target]:
-    """The servers the options name (a fleet of one for a single server: libpq's environment
-    when none is named), each with the registry's poolers and those of --pgbouncer and
-    --pooler-addr."""
-    where = source()
-    dsns: list[str | None] = [*where.dsns] or [None]
-    servers: list[Target] = []
-    for dsn in dsns:
-        name = label(dsn)
-        if any(server.label == name for server in servers):  # the same server twice
-            name = f"{name}#{len(servers) + 1}"
-        servers.append(
-            target(dsn, where.timeout, registry, where.pgbouncer, where.pooler_addr, name)
-        )
-    return servers
+    """The servers the options name (:meth:`Source.targets`)."""
+    return source().targets(registry)
 
 
 def get_target(registry: Registry) -> Target:
     """The one server of a single-server command (``watch``, ``sample``, ``terminate``...)."""
-    if source().fleet:
-        raise InputError("this command reads one server: give a single --dsn")
-    (server,) = get_targets(registry)
-    return server
+    return source().target(registry)
 
 
-def get_captures(scope: Scope, registry: Registry) -> list[Capture]:
-    """A snapshot of every target, with all its evidence (concurrently when several); or of
-    --from FILE. A single server's error is raised whole, as any command's; a fleet's are
-    kept in their captures, to be reported after every answer."""
+def get_readings(
+    scope: Scope, registry: Registry, analysis: Analysis | None = None
+) -> list[Reading]:
+    """A reading of every target, with all its evidence (concurrently when several), each
+    analysed as ``analysis`` asks (by default: every lock, default thresholds); or of --from
+    FILE. A single server's error is raised whole, as any command's; a fleet's are kept in
+    their readings, to be reported after every answer."""
+    from lockdiag.evidence import WHOLE
+
     where = source()
-    if where.from_file is not None:
-        if where.dsns:
-            raise InputError("give either --from FILE or --dsn, not both")
-        return [Capture(where.from_file, _load(where.from_file, scope), None, 0.0)]
-    captures = capture_all(get_targets(registry), scope)
-    if len(captures) == 1 and captures[0].error is not None:
-        raise captures[0].error
-    return captures
+    if where.from_file is not None and not where.dsns:
+        _note_advisory_only(where, scope)
+    readings = where.read(scope, registry, analysis or WHOLE)
+    if len(readings) == 1 and readings[0].error is not None:
+        raise readings[0].error
+    return readings
 
 
-def fleet_of(captures: list[Capture]) -> bool:
+def fleet_of(readings: list[Reading]) -> bool:
     """Whether the answer names its targets: more than one server was read."""
-    return len(captures) > 1
+    return len(readings) > 1
 
 
-def failures(captures: list[Capture]) -> list[tuple[str, str]]:
-    return [(c.target, c.reason or "failed") for c in captures if c.snapshot is None]
+def failures(readings: list[Reading]) -> list[tuple[str, str]]:
+    return [(r.label, r.reason or "failed") for r in readings if r.error is not None]
 
 
 def fleet_exit(failed: list[tuple[str, str]]) -> None:
@@ -328,29 +333,20 @@ def fleet_exit(failed: list[tuple[str, str]]) -> None:
 def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
     """The one snapshot of a single-server command (``snapshot``)."""
     get_target(registry)  # one server: "give a single --dsn" otherwise
-    (captured,) = get_captures(scope, registry)
-    assert captured.snapshot is not None  # a single server's error was raised
-    return captured.snapshot
+    (read,) = get_readings(scope, registry)
+    assert read.snapshot is not None  # a single server's error was raised
+    return read.snapshot
 
 
-def _read(path: str) -> tuple[Snapshot, tuple[Registry, str | None] | None]:
-    """A snapshot file and the registry it carries, read once a command (get_registry reads
-    it first)."""
-    meta = click.get_current_context().meta
-    if meta.get("lockdiag.read", (None,))[0] != path:
-        meta["lockdiag.read"] = (path, snapshot_file.load_with_registry(Path(path)))
-    read: tuple[Snapshot, tuple[Registry, str | None] | None] = meta["lockdiag.read"][1]
-    return read
-
-
-def _load(path: str, scope: Scope) -> Snapshot:
-    loaded, _ = _read(path)
+def _note_advisory_only(where: Source, scope: Scope) -> None:
+    assert where.from_file is not None
+    loaded, _ = where.saved
     if scope not in ("advisory", Aggregated(all_types=False)) and loaded.scope != "all":
         click.echo(
-            f"lockdiag: note: {path} holds advisory locks only (saved with --advisory-only)",
+            f"lockdiag: note: {where.from_file} holds advisory locks only (saved with "
+            "--advisory-only)",
             err=True,
         )
-    return loaded
 
 
 def get_registry(path: str | None, strict: bool = False) -> Registry:
@@ -363,7 +359,7 @@ def get_registry(path: str | None, strict: bool = False) -> Registry:
     and a note says which."""
     context = click.get_current_context(silent=True)
     from_file = context.meta.get("lockdiag.from_file") if context else None
-    saved = _read(from_file)[1] if from_file is not None else None
+    saved = source().saved[1] if from_file is not None else None
     if saved is not None and path is None:
         taken = f" (taken with {saved[1]})" if saved[1] else ""
         _note(f"names from the registry saved in {from_file}{taken}; --registry FILE for another")

@@ -13,9 +13,9 @@ import click
 from lockdiag import demo
 from lockdiag.cli.common import show
 from lockdiag.core import snapshot_file
-from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy, Threshold
-from lockdiag.pg.session import take_snapshot
+from lockdiag.evidence import Analysis, diagnose, take_snapshot
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import load_registry
 from lockdiag.views.blockers import blockers_output
 from lockdiag.views.check import check_output
@@ -99,7 +99,7 @@ def _offline() -> None:
         names = load_registry(str(registry_path))
         snapshot = snapshot_file.load(incident)
         files = ["--from", str(incident), "--registry", str(registry_path)]
-        diagnosis = Diagnosis(snapshot, names)
+        diagnosis = diagnose(snapshot, names)
         _heading(
             ["who-holds", "tenant_summary", "73", *files],
             "who holds the stuck key, and who queues behind it?",
@@ -122,12 +122,12 @@ def _diagnose(dsn: str, registry_path: str, say: Callable[[str], None], started:
     names = load_registry(registry_path)
 
     heading = _heading  # the server and registry exported, as --keep shows them
-    snapshot = take_snapshot(dsn, 5.0, "all", names)
+    snapshot = take_snapshot(dsn, Timeout(), "all", names)
     # thresholds of zero: the demo's locks are seconds old, a real incident's are minutes
     zero = Threshold(0.0, None)
     thresholds = CheckPolicy(zero, zero, zero, Threshold(1.0, None))
-    zeroed = Diagnosis(snapshot, names, thresholds.analysis_policy())  # --session-age 0s
-    as_typed = Diagnosis(snapshot, names)
+    zeroed = diagnose(snapshot, names, Analysis(thresholds.analysis_policy()))  # --session-age 0s
+    as_typed = diagnose(snapshot, names)
     say(f"first diagnosis after {time.monotonic() - started:.1f}s")
     heading(
         ["list", "--session-age", "0s"],

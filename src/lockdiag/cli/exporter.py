@@ -15,12 +15,10 @@ from lockdiag.cli.common import (
     get_targets,
     pooler_options,
     registry_option,
-    source,
 )
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.errors import EXIT_INTERRUPTED, InputError
-from lockdiag.exporter import DEFAULT_PORT, MIN_READ_INTERVAL, Exporter, Target
-from lockdiag.registry import Poolers
+from lockdiag.exporter import DEFAULT_PORT, MIN_READ_INTERVAL, Exporter
 
 
 @click.command("exporter")
@@ -46,8 +44,9 @@ from lockdiag.registry import Poolers
     type=click.FloatRange(0.0001, 1.0),
     default=0.01,
     show_default=True,
-    help="Share of wall time the sampler's reads of pg_locks may keep the server's lock manager "
-    "busy: a read that took 0.3s waits 30s for the next at 0.01.",
+    help="Share of wall time the sampler's reads of pg_locks (each with its analysis) may take, "
+    "keeping the server's lock manager busy: a read that took 0.3s waits 30s for the next at "
+    "0.01.",
 )
 @click.option(
     "--min-read-interval",
@@ -95,21 +94,11 @@ def exporter_command(
     if interval <= 0:
         raise InputError("--interval must be more than zero")
     names = get_registry(registry)
-    where = source()
-    servers = get_targets(names)  # named as every command names them
+    targets = get_targets(names)  # named and completed as every command's
     policy = CheckPolicy(
         session_age, wait_age, idle_age, max_blocked, names.unregistered or "report"
     )
-    exporter = Exporter(
-        [Target(server.label, server.dsn) for server in servers],
-        names,
-        policy,
-        where.timeout,
-        interval,
-        duty,
-        Poolers(where.pgbouncer, where.pooler_addr),
-        min_read_interval,
-    )
+    exporter = Exporter(targets, policy, interval, duty, min_read_interval)
     try:
         server = exporter.serve(host, port)
     except (OSError, ValueError, OverflowError) as error:
@@ -124,8 +113,8 @@ def exporter_command(
             err=True,
         )
     click.echo(
-        f"lockdiag exporter: http://{listen}/metrics for {len(servers)} target(s): "
-        + ", ".join(server.label for server in servers),
+        f"lockdiag exporter: http://{listen}/metrics for {len(targets)} target(s): "
+        + ", ".join(target.label for target in targets),
         err=True,
     )
     exporter.start_samplers()

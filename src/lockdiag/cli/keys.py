@@ -1,4 +1,5 @@
-"""The registry's names and numbers: registry check|show, key, decode. No server is read."""
+"""The registry's names and numbers: registry check|show, key, decode. No server is read, but
+by `decode` when one is named (hashtext() computed there)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,15 @@ from lockdiag.cli.common import (
     get_registry,
     registry_file,
     registry_option,
+    server_options,
     show,
+    source,
 )
 from lockdiag.cli.group import LockdiagGroup
 from lockdiag.core.analysis import decode
 from lockdiag.core.catalogue import build_catalogue, collisions, hashed_names
 from lockdiag.errors import EXIT_NEGATIVE, InputError
 from lockdiag.keys import AdvisoryTag, InvalidKey, LockTriple, parse_lock
-from lockdiag.pg.session import DiagnosticSession
 from lockdiag.registry import Registry, check_file
 from lockdiag.views.keys import (
     check_output,
@@ -123,18 +125,15 @@ def key_command(
     metavar="NAME",
     help="Also try keys that software derives from this database name (Rails, sqlx, ...).",
 )
-@click.option(
-    "--dsn",
-    metavar="DSN",
-    help="Also ask this server for names computed by its hashtext() (pg_partman, pgmq, "
-    "[known] hashtext); read-only, one query.",
+@server_options(
+    "for names computed by its hashtext() (pg_partman, pgmq, [known] hashtext; read-only, one "
+    "query): none is asked without it"
 )
 @registry_option
 @format_option
 def decode_command(
     numbers: tuple[str, ...],
     database: str | None,
-    dsn: str | None,
     registry: str | None,
     fmt: str,
 ) -> None:
@@ -142,7 +141,9 @@ def decode_command(
 
     One number is a bigint key, two are a signed int4 pair, three are classid objid objsubid
     as pg_locks shows them (unsigned). An objsubid other than 1 or 2 is an extension's
-    advisory tag (pg_auto_failover, Citus): said so, never named.
+    advisory tag (pg_auto_failover, Citus): said so, never named. A server named (--dsn,
+    --target, LOCKDIAG_DSN) is asked for the names only its hashtext() computes, within
+    --timeout.
 
     \b
     Examples:
@@ -158,14 +159,18 @@ def decode_command(
         show(tag_output(key), fmt)
         return
     strings = hashed_names(names.candidates)
+    asked = source()
     derived = []
-    if dsn is not None:
-        with DiagnosticSession(dsn) as session:
-            derived = session.hashtext_keys(strings)
+    if asked.dsns:
+        from lockdiag.evidence import Reader
+
+        # one query: no names from well-known software's tables, no pooler's console
+        with Reader(asked.target(names), enrich=False, read_poolers=False) as reader:
+            derived = reader.session.hashtext_keys(strings)
     catalogue = build_catalogue(names.candidates, [database] if database else [], derived)
-    untried = [] if dsn is not None else strings
+    untried = [] if asked.dsns else strings
     decoded = decode(names, catalogue, key, database)
-    show(decode_output(decoded, untried), fmt)
+    show(decode_output(decoded, untried, no_database=database is None), fmt)
 
 
 def _numbers(numbers: tuple[str, ...], names: Registry) -> LockTriple | AdvisoryTag:

@@ -18,12 +18,13 @@ from lockdiag.cli.common import (
     show,
 )
 from lockdiag.cli.screen import progress_reporter, run
-from lockdiag.core.observe import Sampler
+from lockdiag.core.observe import Looks, Sampler
 from lockdiag.durations import format_duration
 from lockdiag.errors import EXIT_INTERRUPTED, InputError, ServerError
-from lockdiag.pg.sampling import Feed, sample
+from lockdiag.evidence import Analysis
+from lockdiag.evidence.paced import Feed, Replay, sample, watching
 from lockdiag.views.sample import achieved_interval, behind, sample_output
-from lockdiag.views.watch import State
+from lockdiag.views.watch import CHECK, State
 
 
 @click.command("watch")
@@ -69,13 +70,14 @@ def watch_command(
     if replay is not None and record is not None:
         raise InputError("give either --from FILE or --record FILE, not both")
     names = get_registry(registry)
-    snapshots = Feed(
-        get_target(names),
-        Path(replay) if replay else None,
-        Path(record) if record else None,
-        interval,
-    )
-    run(State(names), snapshots, interval, once)
+    # check's findings, and --session-age and max_hold judging the time seen held too
+    analysis = Analysis(CHECK.analysis_policy(), Looks())
+    feed: Feed
+    if replay is not None:  # a recording needs no server, nor the driver
+        feed = Replay(Path(replay), names, analysis, interval)
+    else:
+        feed = watching(get_target(names), analysis, interval, Path(record) if record else None)
+    run(State(names), feed, interval, once)
 
 
 @click.command("sample")

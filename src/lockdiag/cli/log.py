@@ -86,11 +86,12 @@ def _server_names(tally: Tally, registry: Registry) -> Names:
     where = source()
     if not where.dsns:
         return Names()
-    from lockdiag.pg.session import DiagnosticSession
+    from lockdiag.evidence import Reader
 
     wanted = sorted(set(relation_oids(tally)))[:10_000]
-    with DiagnosticSession(where.dsn, where.timeout, registry) as session:
-        here, databases, named = session.names(sorted({r for _, r in wanted}))
+    # the catalog alone: no names from well-known software's tables, no pooler's console
+    with Reader(where.target(registry), enrich=False, read_poolers=False) as reader:
+        here, databases, named = reader.session.names(sorted({r for _, r in wanted}))
     # an OID names a table only in its own database: the others' are left as numbers
     relations = {(d, r): named[r] for d, r in wanted if d == here and r in named}
     return Names(databases, relations)

@@ -17,7 +17,7 @@ from lockdiag.cli.common import (
     fleet_exit,
     fleet_of,
     formats,
-    get_captures,
+    get_readings,
     get_registry,
     get_snapshot,
     pooler_options,
@@ -27,12 +27,12 @@ from lockdiag.cli.common import (
 )
 from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters, Policy
-from lockdiag.core.diagnosis import Diagnosis, narrow
+from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
-from lockdiag.core.model import Aggregated, Scope, Snapshot
+from lockdiag.core.model import Aggregated, Scope
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
+from lockdiag.evidence import Analysis
 from lockdiag.keys import parse_lock
-from lockdiag.registry import Registry
 from lockdiag.render import Output, resolve
 from lockdiag.views.common import fleet_sections
 from lockdiag.views.listing import fleet_list_output
@@ -99,31 +99,19 @@ def list_command(
     screenful = filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty()
     rows = max(10, shutil.get_terminal_size().lines - 8) if screenful else 0
     scope: Scope = "all" if all_types else "advisory"
-    captures = get_captures(Aggregated(all_types=all_types) if screenful else scope, names)
-    fleet = fleet_of(captures)
-    parts = [
-        (c.target if fleet else None, _diagnosis(c.snapshot, names, policy, rows, all_types))
-        for c in captures
-        if c.snapshot is not None
+    analysis = Analysis(policy, rows=rows, all_types=all_types)
+    if screenful:
+        scope = Aggregated(all_types=all_types)
+    readings = get_readings(scope, names, analysis)
+    fleet = fleet_of(readings)
+    listings = [
+        (r.label if fleet else None, r.diagnosis.listing(filters, all_types))
+        for r in readings
+        if r.diagnosis is not None
     ]
-    listings = [(name, diagnosis.listing(filters, all_types)) for name, diagnosis in parts]
-    failed = failures(captures)
+    failed = failures(readings)
     show(fleet_list_output(listings, failed), fmt)
     fleet_exit(failed)
-
-
-def _diagnosis(
-    snapshot: Snapshot, names: Registry, policy: Policy, rows: int, all_types: bool
-) -> Diagnosis:
-    """The diagnosis of ``snapshot``; of its ``rows`` most worth showing when not 0."""
-    if rows and any(lock.keys > 1 for lock in snapshot.locks):
-        # an aggregated read: a span is one row, its fold, and the count is of every lock
-        counted = [r for r in snapshot.locks if all_types or r.locktype == "advisory"]
-        return Diagnosis(snapshot, names, policy, total=sum(r.keys for r in counted))
-    narrowed = narrow(snapshot, rows, policy, all_types) if rows else None
-    if narrowed is None:
-        return Diagnosis(snapshot, names, policy)
-    return Diagnosis(narrowed[0], names, policy, narrowed[1], narrowed[2])
 
 
 @click.command("who-holds", context_settings=NUMBERS_SETTINGS)
@@ -171,16 +159,14 @@ def who_holds_command(
     # every lock type: the verdict places the holder in the incident, and a holder that waits
     # for a table lock is no root blocker; the key itself as a row, the rest as the findings
     # need it (spans of locks nobody waits for)
-    captures = get_captures(Aggregated(key=key), names)
-    reports = [
-        (c, Diagnosis(c.snapshot, names).who_holds(key) if c.snapshot else None) for c in captures
-    ]
+    readings = get_readings(Aggregated(key=key), names)
+    reports = [(r, r.diagnosis.who_holds(key) if r.diagnosis else None) for r in readings]
     parts = [
-        (c.target, who_holds_output(r, c.snapshot) if r and c.snapshot else None, c.reason)
-        for c, r in reports
+        (r.label, who_holds_output(held, r.snapshot) if held and r.snapshot else None, r.reason)
+        for r, held in reports
     ]
     show(fleet_sections(parts), fmt)
-    fleet_exit(failures(captures))
+    fleet_exit(failures(readings))
     sys.exit(EXIT_OK if any(r and r.held for _, r in reports) else EXIT_NEGATIVE)
 
 
@@ -203,13 +189,10 @@ def blockers_command(registry: str | None, fmt: str) -> None:
     """
     names = get_registry(registry)
     # the backends in a wait, their other locks as spans (the bulk a blocker holds)
-    captures = get_captures(Aggregated(), names)
-    parts = [
-        (c.target, _blockers(Diagnosis(c.snapshot, names)) if c.snapshot else None, c.reason)
-        for c in captures
-    ]
+    readings = get_readings(Aggregated(), names)
+    parts = [(r.label, _blockers(r.diagnosis) if r.diagnosis else None, r.reason) for r in readings]
     show(fleet_sections(parts), fmt)
-    fleet_exit(failures(captures))
+    fleet_exit(failures(readings))
 
 
 def _blockers(diagnosis: Diagnosis) -> Output:

@@ -32,10 +32,10 @@ from rich.progress import (
 from rich.styled import Styled
 
 from lockdiag import plugins
-from lockdiag.core.model import Snapshot
 from lockdiag.core.pacing import collect_now_and_then
 from lockdiag.errors import InputError, ServerError
-from lockdiag.pg.sampling import Feed
+from lockdiag.evidence import Reading
+from lockdiag.evidence.paced import Feed
 from lockdiag.render import plain, rich_renderables
 from lockdiag.views.watch import State, frame
 
@@ -132,16 +132,17 @@ UNCHANGED = Unchanged()
 
 
 class Refresher:
-    """Snapshots taken off the UI thread, so the key loop never waits for the server: one
-    at a time, asked by :meth:`ask`, handed back by :meth:`result`; ``wake`` becomes readable
-    when one is ready. Each snapshot is bounded by the session's deadline."""
+    """Readings taken off the UI thread, so the key loop never waits for the server: the
+    feed's loop in a thread, a tick each time :meth:`ask` asks, handed back by :meth:`result`;
+    ``wake`` becomes readable when one is ready. Each read is bounded by the session's
+    deadline."""
 
     def __init__(self, source: Feed) -> None:
         self.source = source
         self.asked = threading.Event()
         self.stopping = False
         self.lock = threading.Lock()
-        self.ready: list[Snapshot | Unchanged | BaseException] = []
+        self.ready: list[Reading | Unchanged | BaseException] = []
         self.busy_since: float | None = None  # time.monotonic() of the refresh under way
         self.wake, self._signal = os.pipe()
         os.set_blocking(self.wake, False)
@@ -156,28 +157,37 @@ class Refresher:
                 self.busy_since = time.monotonic()
                 self.asked.set()
 
-    def result(self) -> Snapshot | Unchanged | BaseException | None:
+    def result(self) -> Reading | Unchanged | BaseException | None:
         with contextlib.suppress(BlockingIOError):
             os.read(self.wake, 64)
         with self.lock:
             return self.ready.pop(0) if self.ready else None
 
     def _run(self) -> None:
-        while True:
-            self.asked.wait()
-            self.asked.clear()
-            if self.stopping:
-                return
-            try:
-                read = self.source.next()
-                taken: Snapshot | Unchanged | BaseException = UNCHANGED if read is None else read
-            except BaseException as error:  # handed to the UI thread, which decides
-                taken = error
-            with self.lock:
-                self.ready.append(taken)
-                self.busy_since = None
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.write(self._signal, b"r")
+        try:  # the UI sets the pace: a tick when asked
+            self.source.run(self._hand, self._asked, interval=0.0)
+        except BaseException as error:  # a bug: handed to the UI thread, which raises it
+            self._hand_over(error)
+
+    def _asked(self, _: float) -> bool:
+        self.asked.wait()
+        self.asked.clear()
+        return not self.stopping
+
+    def _hand(self, reading: Reading | None, _: float) -> None:
+        """A tick's outcome, for the UI thread: a reading, UNCHANGED, or its error (which the
+        UI thread decides on: a server's error is a banner, bad input stops)."""
+        if reading is None:
+            self._hand_over(UNCHANGED)
+        else:
+            self._hand_over(reading.error if reading.error is not None else reading)
+
+    def _hand_over(self, taken: Reading | Unchanged | BaseException) -> None:
+        with self.lock:
+            self.ready.append(taken)
+            self.busy_since = None
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._signal, b"r")
 
     def stop(self) -> None:
         """The snapshot under way gives up at once; the feed is closed once it has."""
@@ -199,9 +209,9 @@ def run(
     stream = stream or sys.stdout
     if once:
         try:
-            taken = source.next()  # the first refresh reads
+            taken = source.tick()  # the first refresh reads
             assert taken is not None
-            state.take(taken)
+            state.take(taken.diagnosed())
             stream.write(plain(frame(state, keys=False)))  # printed once: no keys to offer
         finally:
             source.close()
@@ -211,7 +221,7 @@ def run(
         raise InputError("watch needs a terminal; use --once for a single frame, or lockdiag list")
     told: list[str] = []
     notices: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if source.session is not None:  # a server's notices (a recording imports no driver)
+    if source.reads_server:  # a server's notices (a recording imports no driver)
         from lockdiag.pg.session import notices_to
 
         notices = notices_to(told.append)
@@ -241,8 +251,8 @@ def _take(state: State, refresher: Refresher, cheap: bool) -> bool:
         state.unchanged(pacer.interval)
         return cheap
     began = time.monotonic()
-    state.take(taken, pacer.interval)
-    pacer.spent(time.monotonic() - began)  # its analysis counts in the duty cycle
+    state.take(taken.diagnosed(), pacer.interval)
+    pacer.spent(time.monotonic() - began)  # the view's work counts in the duty cycle
     return True
 
 

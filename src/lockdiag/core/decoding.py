@@ -112,6 +112,14 @@ class Decoder:
         self.found[numbers] = decoded
         return decoded
 
+    def tag(self, row: LockRow) -> Known | None:
+        """An extension's advisory tag named by its program, where that program's extension
+        is installed in the lock's database (the connected one's extensions are known)."""
+        tag = row.advisory_tag
+        if tag is None or row.database is None:
+            return None
+        return self.catalogue.tag(tag, self.databases.get(row.database))
+
     def of(self, row: LockRow) -> Decoded | None:
         """A row's decoding: its key's, or its span's; None for a lock that is not advisory."""
         if row.locktype != "advisory" or row.classid is None or row.objid is None:

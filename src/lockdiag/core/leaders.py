@@ -11,6 +11,9 @@ pg_stat_activity, as their last query. Drivers that bind parameters on the serve
 certain session lock held by an idle session while other sessions of the same program (the
 same application_name; the same user when it is empty), in the same database, holding no
 advisory lock themselves, last ran a try-lock of that key (or of a key the text does not say).
+A migration or a deploy's lock is held for a run, not a life: a second instance that retries
+it (postgres-migrations every second) is no standby, and :func:`retrying` counts it among the
+sessions that retry a key.
 """
 
 from __future__ import annotations
@@ -163,6 +166,32 @@ def polls(snapshot: Snapshot) -> list[Poll]:
     return [p for p in found if p is not None]
 
 
+def retrying(snapshot: Snapshot, key: LockTriple, holders: Iterable[LockEntry]) -> list[Poll]:
+    """The sessions whose last query tries ``key`` (its numbers written in the text) in a
+    database where ``holders`` hold it (advisory locks are per database), in pid order, the
+    holders excluded: waiters that retry, which pg_locks never shows."""
+    held = list(holders)
+    pids, databases = {e.lock.pid for e in held}, {e.database for e in held}
+    found = (
+        p
+        for p in polls(snapshot)
+        if p.key == key and p.session.pid not in pids and p.session.database in databases
+    )
+    return sorted(found, key=lambda p: p.session.pid)
+
+
+def retry_words(polls: list[Poll]) -> str:
+    """``2 sessions retry this key (pid 13, 14: ...)``."""
+    pids = [p.session.pid for p in polls]
+    shown = ", ".join(map(str, pids[:STANDBYS_NAMED]))
+    more = f" and {len(pids) - STANDBYS_NAMED} more" if len(pids) > STANDBYS_NAMED else ""
+    noun = "session retries" if len(pids) == 1 else "sessions retry"
+    return (
+        f"{len(pids)} {noun} this key (pid {shown}{more}: the last query tries it, and a "
+        "failed try leaves no row in pg_locks)"
+    )
+
+
 def _program(session: Session) -> tuple[str | None, str | None, str | None]:
     """Who a session belongs to: its database and application_name, or its user when it
     sends no application_name."""
@@ -210,7 +239,7 @@ def contention(snapshot: Snapshot, entries: Iterable[LockEntry]) -> Contention:
         if lock.locktype != "advisory" or not lock.granted or pid is None:
             continue
         holders.add(pid)
-        if entry.lifetime == "session" and entry.decoded is not None:
+        if entry.lifetime == "session" and entry.decoded is not None and not _runs(entry):
             held.setdefault(pid, []).append(entry)
     polling = [p for p in polls(snapshot) if p.session.pid not in holders]
     if not polling:
@@ -232,6 +261,15 @@ def contention(snapshot: Snapshot, entries: Iterable[LockEntry]) -> Contention:
             named = next((keys[p.key] for p in standbys if p.key is not None), locks[0])
             found.append(Leader(named, standbys, _in_space(named, locks)))
     return Contention(found, polling)
+
+
+def _runs(entry: LockEntry) -> bool:
+    """A migration or a deploy's lock: held for one run, not a life, and a second instance
+    that retries waits for the run to end (postgres-migrations polls every second): no
+    leader, and no failover."""
+    known = entry.decoded.known if entry.decoded is not None else None
+    behaviour = known.behaviour if known is not None else None
+    return behaviour is not None and behaviour.runs
 
 
 def _in_space(entry: LockEntry, locks: list[LockEntry]) -> int:

@@ -114,6 +114,11 @@ class Looks:
         self.first_seen, self.last = seen, now
         return seen
 
+    def forget(self) -> None:
+        """After a read that failed: what went on while nothing could look is unknown, so
+        every lock starts again at the next look."""
+        self.first_seen, self.last = {}, None
+
 
 # -- holds followed across samples: one rule for `sample` and the exporter ---------------------
 

@@ -46,6 +46,7 @@ class Ownership:
 
     level: Level
     evidence: str
+    going_on: bool = False  # the evidence is of its work going on elsewhere (core.holding)
 
     @property
     def sentence(self) -> str:

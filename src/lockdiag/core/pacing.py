@@ -9,10 +9,25 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+
+class Backend(NamedTuple):
+    """One client backend as the cheap probe sees it (probe_activity.sql's columns, which
+    tests/test_query_rows.py checks against these names)."""
+
+    pid: int
+    backend_start: datetime | None
+    state: str | None
+    state_change: datetime | None
+    wait_event_type: str | None
+    wait_event: str | None
+
 
 # what a cheap probe of pg_stat_activity says of the backends: a full read of pg_locks is
 # worth its cost only when this has changed (a new waiter, a holder gone idle, a new backend)
-Activity = frozenset[tuple[object, ...]]
+Activity = frozenset[tuple[object, ...]]  # of Backend rows
 STALE_AFTER = 60.0  # seconds: a full read at least this often, when the duty cycle allows it
 
 

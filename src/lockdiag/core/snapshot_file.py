@@ -30,7 +30,6 @@ from lockdiag.errors import InputError
 from lockdiag.keys import UINT2_MAX, UINT4_MAX
 from lockdiag.registry import (
     MAX_SIZE,
-    Candidates,
     Registry,
     nesting_depth,
     parse_registry,
@@ -122,10 +121,9 @@ def registry_text(names: Registry) -> str | None:
         }
         lines += ["", f"[namespaces.{_toml(namespace.name)}]"]
         lines += [f"{key} = {_toml(value)}" for key, value in table.items() if value is not None]
-    known = {
+    known = {  # the lists that differ from their defaults
         key: list(value) if isinstance(value, tuple) else value
-        for key, value in asdict(names.candidates).items()
-        if value != getattr(Candidates(), key)
+        for key, value in names.candidates.given
     }
     if known:
         lines += ["", "[known]", *(f"{key} = {_toml(value)}" for key, value in known.items())]

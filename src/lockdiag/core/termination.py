@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.findings import software_step
 from lockdiag.core.graph import behind
+from lockdiag.core.holding import Holding, holding_of
 from lockdiag.core.model import IDLE_STATES, LockRow, PoolLink, Session, Snapshot
 from lockdiag.errors import InputError
 
@@ -33,6 +35,8 @@ class Preview:
     blocked: list[int]  # sessions held up behind it, directly or not, nearest first
     releases: list[LockEntry]  # what ending it releases (locks others wait for come first)
     pool: PoolLink | None = None  # when it is a pooler's server connection
+    program: Holding | None = None  # a well-known program's lock among them, and how it holds it
+    advice: str = ""  # check's next step for that lock, in the program's terms
 
     @property
     def decisive(self) -> list[LockRow]:
@@ -76,7 +80,33 @@ def preview(diagnosis: Diagnosis, pid: int) -> Preview:
     blocked = behind(diagnosis.graph, pid)
     releases = sorted(holds, key=lambda e: (not e.blocks, e.lock.locktype != "advisory"))
     pool = next((e.pool for e in mine if e.pool is not None), None)
-    return Preview(pid, session, holds, waits, blocked, releases, pool)
+    program = holding_of(holds, snapshot)
+    advice = software_step(program, snapshot) if program is not None else ""
+    return Preview(pid, session, holds, waits, blocked, releases, pool, program, advice)
+
+
+FORCE = "--force"
+
+
+def keeps_working(plan: Preview, cancel: bool) -> str | None:
+    """Why lockdiag will not end this session unasked (--yes), or None: it holds the lock of a
+    program whose catalogue entry says ending that lock's session does not stop its work (it
+    runs on another connection), so the lock would go while the work goes on and a second
+    instance may start beside it. A prompt shows the preview first; --yes needs FORCE too.
+    A cancel releases no session lock, so it is not refused here."""
+    program = plan.program
+    if cancel or program is None or not program.keeps_working:
+        return None
+    known = program.known
+    where = ""
+    if program.sibling is not None and program.software.sibling is not None:
+        where = f" (its {program.software.sibling.work} runs on pid {program.sibling.pid})"
+    ending = program.software.ending or "does not stop its work"
+    return (
+        f"pid {plan.pid} holds {known.software}'s {known.meaning}{where}: ending it {ending}; "
+        f"nothing done. Run it without --yes to see the preview and confirm, or add {FORCE} "
+        "if that is what you mean"
+    )
 
 
 END_ATTACHED_CLIENT = "--end-attached-client"

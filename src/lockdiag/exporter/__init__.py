@@ -14,8 +14,9 @@ them into series and a page (views); the CLI only parses its options. One room p
 
 :class:`Exporter` ties them together for the configured targets.
 
-It may import ``lockdiag.pg`` (its sessions), ``core``, ``views`` (series and the page),
-the registry and prometheus_client; never ``cli`` or click.
+It may import ``lockdiag.evidence`` (its readers and their paced loop), ``lockdiag.pg`` (the
+types of its errors and timeouts), ``core``, ``views`` (series and the page), the registry and
+prometheus_client; never ``cli`` or click.
 """
 
 from __future__ import annotations
@@ -28,45 +29,34 @@ from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.pacing import Pacer
+from lockdiag.evidence import Target
 from lockdiag.exporter import routes
 from lockdiag.exporter.routes import DEFAULT_PORT
 from lockdiag.exporter.sampling import Samplers
-from lockdiag.exporter.scraping import MIN_READ_INTERVAL, Scraper, Target
+from lockdiag.exporter.scraping import MIN_READ_INTERVAL, Scraper
 from lockdiag.exporter.server import QUEUE, WORKERS, PooledHTTPServer
-from lockdiag.pg.fleet import target as server
-from lockdiag.registry import Poolers, Registry
 from lockdiag.views import exporter as exporter_view
 from lockdiag.views.metrics import families, inert
 
-__all__ = ["DEFAULT_PORT", "MIN_READ_INTERVAL", "Exporter", "Target"]
+__all__ = ["DEFAULT_PORT", "MIN_READ_INTERVAL", "Exporter"]
 
 
 class Exporter:
-    """The scraper and the samplers of the same targets, and what the routes serve of them."""
+    """The scraper and the samplers of the same targets (each complete, as every command's:
+    --timeout, the registry, its [poolers] and those of --pgbouncer and --pooler-addr), and
+    what the routes serve of them."""
 
     def __init__(
         self,
         targets: list[Target],
-        registry: Registry,
         policy: CheckPolicy,
-        timeout: float,
         interval: float,
         duty: float = 0.01,
-        poolers: Poolers | None = None,
         min_read_interval: float = MIN_READ_INTERVAL,
     ) -> None:
-        # each target's server, completed as every command's: the registry's [poolers] and
-        # those given as options (--pgbouncer, --pooler-addr)
-        given = poolers or Poolers()
-        servers = {
-            t.name: server(t.dsn, timeout, registry, given.pgbouncer, given.addresses, t.name)
-            for t in targets
-        }
-        self.samplers = Samplers(servers, interval, duty)
-        # the scrapes' snapshots are looks too: what the samplers saw held dates their locks
-        self.scraper = Scraper(
-            targets, servers, policy, timeout, self.samplers.look, min_read_interval
-        )
+        self.samplers = Samplers(targets, interval, duty)
+        # the scrapes' reads are looks too: what the samplers saw held dates their locks
+        self.scraper = Scraper(targets, policy, self.samplers.looks, min_read_interval)
         self.targets = self.scraper.targets
         self.interval = interval
 

@@ -1,9 +1,10 @@
 """The samplers: one thread per target, watching between scrapes, and the series they feed.
 
-Each sampler has its own session (reopened after a failure). It probes the backends every
+Each sampler reads its target over time on a reader of its own (the one paced loop of
+:mod:`lockdiag.evidence.paced`: a session reopened after a failure): it probes the backends every
 interval (pg_stat_activity only: no lock-manager lock) and reads the lock table when they
-changed, within a duty cycle (:class:`lockdiag.core.pacing.Pacer`: the reads keep the server
-busy at most ``--duty-cycle`` of the time, whatever the lock count). What it sees becomes
+changed, within a duty cycle (:class:`lockdiag.core.pacing.Pacer`: the reads and their analysis
+take at most ``--duty-cycle`` of the time, whatever the lock count). What it sees becomes
 episodes: histograms of hold and wait lengths, counters of acquisitions and contended samples,
 per namespace (bounded labels: a registry namespace, a known software, or "unregistered", never
 a resource). Its achieved interval and duty cycle are series too.
@@ -13,35 +14,48 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric as PrometheusMetric
 
 from lockdiag.core.analysis import Seen
-from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.core.observe import Episodes, Looks, Tick
-from lockdiag.core.pacing import Pacer, collect_now_and_then
-from lockdiag.errors import LockdiagError
-from lockdiag.pg.fleet import Target as Server
-from lockdiag.pg.fleet import open_session
+from lockdiag.core.pacing import Pacer
+from lockdiag.evidence import Analysis, Reader, Reading, Target
+from lockdiag.evidence.paced import PacedReader
 from lockdiag.views.metrics import Metric, families
 
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900)
 
 
+class SharedLooks:
+    """When each lock of a target was first seen held, at every read since: the sampler's
+    and the scrapes' (both threads look, one at a time)."""
+
+    def __init__(self) -> None:
+        self.looks = Looks()
+        self.lock = threading.Lock()
+
+    def look(self, snapshot: Snapshot) -> Seen:
+        with self.lock:
+            return self.looks.look(snapshot)
+
+    def forget(self) -> None:
+        with self.lock:
+            self.looks.forget()
+
+
 class Samplers:
     """The sampler threads of the targets, the episodes they saw and what they cost."""
 
-    def __init__(self, servers: Mapping[str, Server], interval: float, duty: float) -> None:
-        self.servers, self.interval, self.duty = servers, interval, duty
+    def __init__(self, targets: list[Target], interval: float, duty: float) -> None:
+        self.targets = {target.label: target for target in targets}
+        self.interval, self.duty = interval, duty
         self.pacers: dict[str, Pacer] = {}
-        # per target: when each lock was first seen held, at every read since (the samplers'
-        # and the scrapes': both threads look, one at a time)
-        self.looks: dict[str, Looks] = {name: Looks() for name in servers}
-        self.looking = threading.Lock()
+        self.looks = {target.label: SharedLooks() for target in targets}
         self.stop = threading.Event()
         labels = ["target", "namespace"]
         self.holds = Histogram(
@@ -87,45 +101,33 @@ class Samplers:
 
     def sample_forever(self, name: str) -> None:
         """Every interval a probe of the backends; when they changed, and the duty cycle
-        allows it, an advisory snapshot whose episodes go into the histograms."""
-        server = self.servers[name]
+        allows it, an advisory snapshot whose episodes go into the histograms. A failure
+        (reported by the scrapes) starts the episodes again: what went on while the sampler
+        could not look is unknown."""
         # the histograms need the lock table only: no names from tables, no pooler console
-        session = open_session(server, enrich=False, read_poolers=False)
-        episodes, rounds = Episodes(), 0
+        reader = Reader(self.targets[name], enrich=False, read_poolers=False)
         pacer = self.pacers[name] = Pacer(self.duty)
+        looking = Analysis(looks=self.looks[name])
+        paced = PacedReader(reader, Aggregated(all_types=False), pacer, looking)
+        episodes = [Episodes()]
+
+        def each(reading: Reading | None, _: float) -> None:
+            if reading is None:
+                return
+            if reading.snapshot is None:
+                episodes[0] = Episodes()
+                return
+            advisory = reading.diagnosed().advisory
+            self.record(name, episodes[0].add(advisory, reading.snapshot.server.now))
+            self.sampler_seconds.labels(name).observe(reading.seconds)
+
         try:
-            while not self.stop.is_set():
-                tick = time.monotonic()
-                try:
-                    activity = session.activity()
-                    if pacer.due(tick, activity):
-                        rounds += 1
-                        collect_now_and_then(rounds)
-                        began = time.monotonic()
-                        snapshot = session.snapshot(Aggregated(all_types=False))
-                        pacer.read(began, snapshot.query_seconds, activity)
-                        self.look(name, snapshot)
-                        advisory = Diagnosis(snapshot, server.registry).advisory
-                        self.record(name, episodes.add(advisory, snapshot.server.now))
-                        self.sampler_seconds.labels(name).observe(time.monotonic() - began)
-                except LockdiagError:
-                    session.close()  # reopened at the next tick; the scrape reports the error
-                    episodes = Episodes()
-                    self.forget(name)  # what went on while it could not look is unknown
-                    pacer.last = None  # a full read first, after the reconnection
-                self.stop.wait(max(0.0, self.interval - (time.monotonic() - tick)))
+            paced.run(each, self._until_stopped, self.interval)
         finally:
-            session.close()
+            paced.close()
 
-    def look(self, name: str, snapshot: Snapshot) -> Seen:
-        """A read of ``name``'s lock table (a sampler's or a scrape's): when each of its
-        locks was first seen held, at every look since."""
-        with self.looking:
-            return self.looks[name].look(snapshot)
-
-    def forget(self, name: str) -> None:
-        with self.looking:
-            self.looks[name] = Looks()
+    def _until_stopped(self, seconds: float) -> bool:
+        return not self.stop.wait(seconds)
 
     def record(self, name: str, seen: Tick) -> None:
         for namespace, seconds in seen.holds:
@@ -156,7 +158,7 @@ class Samplers:
         )
         duty = Metric(
             "lockdiag_sampler_duty_cycle",
-            "Share of wall time the sampler's reads kept the server's lock manager busy.",
+            "Share of wall time the sampler's reads of the lock table, and their analysis, took.",
         )
         reads = Metric("lockdiag_sampler_reads_total", "Reads of the lock table.", type="counter")
         for name in names:

@@ -1,7 +1,8 @@
 """Scrapes: one snapshot per target at a time, each waited for until a deadline, once.
 
-Each configured target has one read-only DiagnosticSession for scrapes, and its snapshots are
-taken in threads of their own (at most one per target), so the targets are read concurrently.
+Each configured target has one :class:`~lockdiag.evidence.Reader` for scrapes (its read-only
+diagnostic session), and its readings are taken in threads of their own (at most one per
+target), so the targets are read concurrently.
 Concurrent scrapes of a target wait for the snapshot under way and share it, so a stalled
 target piles up neither threads nor sessions; a scrape less than --min-read-interval after a
 target's last read gets that read (no client sets the pace of the reads of pg_locks). The
@@ -10,27 +11,24 @@ deadline of a scrape is --timeout plus the session's margin, or less when the sc
 attempt failed only after --timeout: a frozen server, a silent network path) is *stalled*: it
 is reported down at once, and later scrapes never wait for it again; each starts a new attempt
 in the background when none is under way, until one answers with a snapshot. A snapshot that
-fails because the kept connection was lost (a restarted server) is taken again at once on a
-fresh one.
+fails because the kept connection was lost (a restarted server: :class:`ConnectionLost`) is
+taken again at once on a fresh one.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lockdiag.core.analysis import Seen
-from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.incident import Incident
-from lockdiag.core.model import Aggregated, Snapshot
-from lockdiag.errors import LockdiagError, ServerError
-from lockdiag.pg.deadline import budget, client_deadline
-from lockdiag.pg.fleet import Target as Server
-from lockdiag.pg.fleet import open_session
-from lockdiag.pg.session import DiagnosticSession
+from lockdiag.core.model import Aggregated
+from lockdiag.errors import LockdiagError
+from lockdiag.evidence import Analysis, Looking, Reader, Reading, Target
+from lockdiag.pg.session import ConnectionLost
+from lockdiag.pg.timeout import DEFAULT_TIMEOUT
 from lockdiag.views.check import check_metrics
 from lockdiag.views.metrics import Metric, labelled, merged
 
@@ -51,11 +49,10 @@ class Scrape:
 
 
 @dataclass
-class Target:
-    """One configured server: its name (never a password), its sessions, what it said last."""
+class TargetState:
+    """One configured target, and what its scrapes said last."""
 
-    name: str
-    dsn: str | None
+    target: Target
     scrape: threading.Lock = field(default_factory=threading.Lock)  # guards what follows
     report: Incident | None = None  # of the last scrape
     taken_at: float = 0.0  # time.monotonic() when that scrape's snapshot was taken
@@ -66,6 +63,11 @@ class Target:
     running: Scrape | None = None  # the snapshot under way: at most one at a time
     last: Scrape | None = None  # the last one done
 
+    @property
+    def name(self) -> str:
+        """The target's label (never a password): /probe?target=NAME and the series' label."""
+        return self.target.label
+
 
 class Scraper:
     """The targets' snapshots for scrapes, and the series a scrape answers with."""
@@ -73,93 +75,92 @@ class Scraper:
     def __init__(
         self,
         targets: list[Target],
-        servers: Mapping[str, Server],
         policy: CheckPolicy,
-        timeout: float,
-        look: Callable[[str, Snapshot], Seen] | None = None,
+        looks: Mapping[str, Looking] | None = None,
         min_read_interval: float = MIN_READ_INTERVAL,
     ) -> None:
-        self.targets = {target.name: target for target in targets}
-        self.servers, self.policy, self.timeout = servers, policy, timeout
+        self.targets = {target.label: TargetState(target) for target in targets}
+        self.policy = policy
         # a scrape this soon after a target's last read is answered with it: every read
         # copies the whole lock table under the lock manager's locks, and scrapes come as
         # fast as anyone sends them (one client: 622 reads in 5s)
         self.min_read_interval = min_read_interval
         # when earlier looks (the samplers' reads, earlier scrapes) saw each lock held
-        self.look = look
-        # of each target's scrape: the session's own deadline for one statement
-        self.deadline = client_deadline(timeout)
+        self.looks = looks
+        # of a scrape: the session's own deadline for one statement (--timeout's, the same
+        # for every target)
+        timeouts = [target.timeout for target in targets] or [DEFAULT_TIMEOUT]
+        self.deadline = max(timeout.deadline for timeout in timeouts)
         # the evidence every command reads: the registry's names, the poolers' consoles
-        self.sessions = {t.name: open_session(servers[t.name]) for t in targets}
+        self.readers = {target.label: Reader(target) for target in targets}
         self.closing = threading.Event()
 
-    def scrape(self, target: Target, asked: float) -> Scrape:
-        """The snapshot of ``target`` that a scrape asked at ``asked`` waits for: the one
-        under way if there is one (concurrent scrapes share it, and a stalled one is never
+    def scrape(self, state: TargetState, asked: float) -> Scrape:
+        """The snapshot of ``state``'s target that a scrape asked at ``asked`` waits for: the
+        one under way if there is one (concurrent scrapes share it, and a stalled one is never
         joined by a second), else one done since ``asked`` or begun less than
         ``min_read_interval`` before it, else a new one in its own thread."""
-        with target.scrape:
-            if target.running is not None:
-                return target.running
-            last = target.last
+        with state.scrape:
+            if state.running is not None:
+                return state.running
+            last = state.last
             if last is not None and (
                 last.finished >= asked or last.started > asked - self.min_read_interval
             ):
                 return last
-            run = target.running = Scrape(time.monotonic())
+            run = state.running = Scrape(time.monotonic())
         thread = threading.Thread(
-            target=self._take, args=(target, run), daemon=True, name=f"scrape {target.name}"
+            target=self._take, args=(state, run), daemon=True, name=f"scrape {state.name}"
         )
         try:
             thread.start()
         except RuntimeError as error:  # no thread to be had: down, and never left "running"
             run.error = f"cannot start a scrape: {error}"
-            self._finish(target, run)
+            self._finish(state, run)
         return run
 
-    def _take(self, target: Target, run: Scrape) -> None:
-        session = self.sessions[target.name]
+    def _take(self, state: TargetState, run: Scrape) -> None:
+        reader = self.readers[state.name]
+        looks = self.looks.get(state.name) if self.looks is not None else None
+        analysis = Analysis(self.policy.analysis_policy(), looks)
         try:
-            with budget(self.timeout):  # the retry on a fresh connection shares it
-                snapshot = self._snapshot(session, run.started + self.deadline)
-            registry = self.servers[target.name].registry
-            seen = self.look(target.name, snapshot) if self.look is not None else None
-            diagnosis = Diagnosis(snapshot, registry, self.policy.analysis_policy(), seen=seen)
-            run.report = diagnosis.incident(self.policy)
+            # the retry on a fresh connection shares the scrape's budget
+            with state.target.timeout.budget():
+                reading = self._read(reader, analysis, run.started + self.deadline)
+            run.report = reading.diagnosed().incident(self.policy)
         except LockdiagError as error:
             run.error = str(error).splitlines()[0]
         except Exception as error:  # a bug: reported, and the target is never left "running"
             run.error = f"internal error: {error!r}"
             raise
         finally:
-            self._finish(target, run)
+            self._finish(state, run)
             if self.closing.is_set():
-                session.close()
+                reader.close()
 
-    def _finish(self, target: Target, run: Scrape) -> None:
+    def _finish(self, state: TargetState, run: Scrape) -> None:
         run.finished = time.monotonic()
         run.seconds = run.finished - run.started
-        with target.scrape:
-            target.running, target.last = None, run
-            target.report, target.error = run.report, run.error
-            target.taken_at, target.seconds = run.finished, run.seconds
-            target.down_since = _down_since(target.down_since, run.report is not None)
+        with state.scrape:
+            state.running, state.last = None, run
+            state.report, state.error = run.report, run.error
+            state.taken_at, state.seconds = run.finished, run.seconds
+            state.down_since = _down_since(state.down_since, run.report is not None)
             # no answer in time: given up on, or failed only after the whole budget (a
             # connection that timed out, a statement that never came back)
-            target.stalled = run.report is None and (run.abandoned or run.seconds >= self.timeout)
+            late = run.abandoned or run.seconds >= state.target.timeout.seconds
+            state.stalled = run.report is None and late
         run.done.set()
 
     @staticmethod
-    def _snapshot(session: DiagnosticSession, deadline: float) -> Snapshot:
-        """One snapshot; once more at once on a fresh connection if the kept one was lost
+    def _read(reader: Reader, analysis: Analysis, deadline: float) -> Reading:
+        """One reading; once more at once on a fresh connection if the kept one was lost
         (the server restarted, the connection was terminated) and the deadline allows."""
-        try:
-            return session.snapshot(Aggregated())
-        except ServerError as error:
-            if "connection lost" not in str(error) or time.monotonic() >= deadline:
-                raise
-        session.close()
-        return session.snapshot(Aggregated())
+        reading = reader.read(Aggregated(), analysis)
+        if not isinstance(reading.error, ConnectionLost) or time.monotonic() >= deadline:
+            return reading
+        reader.close()
+        return reader.read(Aggregated(), analysis)
 
     def metrics(self, names: list[str], within: float | None = None) -> list[Metric]:
         """Every series of these targets, each labelled ``target``. Waits for each target until
@@ -176,47 +177,47 @@ class Scraper:
             "How long the target has been down, since its first failed scrape (0 while up).",
         )
         groups: list[list[Metric]] = [[up, took, down]]
-        for target, run in runs:
-            with target.scrape:
-                waits = not target.stalled
+        for state, run in runs:
+            with state.scrape:
+                waits = not state.stalled
             done = run.done.wait(max(0.0, deadline - time.monotonic()) if waits else 0.0)
-            if done or not self._give_up(target, run, wait):
+            if done or not self._give_up(state, run, wait):
                 report, seconds = run.report, run.seconds
             else:
                 report, seconds = None, time.monotonic() - run.started
-            with target.scrape:
-                since = target.down_since
-            up.add(1 if report is not None else 0, target=target.name)
-            took.add(seconds, target=target.name)
+            with state.scrape:
+                since = state.down_since
+            up.add(1 if report is not None else 0, target=state.name)
+            took.add(seconds, target=state.name)
             unreachable = time.time() - since if report is None and since is not None else 0.0
-            down.add(max(0.0, unreachable), target=target.name)
+            down.add(max(0.0, unreachable), target=state.name)
             if report is not None:
-                groups.append(labelled(check_metrics(report), "target", target.name))
+                groups.append(labelled(check_metrics(report), "target", state.name))
         return merged(groups)
 
     @staticmethod
-    def _give_up(target: Target, run: Scrape, wait: float) -> bool:
+    def _give_up(state: TargetState, run: Scrape, wait: float) -> bool:
         """A scrape stops waiting for ``run``: the target is down and stalled until an attempt
         answers. False if ``run`` ended meanwhile (what it said stands)."""
-        with target.scrape:
-            if target.running is not run:
+        with state.scrape:
+            if state.running is not run:
                 return False
-            if not target.stalled:
-                target.error = f"timed out after {wait:g}s"
-            run.abandoned = target.stalled = True
-            target.report, target.seconds = None, time.monotonic() - run.started
-            target.down_since = _down_since(target.down_since, False)
+            if not state.stalled:
+                state.error = f"timed out after {wait:g}s"
+            run.abandoned = state.stalled = True
+            state.report, state.seconds = None, time.monotonic() - run.started
+            state.down_since = _down_since(state.down_since, False)
         return True
 
     def close(self) -> None:
         """Close the sessions; one still under way is closed by its own thread when it ends
         (never from here, while it is in use)."""
         self.closing.set()
-        for target in self.targets.values():
-            with target.scrape:
-                busy = target.running is not None
+        for state in self.targets.values():
+            with state.scrape:
+                busy = state.running is not None
             if not busy:
-                self.sessions[target.name].close()
+                self.readers[state.name].close()
 
 
 def _down_since(since: float | None, up: bool) -> float | None:

@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from lockdiag.core.model import LockRow, PoolLink
 from lockdiag.core.termination import Preview, client_since_preview, nothing_to_cancel
@@ -28,6 +29,28 @@ _LOCK_FIELDS = (
     "classid", "objid", "objsubid", "mode", "granted",
 )
 # fmt: on
+
+
+# the rows of the actions' queries (tests/test_query_rows.py checks each query's columns
+# against these names)
+class Signal(NamedTuple):
+    """signal_backend.sql: whether the pid still exists, since when, how many of the locks
+    shown it no longer holds, its state, and whether the signal was sent (NULL: not sent)."""
+
+    alive: bool
+    backend_start: datetime | None
+    missing: int
+    state: str | None
+    signalled: bool | None
+
+
+class Alive(NamedTuple):
+    """backend_alive.sql: how many backends have the pid (0 or 1)."""
+
+    alive: int
+
+
+NOT_FOUND = Signal(False, None, 0, None, None)
 
 
 @dataclass(frozen=True)
@@ -62,7 +85,7 @@ def act(session: DiagnosticSession, plan: Preview, cancel: bool, wait: float) ->
             hint=f"look before trying again: lockdiag list, or lockdiag terminate {pid} (it "
             "previews first); " + (error.hint or ""),
         ) from None
-    alive, backend_start, missing, state, signalled = row or (False, None, 0, None, None)
+    alive, backend_start, missing, state, signalled = Signal._make(row) if row else NOT_FOUND
     if not alive:
         return Outcome(False, f"pid {pid} is gone: nothing to {'cancel' if cancel else 'end'}")
     if backend_start != plan.session.backend_start:
@@ -113,8 +136,8 @@ def _exits_within(session: DiagnosticSession, pid: int, wait: float) -> bool:
     the signal at its next check for interrupts, not at once."""
     ends = time.monotonic() + wait
     while True:
-        (alive,) = session.fetch("backend_alive", {"pid": pid}) or (0,)
-        if not alive:
+        row = session.fetch("backend_alive", {"pid": pid})
+        if not (Alive._make(row).alive if row else 0):
             return True
         if time.monotonic() >= ends:
             return False

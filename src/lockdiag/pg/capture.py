@@ -23,18 +23,9 @@ from lockdiag.keys import PAIR_SUBID
 from lockdiag.pg import pgbouncer, queries, trust
 from lockdiag.pg.connection import one_line
 from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
+from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
 
-# the enrichment files, each used only when its table exists and trust.vet lets it be read
-_ENRICHMENT_TABLES = {
-    "enrich_pgmq": "pgmq.meta",
-    "enrich_que": "public.que_jobs",
-    "enrich_good_jobs": "public.good_jobs",
-    "enrich_good_job_concurrency": "public.good_jobs",
-    "enrich_good_job_processes": "public.good_job_processes",
-    "enrich_pg_boss": "pgboss.queue",
-    "enrich_dramatiq": "dramatiq.queue",
-}
 ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
 KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 BATCH = 2000  # rows of the snapshot turned into records at a time
@@ -44,6 +35,20 @@ BATCH = 2000  # rows of the snapshot turned into records at a time
 # Python across the read and the analysis: 64 rows are under a millisecond)
 GROUP_MIN = 64
 _ONE = (1, None)  # LockRow.keys and objid_last of a row that is one lock
+
+# The columns of the snapshot queries (snapshot_*.sql, snapshot_aggregated_*.sql), in order: a
+# row's kind ('lock', 'session', 'server'), a lock's LockRow fields up to blocked_by (a span's
+# count and last key come in the detail), the name of its relation, and a JSON detail (a
+# session, the server, a span). A hundred thousand lock rows are read by position (a LockRow
+# made from a slice: see capture()); these are the positions, named, and
+# tests/test_query_rows.py checks the names against each query's cursor.description.
+LOCK_FIELDS = LockRow._fields[: LockRow._fields.index("blocked_by") + 1]
+SNAPSHOT_COLUMNS = ("kind", *LOCK_FIELDS, "relation_name", "detail")
+KIND = SNAPSHOT_COLUMNS.index("kind")
+LOCK = slice(SNAPSHOT_COLUMNS.index(LOCK_FIELDS[0]), SNAPSHOT_COLUMNS.index(LOCK_FIELDS[-1]) + 1)
+RELATION = SNAPSHOT_COLUMNS.index("relation")
+RELATION_NAME = SNAPSHOT_COLUMNS.index("relation_name")
+DETAIL = SNAPSHOT_COLUMNS.index("detail")
 
 
 def capture(
@@ -67,26 +72,28 @@ def capture(
     relations: dict[int, str] = {}  # their bytes in hex, decoded once the encoding is known
     texts = Texts()
     make = LockRow._make
+    # the columns' positions as locals: the loop below runs once per lock
+    kind_at, lock_at, relation_at, name_at, detail_at = KIND, LOCK, RELATION, RELATION_NAME, DETAIL
     with connection.cursor() as cursor:
-        params.update(names=names or [], software_tables=catalogue.SIGN_TABLES)
+        params.update(names=names or [], **probe_params())
         for row in stream_rows(cursor, sql, params):
-            kind = row[0]
+            kind = row[kind_at]
             if kind == "lock":
-                span = row[18]  # an aggregated read's span: {"count", "objid_last"}
+                span = row[detail_at]  # an aggregated read's span: {"count", "objid_last"}
                 # the LockRow fields, in order (blocked_by last), then keys and objid_last
                 lock = make(
-                    row[1:17] + (_ONE if span is None else (span["count"], span["objid_last"]))
+                    row[lock_at] + (_ONE if span is None else (span["count"], span["objid_last"]))
                 )
                 if lock.blocked_by is not None:  # an array arrives as a list
                     lock = lock._replace(blocked_by=tuple(lock.blocked_by))
                 locks.append(lock)
-                if row[17] is not None:
-                    relations[row[3]] = row[17]
+                if row[name_at] is not None:
+                    relations[row[relation_at]] = row[name_at]
             elif kind == "session":
-                session = build_record(Session, texts.session(row[18]), "session")
+                session = build_record(Session, texts.session(row[detail_at]), "session")
                 sessions[session.pid] = session
             else:
-                server = row[18]
+                server = row[detail_at]
     # the whole read, rows turned into records included: streamed, the server goes on sending
     # after the first rows, and the pacing of watch, sample and the exporter must not count
     # a read as cheaper than it was (an overstatement only makes them read less often)
@@ -110,6 +117,19 @@ def capture(
     if texts.replaced:
         taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken
+
+
+def probe_params() -> dict[str, Any]:
+    """What the snapshot query looks for in the connected database, as the catalogue's
+    programs declare it: tables that confirm a guess (by name), tables whose rows name keys
+    (schema and name), extensions."""
+    tables = [table.split(".") for table in catalogue.row_tables()]
+    return {
+        "software_tables": catalogue.SIGN_TABLES,
+        "row_schemas": [schema for schema, _ in tables],
+        "row_names": [name for _, name in tables],
+        "extensions": catalogue.extension_names(),
+    }
 
 
 def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str, dict[str, Any]]:
@@ -148,7 +168,7 @@ def complete(
     snapshot: Snapshot,
     registry: Registry | None,
     poolers: Poolers | None,
-    timeout: float,
+    timeout: Timeout,
 ) -> Snapshot:
     """What the snapshot query alone cannot say: names of well-known keys computed on the
     server (with a registry), and which backends are a pooler's server connections (read in
@@ -170,8 +190,9 @@ def complete(
 
 def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
     """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq, pg-boss
-    queue tables), and the tables pg_repack is repacking by name; the rows only when
-    such a table is present and some advisory key has no name yet. Every table goes through
+    queue tables: every table a catalogue entry declares), and the tables pg_repack is
+    repacking by name; the rows only when such a table is present and some advisory key has
+    no name yet. Every table goes through
     :mod:`lockdiag.pg.trust` first (locked against DDL, checked in the catalog) inside one
     read-only transaction; one that fails is skipped with a note that says why."""
     snapshot = _repacked_tables(connection, snapshot)
@@ -184,11 +205,12 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     notes = list(snapshot.notes)
     unreadable = [t[1:] for t in listed if t.startswith("!")]
     unlockable = [t[1:] for t in listed if t.startswith("?")]
-    candidates = [t for t in listed if t in trust.TABLES]
+    tables = catalogue.row_tables()
+    candidates = [t for t in listed if t in tables]
     if unreadable:
         notes.append(
             f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
-            "named by their rows (GoodJob, Que, pgmq, pg-boss) stay unregistered; GRANT SELECT "
+            f"named by their rows ({_software_of(unreadable)}) stay unregistered; GRANT SELECT "
             "to see them"
         )
     if unlockable:
@@ -208,7 +230,7 @@ def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Re
     try:
         with connection.transaction():  # the locks last until the rows are read
             trust.lock(connection, candidates)
-            verdicts = trust.vet(connection, candidates)
+            verdicts = trust.vet(connection, {t: tables[t] for t in candidates})
             notes += [trust.note(v) for v in verdicts if not v.readable]
             readable = [v.table for v in verdicts if v.readable]
             rows = []
@@ -265,13 +287,25 @@ def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) ->
     return dataclasses.replace(snapshot, server=dataclasses.replace(server, relations=relations))
 
 
+def _software_of(tables: list[str]) -> str:
+    """The programs whose keys the rows of these tables name, in the catalogue's order."""
+    names = {
+        program.name: None for program, rows in catalogue.row_sources() if rows.table in tables
+    }
+    return ", ".join(names) or "well-known software"
+
+
 def enrichment_query(
     snapshot: Snapshot, tables: list[str], unmatched: set[int]
 ) -> tuple[str, dict[str, Any]]:
-    """The one extra query: a part for each table of well-known software that may be read."""
-    version = snapshot.server.version_num
-    names = [name for name, table in _ENRICHMENT_TABLES.items() if table in tables]
-    sql = "\nUNION ALL\n".join(_without_comments(queries.query(n, version)) for n in names)
+    """The one extra query: the part of each table of well-known software that may be read,
+    as its program declares it, each row led by the part's number (catalogue.row_parts)."""
+    parts = [
+        f"SELECT {number} AS part, p.* FROM (\n{_without_comments(sql)}\n) AS p"
+        for number, (table, sql) in enumerate(catalogue.row_parts())
+        if table in tables
+    ]
+    sql = "\nUNION ALL\n".join(parts)
     return sql, {"keys": sorted(unmatched)[:KEY_LIMIT], "row_limit": ROW_LIMIT}
 
 

@@ -16,7 +16,6 @@ verifies them all after connecting (:mod:`lockdiag.pg.session`).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 
@@ -24,6 +23,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from lockdiag.errors import InputError
+from lockdiag.pg.timeout import Timeout
 
 APPLICATION_NAME = "lockdiag"
 # psycopg encodes queries and decodes text in the session's client_encoding, from the first
@@ -32,15 +32,10 @@ APPLICATION_NAME = "lockdiag"
 CLIENT_ENCODING = "UTF8"
 
 
-def connect_timeout(timeout: float) -> str:
-    """libpq's connect_timeout (whole seconds, at least 2: libpq treats 1 as 2 anyway)."""
-    return str(max(2, math.ceil(timeout)))
-
-
-def session_settings(timeout: float, server_version: int = 0) -> dict[str, str]:
+def session_settings(timeout: Timeout, server_version: int = 0) -> dict[str, str]:
     """lockdiag's settings for its own session, as pg_settings shows them when in force: those
     of ``server_version`` (0: not known yet, only the settings every supported version has)."""
-    milliseconds = max(1, int(timeout * 1000))
+    milliseconds = timeout.milliseconds
     return {
         "statement_timeout": str(milliseconds),
         "lock_timeout": str(milliseconds),
@@ -73,7 +68,7 @@ def version_settings(server_version: int) -> dict[str, str]:
     return {"transaction_timeout": "0"} if server_version >= 170000 else {}
 
 
-def session_options(timeout: float, server_version: int = 0) -> str:
+def session_options(timeout: Timeout, server_version: int = 0) -> str:
     """Server settings sent in the startup packet, so they bind the very first statement."""
     settings = session_settings(timeout, server_version).items()
     # libpq's options: a backslash escapes a space or itself
@@ -84,7 +79,7 @@ def _escaped(value: str) -> str:
     return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
-def conninfo(dsn: str | None, timeout: float, server_version: int = 0) -> str:
+def conninfo(dsn: str | None, timeout: Timeout, server_version: int = 0) -> str:
     """The user's DSN (or libpq's environment) with lockdiag's safety settings added (those of
     ``server_version``, when a connection has told it)."""
     try:
@@ -96,9 +91,22 @@ def conninfo(dsn: str | None, timeout: float, server_version: int = 0) -> str:
         dsn or "",
         application_name=APPLICATION_NAME,
         client_encoding=CLIENT_ENCODING,
-        connect_timeout=connect_timeout(timeout),
+        connect_timeout=timeout.connect,
         options=f"{user_options} {session_options(timeout, server_version)}".strip(),
     )
+
+
+def dsn_label(dsn: str) -> str:
+    """``host:port/dbname`` (or ``service=name``) for a DSN, never its password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:  # an invalid DSN still needs a name in the report
+        return "invalid DSN"
+    if parts.get("service") and not parts.get("host"):
+        return f"service={parts['service']}"
+    host = parts.get("host") or "localhost"
+    where = f"{host}:{parts['port']}" if parts.get("port") else str(host)
+    return f"{where}/{parts['dbname']}" if parts.get("dbname") else where
 
 
 def one_line(message: str) -> str:

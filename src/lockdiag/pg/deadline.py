@@ -10,17 +10,17 @@ take ten times --timeout.
 
 Every connection lockdiag opens comes from :func:`connect`, and every round trip on it (a
 statement, the BEGIN and COMMIT of a transaction: :meth:`BoundedConnection.wait`) is watched by
-one shared watchdog thread. Inside :func:`budget` (the diagnostic session opens one for each
-conversation; `terminate` one for its preview and one for its action) the whole block has
-``--timeout`` plus :func:`margin` from its start: connecting gets what is left of it (libpq's
-connect_timeout, whole seconds, at least 2), and so does each round trip, on every connection
-the block opens (a PgBouncer console's too). Outside one, a round trip gets ``--timeout`` (the
-session's statement_timeout too) plus the margin. The margin lets a live but slow server's own
-"canceling statement due to statement timeout" arrive first. When a deadline passes, the
-watchdog sends a cancel request (bounded: it may go nowhere), then shuts the connection's socket
-down: the blocked call wakes with psycopg's OperationalError, the connection is closed and the
-caller gets :class:`NoAnswer`, one line with a hint. The next conversation opens a new
-connection.
+one shared watchdog thread. Inside a budget (:meth:`lockdiag.pg.timeout.Timeout.budget`: the
+diagnostic session opens one for each conversation; `terminate` one for its preview and one
+for its action) the whole block has ``--timeout`` plus its margin from its start: connecting
+gets what is left of it (libpq's connect_timeout, whole seconds, at least 2), and so does each
+round trip, on every connection the block opens (a PgBouncer console's too). Outside one, a
+round trip gets ``--timeout`` (the session's statement_timeout too) plus the margin. The margin
+lets a live but slow server's own "canceling statement due to statement timeout" arrive first.
+When a deadline passes, the watchdog sends a cancel request (bounded: it may go nowhere), then
+shuts the connection's socket down: the blocked call wakes with psycopg's OperationalError, the
+connection is closed and the caller gets :class:`NoAnswer`, one line with a hint. The next
+conversation opens a new connection.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -42,7 +40,8 @@ from psycopg.conninfo import conninfo_attempts, conninfo_to_dict, make_conninfo
 from psycopg.rows import RowFactory, tuple_row
 
 from lockdiag.errors import ServerError
-from lockdiag.pg.connection import connect_timeout, one_line
+from lockdiag.pg.connection import one_line
+from lockdiag.pg.timeout import Budget, Timeout, current_budget, libpq_seconds, seconds_text
 
 if TYPE_CHECKING:
     from psycopg.abc import PQGen
@@ -50,74 +49,22 @@ if TYPE_CHECKING:
 
 RV = TypeVar("RV")
 
-MARGIN_FRACTION = 0.2  # of the budget: after statement_timeout, the server's error is on its way
-MARGIN_MIN = 1.0  # seconds: room for the server's error to arrive over a slow link
-MARGIN_MAX = 5.0
 CANCEL_BOUND = 0.5  # seconds the cancel request may take (part of the margin)
-
-
-def margin(timeout: float) -> float:
-    """Seconds past ``timeout`` (the server's statement_timeout) before lockdiag gives up."""
-    return min(MARGIN_MAX, max(MARGIN_MIN, timeout * MARGIN_FRACTION))
-
-
-def client_deadline(timeout: float) -> float:
-    """How long a statement may go unanswered: ``timeout`` plus :func:`margin`."""
-    return timeout + margin(timeout)
-
-
-def seconds_text(seconds: float) -> str:
-    return f"{round(seconds, 2):g}s"
 
 
 class NoAnswer(ServerError):
     """The server (or what is in front of it) did not answer within the client's deadline."""
 
 
-@dataclass(frozen=True)
-class Budget:
-    """The time of a whole exchange with servers: ``timeout`` (--timeout) plus its margin,
-    until ``ends_at`` (time.monotonic())."""
-
-    timeout: float
-    ends_at: float
-
-    @property
-    def seconds(self) -> float:
-        return client_deadline(self.timeout)
-
-    def left(self) -> float:
-        return self.ends_at - time.monotonic()
-
-
-_BUDGET: ContextVar[Budget | None] = ContextVar("lockdiag_budget", default=None)
-
-
-@contextlib.contextmanager
-def budget(timeout: float) -> Iterator[Budget]:
-    """Everything sent to any server inside the block, by this thread, connecting included,
-    ends within ``timeout`` plus :func:`margin` from now; a block inside another ends no later
-    than the outer one. For a one-shot command, a refresh, a scrape."""
-    outer = _BUDGET.get()
-    whole = Budget(timeout, time.monotonic() + client_deadline(timeout))
-    if outer is not None and outer.ends_at <= whole.ends_at:
-        whole = outer
-    token = _BUDGET.set(whole)
-    try:
-        yield whole
-    finally:
-        _BUDGET.reset(token)
-
-
 class BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every statement has a client-side deadline (see the module).
 
-    ``timeout`` is the seconds a statement may take on the server (its statement_timeout, when
+    ``timeout`` is what a statement may take on the server (its statement_timeout, when
     ``statement_timeout``), ``peer`` and ``where`` name the other end in messages."""
 
     def __init__(self, pgconn: PGconn, row_factory: RowFactory[Any] = tuple_row) -> None:
         super().__init__(pgconn, row_factory)
-        self.timeout = 5.0
+        self.timeout = Timeout()
         self.peer = "the server"
         self.where = ""
         self.statement_timeout = False  # whether the server was given the budget too
@@ -132,13 +79,13 @@ class BoundedConnection(psycopg.Connection[Any]):
 
 def connect(
     conninfo: str,
-    timeout: float,
+    timeout: Timeout,
     peer: str = "the server",
     statement_timeout: bool = False,
     **kwargs: Any,
 ) -> BoundedConnection:
-    """A connection whose statements get ``timeout`` plus :func:`margin` at most (less in a
-    :func:`budget`), opened within ``timeout`` (or what is left of the budget) as a whole,
+    """A connection whose statements get ``timeout``'s deadline at most (less in a budget),
+    opened within ``timeout`` (or what is left of the budget) as a whole,
     whatever number of hosts the DSN lists. ``peer`` names the other end in messages;
     ``statement_timeout``: the session has that server-side limit too (lockdiag's own
     session). ``kwargs`` go to psycopg.
@@ -147,8 +94,8 @@ def connect(
     turn: four silent hosts at 1s took 8s. So the hosts are tried here one at a time (split
     as psycopg does), each with its share of what is left (in libpq's whole seconds, at least
     2), and none once the time is spent."""
-    whole = _BUDGET.get()
-    ends_at = time.monotonic() + timeout
+    whole = current_budget()
+    ends_at = time.monotonic() + timeout.seconds
     if whole is not None:
         if whole.left() <= 0:  # spent: no new connection
             raise NoAnswer(*_ran_out(whole, peer, ""))
@@ -160,7 +107,7 @@ def connect(
         if left <= 0 and failures:
             break
         share = left / (len(attempts) - number)  # a silent first host leaves time for the next
-        info = make_conninfo("", **{**attempt, "connect_timeout": connect_timeout(share)})
+        info = make_conninfo("", **{**attempt, "connect_timeout": libpq_seconds(share)})
         try:
             connection = BoundedConnection.connect(info, **kwargs)
         except psycopg.OperationalError as error:
@@ -197,14 +144,14 @@ def _not_connected(
 @contextlib.contextmanager
 def watched(connection: BoundedConnection) -> Iterator[None]:
     """One round trip on ``connection`` under its deadline: past it, the call is woken up and
-    :class:`NoAnswer` raised (the connection is then closed). In a :func:`budget`, the
+    :class:`NoAnswer` raised (the connection is then closed). In a budget, the
     deadline is what is left of it, if sooner."""
-    seconds, whole = client_deadline(connection.timeout), _BUDGET.get()
+    seconds, whole = connection.timeout.deadline, current_budget()
     if whole is not None and whole.left() < seconds:
         seconds = whole.left()
     else:
         whole = None  # the statement's own deadline comes first
-    alarm = _Alarm(connection, seconds, min(CANCEL_BOUND, margin(connection.timeout) / 2), whole)
+    alarm = _Alarm(connection, seconds, min(CANCEL_BOUND, connection.timeout.margin / 2), whole)
     if seconds <= 0:  # the budget is spent: nothing more is sent
         connection.close()
         raise alarm.no_answer()
@@ -296,8 +243,7 @@ class _Alarm:
         hint = _SLOW_HINT.format(peer=connection.peer)
         if connection.statement_timeout:
             hint = (
-                f"even its statement_timeout of {seconds_text(connection.timeout)} did not end "
-                f"the query: {hint}"
+                f"even its statement_timeout of {connection.timeout} did not end the query: {hint}"
             )
         return NoAnswer(
             f"{connection.peer} did not answer within {seconds_text(self.seconds)}{where}: "

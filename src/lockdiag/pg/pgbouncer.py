@@ -21,6 +21,7 @@ from lockdiag.core.model import PoolLink, Session
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline
 from lockdiag.pg.connection import one_line, scrub
+from lockdiag.pg.timeout import DEFAULT_TIMEOUT, Timeout
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Console:
     pools: list[dict[str, Any]]
 
 
-def read_console(dsn: str, timeout: float) -> Console:
+def read_console(dsn: str, timeout: Timeout = DEFAULT_TIMEOUT) -> Console:
     """SHOW SERVERS, CLIENTS and POOLS on one admin console (plain protocol, no options), each
     under the client-side deadline of ``timeout``."""
     try:
@@ -66,7 +67,7 @@ def console_label(dsn: str) -> str:
 
 
 def link_now(
-    dsns: Iterable[str], link: PoolLink, session: Session, timeout: float
+    dsns: Iterable[str], link: PoolLink, session: Session, timeout: Timeout
 ) -> PoolLink | None:
     """``session``'s link as ``link``'s console tells it now (read again), or None when that
     console no longer lists it as a server connection."""

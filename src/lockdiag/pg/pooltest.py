@@ -2,12 +2,13 @@
 happened.
 
 Two workers take a reserved test key through the pooled DSN while one long-lived direct
-session watches pg_locks. Each scenario is a script: A takes the key, ends in one of the ways
-a worker ends (the ENDING table, one small function each), then B and a new client C try the
-key. What happened is recorded as an Observation and judged by :func:`lockdiag.core.pooltest.
-verdict`. Only the test keys are ever locked, only on connections opened here, and every
-scenario ends by releasing what it took (unlocking through the pool until the direct view
-shows the key free).
+session watches pg_locks (a diagnostic session the caller opened, and what analyses its
+snapshots: :class:`lockdiag.evidence.Reader`'s). Each scenario is a script: A takes the key,
+ends in one of the ways a worker ends (the ENDING table, one small function each), then B and
+a new client C try the key. What happened is recorded as an Observation and judged by
+:func:`lockdiag.core.pooltest.verdict`. Only the test keys are ever locked, only on
+connections opened here, and every scenario ends by releasing what it took (unlocking through
+the pool until the direct view shows the key free).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -25,6 +26,7 @@ from psycopg.conninfo import make_conninfo
 from lockdiag.core.analysis import Decoded
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings.words import by_backend, listed, locks_in
+from lockdiag.core.model import Snapshot
 from lockdiag.core.pooltest import (
     ENDINGS,
     LockKind,
@@ -41,7 +43,7 @@ from lockdiag.pg.connection import one_line
 from lockdiag.pg.pgbouncer import read_console
 from lockdiag.pg.raw_text import UTF8, Texts, codec
 from lockdiag.pg.session import DiagnosticSession, server_error
-from lockdiag.registry import Registry
+from lockdiag.pg.timeout import Timeout
 
 
 def _who_holds_args(decoded: Decoded) -> str:
@@ -56,6 +58,31 @@ DEFAULT_KEY = from_pair(0x6C6B6467, 1)
 APPLICATION_NAME = "lockdiag-pooltest"
 EVIDENCE_SHOWN = 20  # lines of the locks at risk shown at most, then how many more
 Connection = psycopg.Connection[Any]
+Diagnose = Callable[[Snapshot], Diagnosis]  # the analysis of a snapshot of the direct session
+
+
+# the rows of pooltest's queries (tests/test_query_rows.py checks each query's columns against
+# these names)
+class Holders(NamedTuple):
+    """pooltest_holders.sql: backends holding the test key."""
+
+    holders: int
+
+
+class Answer(NamedTuple):
+    """pooltest_lock.sql: what the lock or unlock function answered (NULL for one that waits)."""
+
+    answer: bool | None
+
+
+class PoolSide(NamedTuple):
+    """pooltest_probe.sql: where a pooled client lands, as the server sees it: the pooler's
+    address, the database's and role's names as their bytes, the database's encoding."""
+
+    address: str | None
+    database: str
+    role: str
+    encoding: str
 
 
 def _commit(a: Connection) -> None:
@@ -97,10 +124,16 @@ assert ENDING.keys() == ENDINGS.keys()
 
 
 class PoolTest:
-    def __init__(self, pooled: str, direct: DiagnosticSession, key: LockTriple, timeout: float):
+    """The scenarios, through the pool ``pooled``, watched on ``direct`` (its --timeout bounds
+    every connection opened here too), whose snapshots ``diagnose`` analyses."""
+
+    def __init__(
+        self, pooled: str, direct: DiagnosticSession, diagnose: Diagnose, key: LockTriple
+    ) -> None:
         if key.form != "pair":
             raise InputError("the pooltest key must be an int4 pair, e.g. --key 1818977383,1")
-        self.pooled, self.direct, self.timeout = pooled, direct, timeout
+        self.pooled, self.direct, self.diagnose = pooled, direct, diagnose
+        self.timeout: Timeout = direct.timeout
         self.key = key
         self.other = from_pair(key.pair[0], key.pair[1] + 1)
         self._open: list[Connection] = []
@@ -127,10 +160,10 @@ class PoolTest:
         """Backends holding the key, seen directly in pg_locks (not through the pool)."""
         key = key or self.key
         params = {"classid": key.classid, "objid": key.objid, "objsubid": key.objsubid}
-        (count,) = self.direct.fetch("pooltest_holders", params) or (0,)
-        return int(count)
+        row = self.direct.fetch("pooltest_holders", params)
+        return Holders._make(row).holders if row else 0
 
-    def evidence(self, registry: Registry, consoles: tuple[str, ...]) -> list[str]:
+    def evidence(self, consoles: tuple[str, ...]) -> list[str]:
         """Advisory locks a scenario could destroy: those held by the pool's server
         connections (the console's servers of this database and role when a console is
         given, else every backend of the database connected from the pooler's address), and
@@ -141,10 +174,11 @@ class PoolTest:
             row = probe.execute(queries.query("pooltest_probe").encode()).fetchone()
         finally:
             self.close(probe)
-        address, raw_database, raw_role, encoding = row if row else (None, None, None, None)
+        side = PoolSide._make(row) if row else None
+        address = side.address if side else None
         texts = Texts()  # the names as their bytes, with the database's encoding (raw_text.py)
-        database = texts.decoded(raw_database, UTF8, codec(encoding))
-        role = texts.decoded(raw_role, UTF8, codec(encoding))
+        database = texts.decoded(side.database, UTF8, codec(side.encoding)) if side else None
+        role = texts.decoded(side.role, UTF8, codec(side.encoding)) if side else None
         snapshot = self.direct.snapshot("advisory")
         servers: set[int] = set()
         for console_dsn in consoles:
@@ -161,7 +195,7 @@ class PoolTest:
                 if s.database == database and address and s.client_addr == address.split("/")[0]
             }
         at_risk = []
-        for entry in Diagnosis(snapshot, registry).advisory:
+        for entry in self.diagnose(snapshot).advisory:
             triple = entry.decoded.triple if entry.decoded else None
             neighbour = (
                 triple is not None
@@ -206,7 +240,7 @@ class PoolTest:
             function=sql.Identifier(function)
         )
         row = connection.execute(statement, {"a": a, "b": b}).fetchone()
-        return bool(row and row[0] is not False)
+        return row is not None and Answer._make(row).answer is not False
 
     def release(self, key: LockTriple | None = None) -> int:
         """Unlock the test key through the pool until the server shows it free; returns how
@@ -323,55 +357,44 @@ class PoolTest:
 
 def run(
     pooled: str,
-    direct: str,
+    direct: DiagnosticSession,
+    diagnose: Diagnose,
     key: LockTriple = DEFAULT_KEY,
-    timeout: float = 5.0,
-    registry: Registry | None = None,
     consoles: tuple[str, ...] = (),
     accept_losing_locks: bool = False,
 ) -> tuple[list[Result], int]:
-    """Every scenario; returns the results and how many test-key holders could not be
-    released (0 when nothing is left behind). It refuses (InputError) when the pool's server
-    connections hold advisory locks a scenario could destroy, unless ``accept_losing_locks``.
-    A pool that cannot be used at all is a ServerError, with the same messages as any other
-    server."""
+    """Every scenario, through ``pooled``, watched on ``direct``; returns the results and how
+    many test-key holders could not be released (0 when nothing is left behind). It refuses
+    (InputError) when the pool's server connections hold advisory locks a scenario could
+    destroy, unless ``accept_losing_locks``. A pool that cannot be used at all is a
+    ServerError, with the same messages as any other server."""
     try:
-        return _run(
-            pooled, direct, key, timeout, registry or Registry(), consoles, accept_losing_locks
-        )
+        return _run(PoolTest(pooled, direct, diagnose, key), consoles, accept_losing_locks)
     except psycopg.Error as error:
-        raise server_error(error, pooled, timeout) from None
+        raise server_error(error, pooled, direct.timeout) from None
 
 
 def _run(
-    pooled: str,
-    direct: str,
-    key: LockTriple,
-    timeout: float,
-    registry: Registry,
-    consoles: tuple[str, ...],
-    accept_losing_locks: bool,
+    test: PoolTest, consoles: tuple[str, ...], accept_losing_locks: bool
 ) -> tuple[list[Result], int]:
     results: list[Result] = []
-    with DiagnosticSession(direct, timeout, registry) as watcher:
-        test = PoolTest(pooled, watcher, key, timeout)
-        if test.holders() or test.holders(test.other):
-            raise InputError(
-                f"the test key {key.describe()} is already held on the server: pick another "
-                "with --key"
-            )
-        evidence = test.evidence(registry, consoles)
-        if evidence and not accept_losing_locks:
-            raise InputError(
-                "refusing to run: advisory locks are held that a scenario could release "
-                "(PgBouncer closes a server connection whose client leaves in the middle of a "
-                "transaction, and its session locks go with it):\n"
-                + "\n".join(f"  {line}" for line in evidence),
-                hint="look at them first; --accept-losing-locks runs anyway and may destroy them",
-            )
-        try:
-            for scenario in test.scenarios():
-                results.append(scenario())
-        finally:
-            left = test.cleanup()
+    if test.holders() or test.holders(test.other):
+        raise InputError(
+            f"the test key {test.key.describe()} is already held on the server: pick another "
+            "with --key"
+        )
+    evidence = test.evidence(consoles)
+    if evidence and not accept_losing_locks:
+        raise InputError(
+            "refusing to run: advisory locks are held that a scenario could release "
+            "(PgBouncer closes a server connection whose client leaves in the middle of a "
+            "transaction, and its session locks go with it):\n"
+            + "\n".join(f"  {line}" for line in evidence),
+            hint="look at them first; --accept-losing-locks runs anyway and may destroy them",
+        )
+    try:
+        for scenario in test.scenarios():
+            results.append(scenario())
+    finally:
+        left = test.cleanup()
     return results, left

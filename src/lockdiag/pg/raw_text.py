@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lockdiag.core.records import FieldError
 
@@ -112,15 +112,18 @@ class Texts:
         """A session row's JSON with its texts decoded: the query in its database's encoding
         (``encoding``, taken out; ``cut``, taken out: whether the query may have been cut at
         track_activity_query_size), its database's and role's names as names, its
-        application_name and backend_type too (a background worker's C code sets them:
-        pg_auto_failover 2.0's launcher shows bytes that are no text)."""
+        application_name too (a background worker's C code sets it), its backend type as
+        UTF-8 (the server's own words, but a background worker's may be any bytes)."""
         if not isinstance(detail, dict):
             return detail  # what build_record refuses, with where
         own = codec(detail.pop("encoding", None))
         cut = detail.pop("cut", None) is True
         detail["query"] = self.decoded(detail.get("query"), own, where="session.query", cut=cut)
-        for field in ("database", "user", "application_name", "backend_type"):
+        for field in ("database", "user", "application_name"):
             detail[field] = self.decoded(detail.get(field), UTF8, own, where=f"session.{field}")
+        detail["backend_type"] = self.decoded(
+            detail.get("backend_type"), UTF8, where="session.backend_type"
+        )
         return detail
 
     def server(self, detail: Any) -> str:
@@ -140,11 +143,22 @@ class Texts:
         return own
 
 
+class RelationName(NamedTuple):
+    """A row of relation_names.sql (tests/test_query_rows.py checks its columns against these
+    names): a relation's OID, its name's bytes in hex, the database's encoding."""
+
+    oid: int
+    name: str
+    encoding: str
+
+
 def relation_names(rows: Iterable[Sequence[Any]]) -> dict[int, str]:
-    """The rows of relation_names.sql (oid, the name's bytes, the database's encoding) as
-    names by OID."""
+    """The rows of relation_names.sql as names by OID."""
     texts = Texts()
-    return {int(oid): texts.decoded(name, codec(encoding)) or "" for oid, name, encoding in rows}
+    return {
+        int(r.oid): texts.decoded(r.name, codec(r.encoding)) or ""
+        for r in map(RelationName._make, rows)
+    }
 
 
 def undecodable_note(snapshot: Snapshot) -> str:

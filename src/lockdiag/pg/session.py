@@ -24,13 +24,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from psycopg import sql
 
-from lockdiag.core.catalogue import derived_keys, hashed_names
-from lockdiag.core.pacing import Activity
+from lockdiag.core.catalogue import KeyRow, derived_keys, hashed_names
+from lockdiag.core.pacing import Activity, Backend
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
@@ -46,29 +46,40 @@ from lockdiag.pg.connection import (
 )
 from lockdiag.pg.deadline import BoundedConnection
 from lockdiag.pg.raw_text import UTF8, Texts, codec, relation_names
+from lockdiag.pg.timeout import DEFAULT_TIMEOUT, Timeout
 
 if TYPE_CHECKING:
     from lockdiag.core.model import DerivedKey, Scope, Snapshot
     from lockdiag.registry import Poolers, Registry
 
-DEFAULT_TIMEOUT = 5.0
+
+class DatabaseName(NamedTuple):
+    """A row of database_names.sql (tests/test_query_rows.py checks its columns against these
+    names): a database's OID, its name's bytes in hex, whether lockdiag is connected to it, and
+    the connected database's encoding."""
+
+    oid: int
+    name: str
+    current: bool
+    encoding: str
 
 
 class DiagnosticSession:
     """One read-only connection to the inspected server, opened on first use and reopened after
     a failure. ``registry`` and ``poolers`` complete each snapshot: names of well-known keys
     computed on the server (unless ``enrich`` is False), and which backends are a pooler's
-    server connections. Commands open it through :func:`lockdiag.pg.fleet.open_session`."""
+    server connections. ``timeout``: --timeout (seconds, in the documented Python API).
+    Commands open it through :class:`lockdiag.evidence.Reader`, the only place that does."""
 
     def __init__(
         self,
         dsn: str | None,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: Timeout | float = DEFAULT_TIMEOUT,
         registry: Registry | None = None,
         poolers: Poolers | None = None,
         enrich: bool = True,
     ) -> None:
-        self.dsn, self.timeout = dsn, timeout
+        self.dsn, self.timeout = dsn, Timeout.of(timeout)
         self.registry, self.poolers = registry if enrich else None, poolers
         self._connection: BoundedConnection | None = None
         self.per_transaction = False  # the startup options were not applied: SET LOCAL each time
@@ -168,9 +179,9 @@ class DiagnosticSession:
         """The connection, for one conversation with lockdiag's settings in force (in a
         transaction of its own when they must be applied per transaction): all of it,
         connecting included, within the session's timeout plus its margin
-        (:func:`deadline.budget`), or within ``within`` if shorter."""
-        seconds = self.timeout if within is None else max(0.0, min(self.timeout, within))
-        with deadline.budget(seconds), self.errors():
+        (:meth:`Timeout.budget`), or within ``within`` seconds if shorter."""
+        timeout = self.timeout if within is None else self.timeout.at_most(within)
+        with timeout.budget(), self.errors():
             connection = self.connection
             if not self.per_transaction:
                 yield connection
@@ -256,11 +267,11 @@ class DiagnosticSession:
                 sql = queries.query("relation_names", version)
                 relations = connection.execute(sql.encode(), {"oids": oids}).fetchall()
         # names as their bytes, with the connected database's encoding (raw_text.py)
-        here = next((int(oid) for oid, _, current, _ in rows if current), None)
+        found = list(map(DatabaseName._make, rows))
+        here = next((int(d.oid) for d in found if d.current), None)
         texts = Texts()
         databases = {
-            int(oid): texts.decoded(name, UTF8, codec(encoding)) or ""
-            for oid, name, _, encoding in rows
+            int(d.oid): texts.decoded(d.name, UTF8, codec(d.encoding)) or "" for d in found
         }
         return here, databases, relation_names(relations)
 
@@ -270,14 +281,14 @@ class DiagnosticSession:
         with self.conversation(within) as connection:
             sql = queries.query("probe_activity", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"own": APPLICATION_NAME}).fetchall()
-        return frozenset(map(tuple, rows))
+        return frozenset(map(Backend._make, rows))
 
     def hashtext_keys(self, strings: list[str]) -> list[DerivedKey]:
         """hashtext() of ``strings`` on this server (for `decode --dsn`): one query."""
         with self.conversation() as connection:
             sql = queries.query("enrich_hashtext", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"strings": strings}).fetchall()
-        return derived_keys(rows, "")
+        return derived_keys(map(KeyRow._make, rows), "")
 
     def interrupt(self) -> None:
         """From another thread: wake the statement under way now (its caller gets a
@@ -296,7 +307,7 @@ _REFUSED_HINT = (
 )
 
 
-def _wanted(timeout: float, server_version: int) -> dict[str, str]:
+def _wanted(timeout: Timeout, server_version: int) -> dict[str, str]:
     """What the check query must read: every setting, the encoding sent when connecting, and a
     read-only, read-committed, not deferrable transaction."""
     return dict(
@@ -308,7 +319,7 @@ def _wanted(timeout: float, server_version: int) -> dict[str, str]:
     )
 
 
-def _settings_query(timeout: float, server_version: int) -> sql.Composed:
+def _settings_query(timeout: Timeout, server_version: int) -> sql.Composed:
     """One row: each of lockdiag's settings as the server applies it now (a JSON object).
     ``role`` is not in pg_settings: it reads 'none' when the session acts as the role it
     logged in as (current_user = session_user), else the role it acts as."""
@@ -350,35 +361,28 @@ def notices_to(sink: Callable[[str], None]) -> Iterator[None]:
         _SINK.remove(sink)
 
 
-def take_snapshot(
-    dsn: str | None,
-    timeout: float,
-    scope: Scope,
-    registry: Registry | None = None,
-    poolers: Poolers | None = None,
-) -> Snapshot:
-    """Connect, capture one snapshot and complete it, disconnect."""
-    with DiagnosticSession(dsn, timeout, registry, poolers) as session:
-        return session.snapshot(scope)
+class ConnectionLost(ServerError):
+    """The connection broke under a statement (the server restarted, the backend was
+    terminated): a new connection may well succeed at once."""
 
 
-def server_error(error: psycopg.Error, dsn: str | None, timeout: float) -> ServerError:
+def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> ServerError:
     """A psycopg error raised while querying, as a ServerError with a cause and a fix."""
     if isinstance(error, psycopg.errors.QueryCanceled):
         return ServerError(
             f"the server cancelled lockdiag's query: {one_line(str(error))}",
-            hint=f"statement_timeout is {timeout:g}s; raise it with --timeout if the lock "
+            hint=f"statement_timeout is {timeout}; raise it with --timeout if the lock "
             "table is very large",
         )
     if isinstance(error, psycopg.errors.LockNotAvailable):
         return ServerError(
             f"lockdiag's query waited too long for a lock: {one_line(str(error))}",
-            hint=f"lock_timeout is {timeout:g}s: something holds an exclusive lock on a catalog",
+            hint=f"lock_timeout is {timeout}: something holds an exclusive lock on a catalog",
         )
     if isinstance(error, psycopg.errors.InsufficientPrivilege):
         return ServerError(f"permission denied: {one_line(str(error))}")
     if isinstance(error, psycopg.OperationalError):
-        return ServerError(f"connection lost: {one_line(scrub(str(error), dsn))}")
+        return ConnectionLost(f"connection lost: {one_line(scrub(str(error), dsn))}")
     return ServerError(f"query failed: {one_line(scrub(str(error), dsn))}")
 
 

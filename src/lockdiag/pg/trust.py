@@ -59,32 +59,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
 
 from lockdiag.pg import queries
 from lockdiag.pg.raw_text import UTF8, Texts, codec
-
-TEXT = ("text", "varchar")
-TIMESTAMP = ("timestamptz", "timestamp")
-
-# Every user table an enrichment query reads, with the columns it reads and their built-in
-# types (pg_type.typname in pg_catalog). An enrichment query reads nothing else.
-TABLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "public.good_jobs": {
-        "id": ("uuid",),
-        "finished_at": TIMESTAMP,
-        "created_at": TIMESTAMP,
-        "concurrency_key": TEXT,
-    },
-    "public.good_job_processes": {"id": ("uuid",)},
-    "public.que_jobs": {"id": ("int8", "int4")},
-    "pgmq.meta": {"queue_name": TEXT},
-    "pgboss.queue": {"table_name": TEXT},
-    "dramatiq.queue": {"queue_name": TEXT, "message_id": ("uuid",), "mtime": TIMESTAMP},
-}
 
 
 @dataclass(frozen=True)
@@ -115,20 +96,41 @@ def lock(connection: psycopg.Connection[Any], tables: list[str]) -> None:
     connection.execute(sql.SQL("; ").join(statements).as_bytes(connection))
 
 
-def vet(connection: psycopg.Connection[Any], tables: list[str]) -> list[Verdict]:
-    """What the catalog says of each table (locked by :func:`lock`): one query."""
-    wanted = [{"name": t, "columns": TABLES[t]} for t in tables]
+class Vetted(NamedTuple):
+    """A row of trust_tables.sql (tests/test_query_rows.py checks its columns against these
+    names): a table, its relkind, whether row-level security applies to this role, the columns
+    read that are not as declared, what its indexes, constraints and statistics reach that is
+    neither built in nor a superuser's (as bytes, in the database's encoding)."""
+
+    name: str
+    relkind: str
+    row_security: bool
+    wrong_columns: list[str]
+    untrusted: list[str]
+    encoding: str
+
+
+def vet(
+    connection: psycopg.Connection[Any], tables: dict[str, dict[str, tuple[str, ...]]]
+) -> list[Verdict]:
+    """What the catalog says of each table (locked by :func:`lock`): one query. ``tables``:
+    every column the enrichment query reads of each, with the built-in types (pg_type.typname
+    in pg_catalog) it may have, as the catalogue's entries declare them
+    (``catalogue.row_tables()``); the query reads nothing else."""
+    wanted = [{"name": t, "columns": columns} for t, columns in tables.items()]
     text = queries.query("trust_tables", connection.info.server_version)
     rows = connection.execute(text.encode(), {"tables": json.dumps(wanted)}).fetchall()
-    found = {row[0]: row[1:] for row in rows}
+    found = {row.name: row for row in map(Vetted._make, rows)}
     verdicts, texts = [], Texts()
     for table in tables:
         if table not in found:
             verdicts.append(Verdict(table, ("no longer exists",)))
             continue
-        kind, row_security, wrong_columns, raw_untrusted, encoding = found[table]
-        untrusted = [texts.decoded(u, UTF8, codec(encoding)) or "" for u in raw_untrusted]
-        verdicts.append(Verdict(table, reasons(kind, row_security, wrong_columns, untrusted)))
+        row = found[table]
+        untrusted = [texts.decoded(u, UTF8, codec(row.encoding)) or "" for u in row.untrusted]
+        verdicts.append(
+            Verdict(table, reasons(row.relkind, row.row_security, row.wrong_columns, untrusted))
+        )
     return verdicts
 
 

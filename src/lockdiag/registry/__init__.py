@@ -25,15 +25,19 @@ from lockdiag.registry.discovery import (
 )
 from lockdiag.registry.model import (
     FILE_NAME,
+    KNOWN_LISTS,
     UNREGISTERED_LEVELS,
     AdvisoryKey,
     Candidates,
     Expect,
+    KnownList,
     Namespace,
     Poolers,
     Registry,
     UnknownNamespace,
     Unregistered,
+    declare_list,
+    withdraw_list,
 )
 from lockdiag.registry.reading import (
     MAX_DEPTH,
@@ -55,6 +59,7 @@ from lockdiag.registry.validation import (
 __all__ = [
     "ENV_VAR",
     "FILE_NAME",
+    "KNOWN_LISTS",
     "MAX_DEPTH",
     "MAX_SIZE",
     "UNREGISTERED_LEVELS",
@@ -63,6 +68,7 @@ __all__ = [
     "Candidates",
     "Collisions",
     "Expect",
+    "KnownList",
     "Namespace",
     "Poolers",
     "Problem",
@@ -73,6 +79,7 @@ __all__ = [
     "check_file",
     "config_dir",
     "contradictions",
+    "declare_list",
     "find_registry",
     "load_registry",
     "nesting_depth",
@@ -80,4 +87,5 @@ __all__ = [
     "read_bounded",
     "resource_collisions",
     "size_text",
+    "withdraw_list",
 ]

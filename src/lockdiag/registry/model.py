@@ -4,7 +4,7 @@ poolers, and the lookups a worker (by name) and the analysis (by pg_locks key) m
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -123,21 +123,75 @@ class AdvisoryKey:
 
 
 @dataclass(frozen=True)
-class Candidates:
-    """Names to try for third-party keys that hash a name (the ``[known]`` table)."""
+class KnownList:
+    """A list the ``[known]`` table takes: the names (or, for an integer, the setting) a team
+    passes to a program that hashes names into keys. Declared by that program's entry in the
+    catalogue (:mod:`lockdiag.core.catalogue`), which computes the keys; the registry only
+    checks a file's ``[known]`` against the lists declared."""
 
-    with_advisory_lock: tuple[str, ...] = ()
-    with_advisory_lock_prefix: int = 0
-    django_pglocks: tuple[str, ...] = ()
-    pals: tuple[str, ...] = ()  # "app.name", as pals hashes it
-    hashtext: tuple[str, ...] = ()  # any string passed to hashtext(), e.g. pg_partman's
-    pgmq_queues: tuple[str, ...] = ()
-    flyway_schemas: tuple[str, ...] = ("public",)
-    advisory_lock_npm: tuple[str, ...] = ()  # names given to the npm package advisory-lock
-    medusa: tuple[str, ...] = ()  # keys given to @medusajs/locking-postgres
-    slonik_migrator_tables: tuple[str, ...] = ()  # @slonik/migrator migrationTableName values
-    dbos_apps: tuple[str, ...] = ()  # DBOS application names (config "name")
-    tooz: tuple[str, ...] = ()  # lock names given to tooz get_lock() (its PostgreSQL driver)
+    name: str
+    comment: str  # what to list, in a few words (the known-locks guide's example)
+    default: tuple[str, ...] | int = ()  # an int: the entry is an integer setting
+
+    @property
+    def integer(self) -> bool:
+        return isinstance(self.default, int)
+
+
+# The lists declared so far, by name: the catalogue's entries add theirs when they are
+# declared. A process that declared none (a worker that imports the registry alone, and never
+# uses [known]) keeps a file's [known] lists unchecked.
+KNOWN_LISTS: dict[str, KnownList] = {}
+
+
+def declare_list(known: KnownList) -> None:
+    """Add a list to those ``[known]`` takes; a name already declared otherwise is refused."""
+    found = KNOWN_LISTS.get(known.name)
+    if found is not None and found != known:
+        raise ValueError(f"[known] {known.name} is declared twice")
+    KNOWN_LISTS[known.name] = known
+
+
+def withdraw_list(name: str) -> None:
+    KNOWN_LISTS.pop(name, None)
+
+
+Given = tuple[str, ...] | int
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Names to try for third-party keys that hash a name (the ``[known]`` table): each list by
+    its name, a declared list's default where the file gives none. Two Candidates that give
+    the same values are equal, whatever order or defaults the file wrote."""
+
+    given: tuple[tuple[str, Given], ...] = ()  # by name, only values other than the default
+
+    @classmethod
+    def of(cls, **lists: Iterable[str] | int) -> Candidates:
+        values: dict[str, Given] = {}
+        for name, value in lists.items():
+            given: Given = value if isinstance(value, int) else tuple(value)
+            known = KNOWN_LISTS.get(name)
+            if known is None or given != known.default:
+                values[name] = given
+        return cls(tuple(sorted(values.items())))
+
+    def names(self, name: str) -> tuple[str, ...]:
+        """A list's names: the file's, else the list's default (none when undeclared)."""
+        value = dict(self.given).get(name)
+        if value is None:
+            default = KNOWN_LISTS[name].default if name in KNOWN_LISTS else ()
+            return default if isinstance(default, tuple) else ()
+        return value if isinstance(value, tuple) else ()
+
+    def number(self, name: str) -> int:
+        """An integer setting of ``[known]``: the file's, else its default (0 when undeclared)."""
+        value = dict(self.given).get(name)
+        if value is None:
+            default = KNOWN_LISTS[name].default if name in KNOWN_LISTS else 0
+            return default if isinstance(default, int) else 0
+        return value if isinstance(value, int) else 0
 
 
 @dataclass(frozen=True)

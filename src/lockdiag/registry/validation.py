@@ -18,6 +18,7 @@ from lockdiag.keys import (
 )
 from lockdiag.registry.model import (
     FILE_NAME,
+    KNOWN_LISTS,
     UNREGISTERED_LEVELS,
     Candidates,
     Namespace,
@@ -35,21 +36,6 @@ from lockdiag.registry.reading import (
 )
 
 TOP_LEVEL_KEYS = {"namespaces", "known", "poolers", "unregistered"}
-# [known]: names the team uses with libraries that hash names into keys (known.py)
-KNOWN_LISTS = (
-    "with_advisory_lock",
-    "django_pglocks",
-    "pals",
-    "hashtext",
-    "pgmq_queues",
-    "flyway_schemas",
-    "advisory_lock_npm",
-    "medusa",
-    "slonik_migrator_tables",
-    "dbos_apps",
-    "tooz",
-)
-KNOWN_KEYS = {*KNOWN_LISTS, "with_advisory_lock_prefix"}
 
 
 MAX_SIZE = 1024 * 1024  # bytes: a registry is a few kilobytes; anything this large is a mistake
@@ -258,6 +244,9 @@ def _parse_poolers(
 def _parse_known(
     raw: Any, lines: _LineIndex, problem: Callable[[Literal["error"], str, int | None], None]
 ) -> Candidates | None:
+    """The [known] lists, each checked against the one the catalogue declares by its name
+    (KNOWN_LISTS): an integer setting or a list of strings. Where none is declared (a worker
+    that imports the registry alone) any list of strings or integer is kept, unchecked."""
     if not isinstance(raw, dict):
         problem("error", "'known' must be a table", lines.key("", "known"))
         return None
@@ -265,24 +254,25 @@ def _parse_known(
     ok = True
     for key, value in raw.items():
         line = lines.key("known", key)
-        if key not in KNOWN_KEYS:
-            problem(
-                "error",
-                f"[known]: unknown key {key!r} (allowed: {', '.join(sorted(KNOWN_KEYS))})",
-                line,
-            )
+        declared = KNOWN_LISTS.get(key)
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if declared is None and KNOWN_LISTS:
+            allowed = ", ".join(sorted(KNOWN_LISTS))
+            problem("error", f"[known]: unknown key {key!r} (allowed: {allowed})", line)
             ok = False
-        elif key == "with_advisory_lock_prefix":
-            if not isinstance(value, int) or isinstance(value, bool):
+        elif declared is not None and declared.integer:
+            if not integer:
                 problem("error", f"[known]: {key} must be an integer", line)
                 ok = False
+            values[key] = value
+        elif declared is None and integer:
             values[key] = value
         elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             problem("error", f"[known]: {key} must be a list of strings", line)
             ok = False
         else:
             values[key] = tuple(value)
-    return Candidates(**values) if ok else None
+    return Candidates.of(**values) if ok else None
 
 
 def contradictions(namespace: Namespace) -> list[str]:

@@ -286,6 +286,8 @@ def leaders_data(incident: Incident) -> list[dict[str, Any]]:
 
 def owner_line(owner: Ownership) -> str:
     """``evidence that its work is over: unknown (the session is idle: ...)``."""
+    if owner.going_on:  # seen going on elsewhere: ``its work is not over: ... runs on pid 9``
+        return f"its work is not over: {clean(owner.evidence)}"
     return f"evidence that its work is over: {owner.level} ({clean(owner.evidence)})"
 
 

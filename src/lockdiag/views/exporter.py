@@ -34,7 +34,9 @@ QUERY_CHARS = 300
 
 
 class TargetState(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
+
     report: Incident | None
     error: str | None
     seconds: float

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lockdiag.core.analysis import Decoded, LockEntry
+from lockdiag.core.catalogue import Hold, Known, calls_of, database_keys
 from lockdiag.durations import format_duration
 from lockdiag.keys import DERIVATION, AdvisoryTag, LockTriple
 from lockdiag.registry import AdvisoryKey, Problem, Registry
@@ -60,6 +61,8 @@ def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEn
         return f"{call} (its holder's own query" + (
             f"; {namespace.name} expects {expected})" if mismatch and namespace else ")"
         )
+    if known is not None and behaviour is not None and calls_of(known.software, known.meaning):
+        return _routine_sql(key, known, calls_of(known.software, known.meaning), seen, holders)
     if seen == "session" and (behaviour is None or "xact" in behaviour.function):
         taken = key.sql("pg_advisory_lock")
         if namespace is not None and namespace.expect == "xact":
@@ -70,6 +73,41 @@ def lock_sql(decoded: Decoded, seen: str | None = None, holders: Iterable[LockEn
     if known is not None and behaviour is not None:
         return f"{key.sql(behaviour.function)} (as {known.software} takes it)"
     return f"unknown: any advisory lock function called with {key.describe()} takes it"
+
+
+def _routine_sql(
+    key: LockTriple,
+    known: Known,
+    calls: tuple[Hold, ...],
+    seen: str | None,
+    holders: Iterable[LockEntry],
+) -> str:
+    """The function of a program whose routines take one key with different functions
+    (pg_partman's run_maintenance() and run_maintenance_proc()): the routine a holder's query
+    names; else those that take it as held now (a certain session lock); else each of them."""
+    queries = [e.session.query or "" for e in holders if e.session and not e.session.hidden]
+    named = next((c for c in calls for q in queries if c.named_in(q)), None)
+    software = known.software
+    if named is not None:
+        return (
+            f"{key.sql(named.function)} (as {software}'s {named.call} takes it: its holder's "
+            "query calls it)"
+        )
+    if seen == "session":
+        session = [c for c in calls if "xact" not in c.function]
+        if len({c.function for c in session}) == 1:
+            routines = " or ".join(c.call for c in session)
+            return (
+                f"{key.sql(session[0].function)} (as {software}'s {routines} takes it: held now "
+                "as a session lock)"
+            )
+    functions: dict[str, list[str]] = {}
+    for call in calls:
+        functions.setdefault(call.function, []).append(call.call)
+    return " or ".join(
+        f"{key.sql(function)} ({software}'s {' or '.join(routines)})"
+        for function, routines in functions.items()
+    )
 
 
 def key_data(
@@ -150,17 +188,35 @@ def tag_output(tag: AdvisoryTag) -> Output:
     return Output(blocks, data)
 
 
-def decode_output(decoded: Decoded, untried: list[str] | None = None) -> Output:
-    """``untried``: names only a server's hashtext() could have tried (no --dsn)."""
+def database_programs() -> list[str]:
+    """The programs whose keys derive from a database's name (pg-boss once, whatever its
+    versions)."""
+    names = {re.sub(r" v\d.*$", "", k.software) for k in database_keys("postgres").values()}
+    return sorted(names, key=str.lower)
+
+
+def decode_output(
+    decoded: Decoded, untried: list[str] | None = None, no_database: bool = False
+) -> Output:
+    """``untried``: names only a server's hashtext() could have tried (no --dsn);
+    ``no_database``: no --database, so no key derived from a database's name was tried."""
     key = decoded.triple
     a, b = key.pair
     unnamed = decoded.namespace is None and decoded.known is None
-    note = (
-        f"not tried without a server (give --dsn): hashtext() of {len(untried)} name(s), "
-        "pg_partman's lock names among them"
-        if untried and unnamed
-        else None
-    )
+    notes = []
+    # hashtext() gives an int4: a bigint within int4, or the first number of a pair
+    hashed = key.form == "pair" or key.classid in (0, 0xFFFFFFFF)
+    if untried and unnamed and hashed:
+        notes.append(
+            f"not tried without a server (give --dsn): hashtext() of {len(untried)} name(s), "
+            "pg_partman's lock names among them"
+        )
+    if no_database and unnamed and key.form == "bigint":  # every such key is a bigint
+        *most, last = database_programs()
+        notes.append(
+            "not tried without a database name (give --database NAME, the lock's database): "
+            f"the keys of {', '.join(most)} and {last}, which derive from it"
+        )
 
     def blocks() -> list[Block]:
         lines = [
@@ -173,7 +229,7 @@ def decode_output(decoded: Decoded, untried: list[str] | None = None) -> Output:
             lines.insert(1, f"  {clean(decoded.namespace.description)}")
         if decoded.known:
             lines.insert(1, f"  confidence: {decoded.known.confidence}")
-        return [Text(lines), *notes_block([note] if note else [])]
+        return [Text(lines), *notes_block(notes)]
 
     def data() -> dict[str, Any]:
         return {
@@ -181,7 +237,7 @@ def decode_output(decoded: Decoded, untried: list[str] | None = None) -> Output:
             "resource": decoded.resource,
             "known": known_data(decoded.known) if decoded.known else None,
             **key_data(key, decoded),
-            "notes": [note] if note else [],
+            "notes": notes,
         }
 
     return Output(blocks, data)

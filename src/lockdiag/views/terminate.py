@@ -6,7 +6,7 @@ from typing import Any
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.model import IDLE_STATES, PoolLink, Snapshot
-from lockdiag.core.termination import END_ATTACHED_CLIENT, AfterCancel, Preview
+from lockdiag.core.termination import END_ATTACHED_CLIENT, FORCE, AfterCancel, Preview
 from lockdiag.durations import format_duration
 from lockdiag.render import Block, Output, Table, Text, clean
 from lockdiag.views.common import entry_data, lock_label, pool_attached
@@ -63,6 +63,8 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
             Text(details),
             Table(["LOCK", "MODE", "LIFETIME", "BLOCKS"], rows, title=action, empty="no locks"),
         ]
+        if preview.program is not None and not cancel:
+            out.append(program_warning(preview))
         if preview.waits is not None and not preview.blocked:
             out.append(Text(waiter_warning(preview, snapshot), "warning"))
         if preview.pool is not None and (warning := pool_warning(preview.pool)):
@@ -81,9 +83,35 @@ def terminate_preview_output(preview: Preview, snapshot: Snapshot, cancel: bool)
             "holds": [entry_data(e) for e in preview.holds],
             "waits": entry_data(preview.waits) if preview.waits else None,
             "blocked": preview.blocked,
+            "program": program_data(preview),
         }
 
     return Output(blocks, data)
+
+
+def program_warning(preview: Preview) -> Text:
+    """The well-known program whose lock it holds, and what check says of that lock: where its
+    work runs, what ending the session does to it (a warning where the work goes on)."""
+    program = preview.program
+    assert program is not None
+    known = program.known
+    lines = [f"{clean(known.label)}: {clean(preview.advice)}"]
+    if program.keeps_working:
+        lines.append(f"(--yes refuses to end it unless {FORCE} is given too)")
+    return Text(lines, "warning" if program.keeps_working else "note")
+
+
+def program_data(preview: Preview) -> dict[str, Any] | None:
+    program = preview.program
+    if program is None:
+        return None
+    return {
+        "software": program.known.software,
+        "meaning": program.known.meaning,
+        "advice": preview.advice,
+        "keeps_working": program.keeps_working,
+        "sibling": program.sibling.pid if program.sibling is not None else None,
+    }
 
 
 def pool_line(pool: PoolLink) -> str:

@@ -1,8 +1,10 @@
 """`lockdiag watch`: the state of the live view and the frame it draws.
 
-Each refresh is one snapshot (:class:`lockdiag.pg.sampling.Feed`) and one Diagnosis. Between
-refreshes the view remembers when each lock was first seen, so a granted lock shows how long it
-has been *seen* held next to the snapshot's lower bound, and marks what appeared and went. The
+Each refresh that reads is one snapshot and its one Diagnosis (a reading of
+:mod:`lockdiag.evidence.paced`, analysed under :data:`CHECK`'s thresholds and dated by the looks
+of the reads before). Between refreshes the view remembers when each lock was first seen, so a
+granted lock shows how long it has been *seen* held next to the snapshot's lower bound, and
+marks what appeared and went. The
 terminal loop that draws frames and reads keys is :mod:`lockdiag.cli.screen`'s.
 """
 
@@ -21,7 +23,7 @@ from lockdiag.core.findings import CheckPolicy, CheckReport, Finding
 from lockdiag.core.graph import Blockers, Root
 from lockdiag.core.incident import Cause, Incident
 from lockdiag.core.model import Snapshot
-from lockdiag.core.observe import Looks, Tracker, identity
+from lockdiag.core.observe import Tracker, identity
 from lockdiag.durations import format_duration
 from lockdiag.registry import Registry
 from lockdiag.render import (
@@ -70,7 +72,6 @@ class State:
 
     registry: Registry
     tracker: Tracker = field(default_factory=Tracker)
-    looks: Looks = field(default_factory=Looks)  # when each lock was first seen held
     snapshot: Snapshot | None = None
     incident: Incident | None = None  # causes, findings and wait graph of the last snapshot
     entries: list[LockEntry] = field(default_factory=list)  # its advisory locks
@@ -107,14 +108,13 @@ class State:
         old = time.monotonic() - (self.taken_at or time.monotonic())
         return f"frame of {self.snapshot.server.now:%H:%M:%S}, {format_duration(old)} old"
 
-    def take(self, snapshot: Snapshot, read_every: float | None = None) -> None:
-        """A refresh that read the lock table; ``read_every``: the reads' achieved interval."""
-        self.snapshot = snapshot
+    def take(self, diagnosis: Diagnosis, read_every: float | None = None) -> None:
+        """A refresh that read the lock table, analysed once (under CHECK's thresholds: its
+        --session-age and max_hold judge the longer of the state bound and the time seen
+        held); ``read_every``: the reads' achieved interval."""
+        snapshot = self.snapshot = diagnosis.snapshot
         # one analysis a refresh, not one per redraw: check() analyses every lock type and
         # builds the wait graph; the advisory rows of the same analysis fill the table
-        # --session-age and max_hold judge the longer of the state bound and the time seen held
-        seen = self.looks.look(snapshot)
-        diagnosis = Diagnosis(snapshot, self.registry, CHECK.analysis_policy(), seen=seen)
         self.incident = diagnosis.incident(CHECK)
         self.taken_at = time.monotonic()
         self.entries = diagnosis.advisory

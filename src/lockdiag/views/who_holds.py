@@ -6,12 +6,14 @@ from typing import Any
 
 from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.diagnosis import WhoHolds
-from lockdiag.core.findings import figures, queue_evidence, queue_step
+from lockdiag.core.findings import figures, queue_evidence, queue_step, software_step
+from lockdiag.core.holding import Holding, holding
 from lockdiag.core.incident import Cause, Incident
+from lockdiag.core.leaders import Poll, retry_words, retrying
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import ownership
 from lockdiag.durations import format_duration
-from lockdiag.keys import AdvisoryTag
+from lockdiag.keys import AdvisoryTag, LockTriple
 from lockdiag.render import STEP, VERDICT, Block, Output, Text, clean
 from lockdiag.views.columns import (
     HOLDER_COLUMNS,
@@ -38,25 +40,39 @@ from lockdiag.views.common import (
 from lockdiag.views.keys import key_data, lock_sql
 
 
-def verdict(report: WhoHolds) -> str:
-    """The answer in one sentence: who holds the key, how, and how many wait."""
+def verdict(report: WhoHolds, snapshot: Snapshot | None = None) -> str:
+    """The answer in one sentence: who holds the key, how, and how many wait; with the
+    ``snapshot``, how a well-known program holds it (where its work runs)."""
     # a key's name and its numbers; a tag's label is its numbers
     label = report.label if report.decoded is None else f"{report.label} {report.key}"
     if not report.holders:
         if report.waiters:
             return f"nobody holds {label} right now, but {len(report.waiters)} session(s) wait"
         return f"nobody holds {label}"
-    text = f"{label} is held by " + "; ".join(_holder_summary(h) for h in report.holders)
+    text = f"{label} is held by " + "; ".join(_holder_summary(h, snapshot) for h in report.holders)
     if report.waiters:
         longest = max((w.waited or 0.0) for w in report.waiters)
         text += f"; {len(report.waiters)} waiting (longest {format_duration(longest)})"
     return text
 
 
-def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
+def retriers(report: WhoHolds, snapshot: Snapshot) -> list[Poll]:
+    """The sessions that retry this key, invisible to pg_locks (their last query tries it)."""
+    if not isinstance(report.key, LockTriple):
+        return []
+    return retrying(snapshot, report.key, report.holders)
+
+
+def cause_verdict(
+    report: WhoHolds, retry: list[Poll] | None = None, snapshot: Snapshot | None = None
+) -> tuple[str, str | None]:
     """The key in the incident's terms, and one next step: whether its holder is a cause, or
-    in a cause's chain, or waits for something else, or whether nobody waits at all."""
+    in a cause's chain, or waits for something else, or whether nobody waits at all (in
+    pg_locks; ``retry``: the sessions that retry it, which pg_locks never shows). With the
+    ``snapshot``, a lock its program's routine left behind is said to be one, even with
+    nobody waiting: every later call of that program does nothing until it goes."""
     label = clean(report.label)
+    retried = retry_words(retry) if retry else ""
     if not report.holders:
         if report.waiters:
             return (
@@ -77,8 +93,23 @@ def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
         return f"{label}: {clean(leader.sentence())}", clean(leader.declaration())
     if causes:  # the holder worst ranked in the incident speaks for the key
         cause, entry = min(causes, key=lambda pair: found.causes.index(pair[0]))
-        return _in_cause_terms(label, report, found, cause, entry), cause.next_step
+        return _in_cause_terms(label, report, found, cause, entry, retried), cause.next_step
     waits = _waits(found, report.holders)
+    behind = _left_behind(report.holders, snapshot)
+    if behind is not None and not waits:
+        who = _who(
+            behind.pid, behind.entry.session.application_name if behind.entry.session else None
+        )
+        how = (
+            "left behind by a call that failed"
+            if behind.call is not None
+            else "left behind by a call, or held by other code on purpose"
+        )
+        return (
+            f"{label}: held by {who}, a session lock of {behind.known.software} {how}: no "
+            "call of it runs in that idle session",
+            software_step(behind, snapshot) if snapshot is not None else None,
+        )
     if waits:
         return f"{label}: {_held_by(report.holders)}, which {waits}", (
             "see the chain: lockdiag blockers"
@@ -88,11 +119,18 @@ def cause_verdict(report: WhoHolds) -> tuple[str, str | None]:
             f"{label}: {_held_by(report.holders)}; {len(report.waiters)} session(s) wait",
             "see the chain: lockdiag blockers",
         )
+    if retried:
+        return f"{label}: {_held_by(report.holders)}, nobody waits in pg_locks: {retried}", None
     return f"{label}: {_held_by(report.holders)}, nobody waits: nothing to do", None
 
 
 def _in_cause_terms(
-    label: str, report: WhoHolds, found: Incident, cause: Cause, entry: LockEntry
+    label: str,
+    report: WhoHolds,
+    found: Incident,
+    cause: Cause,
+    entry: LockEntry,
+    retried: str = "",
 ) -> str:
     rank = found.causes.index(cause)
     place = f"cause {rank + 1} of {len(found.causes)}"
@@ -113,10 +151,13 @@ def _in_cause_terms(
         )
     through = "" if clean(cause.label) == label else f" through {clean(cause.label)}"
     if not report.waiters:
-        nobody = f"{label}: held by {who}, nobody waits for it"
+        nobody = (
+            f"nobody waits for it in pg_locks ({retried})" if retried else "nobody waits for it"
+        )
+        held = f"{label}: held by {who}, {nobody}"
         if cause.blocked:
-            return f"{nobody}; but that session is {what}{through}: {cause.impact}{severity}"
-        return f"{nobody}; that session is {what}: {clean(cause.evidence)}{severity}"
+            return f"{held}; but that session is {what}{through}: {cause.impact}{severity}"
+        return f"{held}; that session is {what}: {clean(cause.evidence)}{severity}"
     return f"{label}: {who} is {what}{through}: {cause.impact or clean(cause.evidence)}{severity}"
 
 
@@ -137,6 +178,13 @@ def queue_lines(report: WhoHolds) -> list[str]:
             f"first: {clean(queue_step(queue, graph.snapshot))}",
         )
     ]
+
+
+def _left_behind(holders: list[LockEntry], snapshot: Snapshot | None) -> Holding | None:
+    if snapshot is None:
+        return None
+    found = (holding(e, snapshot) for e in holders)
+    return next((h for h in found if h is not None and h.left_behind), None)
 
 
 def _who(pid: int | None, app: str | None) -> str:
@@ -162,7 +210,7 @@ def _waits(found: Incident, holders: list[LockEntry]) -> str:
     )
 
 
-def _holder_summary(entry: LockEntry) -> str:
+def _holder_summary(entry: LockEntry, snapshot: Snapshot | None = None) -> str:
     session = entry.session
     who = f"pid {entry.lock.pid}" if entry.lock.pid is not None else "a prepared transaction"
     if session is None:
@@ -185,6 +233,9 @@ def _holder_summary(entry: LockEntry) -> str:
             + ")"
             + (": the lock outlived the client that took it" if outlived else "")
         )
+    program = holding(entry, snapshot) if snapshot is not None else None
+    if program is not None and (words := program_words(program)):
+        return f"{who}, {state}, {words}"
     if entry.lifetime == "session":
         known = entry.decoded.known if entry.decoded else None
         if known is not None and known.behaviour is not None:
@@ -194,6 +245,28 @@ def _holder_summary(entry: LockEntry) -> str:
             return f"{who}, {state}, session lock (whether its work is over: unknown)"
         return f"{who}, {state}, session lock ({owner.evidence})"
     return f"{who}, {state}, lifetime unknown (transaction or session lock)"
+
+
+def program_words(found: Holding) -> str:
+    """How a well-known program holds the lock, where the snapshot shows more than its
+    catalogue entry says: the connection its work runs on, a lock its routine left behind,
+    the routine at work; "" otherwise."""
+    software, sibling = found.known.software, found.sibling
+    if sibling is not None and found.software.sibling is not None:
+        work = found.software.sibling.work
+        return f"lock of {software}, whose {work} runs on pid {sibling.pid} ({sibling.state})"
+    if found.sibling_gone and found.software.sibling is not None:
+        work = found.software.sibling.work
+        return f"lock of {software}, whose {work}'s connection is gone (its process died?)"
+    if found.left_behind:
+        return f"session lock of {software} on a session that runs no call of it (left behind?)"
+    if found.call is not None and found.in_transaction:
+        return f"{software}'s {found.call.call} returned in a transaction still open"
+    if found.call is not None and not found.left_behind:
+        session = found.entry.session
+        if session is not None and session.state == "active":
+            return f"{software}'s {found.call.call} at work"
+    return ""
 
 
 def _seen(holders: list[LockEntry]) -> str | None:
@@ -215,7 +288,8 @@ def _key_line(report: WhoHolds) -> str:
 def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
     now = snapshot.server.now
     key = report.key
-    answer, next_step = cause_verdict(report)
+    retry = retriers(report, snapshot)
+    answer, next_step = cause_verdict(report, retry, snapshot)
     way_out = queue_lines(report)
     held = [e.held_at_least for e in report.holders if e.held_at_least is not None]
     waited = [e.waited for e in report.waiters if e.waited is not None]
@@ -228,7 +302,7 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
         waiters = [cells_of(WAITER_COLUMNS, row) for row in queue]
         return [
             # on a screen too small: the verdict stays, then the next step, then the rows
-            Text([clean(verdict(report))], "verdict", VERDICT),
+            Text([clean(verdict(report, snapshot))], "verdict", VERDICT),
             Text([answer], "verdict", VERDICT),
             Text([f"figures: {both}"] if both else []),
             Text(way_out, rank=STEP),
@@ -250,7 +324,9 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
                 WAITER_COLUMNS,
                 waiters,
                 title="Waiters (in queue order, by wait start)",
-                empty="nobody waits",
+                empty=f"nobody waits in pg_locks: {retry_words(retry)}"
+                if retry
+                else "nobody waits",
                 compact=lambda i: waiter_line(queue[i]),
             ),
             *notes_block(report.notes),
@@ -270,7 +346,8 @@ def who_holds_output(report: WhoHolds, snapshot: Snapshot) -> Output:
             "next_step": next_step,
             "queue": way_out,
             "figures": both,
-            "summary": verdict(report),
+            "summary": verdict(report, snapshot),
+            "retrying": [p.session.pid for p in retry],
             "holders": [entry_data(e) for e in report.holders],
             "waiters": [entry_data(e) for e in report.waiters],
             "notes": report.notes,

@@ -23,7 +23,7 @@ def _pool_modes(dsn: str) -> tuple[str, dict[tuple[str, int], str]]:
     mode of each of its server connections, by (local_addr, local_port)."""
     from lockdiag.pg.pgbouncer import read_console
 
-    console = read_console(dsn, 5.0)
+    console = read_console(dsn)  # within --timeout's default
     modes = {
         (p.get("database"), p.get("user")): str(p.get("pool_mode") or "") for p in console.pools
     }

@@ -18,14 +18,23 @@ Where things are:
 - the entries, one module per family: ``migrations`` (migration and deploy tools), ``queues``
   (job queues), ``schedulers`` (schedulers, workflow engines, leader election), ``libraries``
   (lock libraries and frameworks), ``extensions`` (server extensions). Each declares its
-  programs as data (:class:`~lockdiag.core.catalogue.entry.Program`: the advice texts, fixed
-  keys, signs and session names side by side) next to the formulas of its keys; ``formulas``
-  holds the hashes several families share, ``entry`` what an entry is written in;
-- ``families`` merges them into the tables the decoder reads; adding a program touches its
-  family's module (and its test), adding a family touches ``families`` too;
-- the decoder: ``decoder`` (:class:`Catalogue`, lookup, what confirms a guess), ``build``
-  (the catalogue of a registry or a snapshot, collisions with a namespace), ``plugin_keys``
-  (what installed plugins declare), ``server_keys`` (keys only the server can compute).
+  programs as data (:class:`~lockdiag.core.catalogue.entry.Program`) next to the formulas of
+  its keys: one entry per program holds all of it (its advice texts, how each call holds the
+  lock, fixed keys, signs, session names, the keys of a database's name or of the names a
+  team lists under ``[known]``, the names the server hashes, the tables whose rows name its
+  keys with the SQL that reads them, the key spaces it uses whole, its extension and tags);
+  ``formulas`` holds the hashes several families share, ``entry`` what an entry is written in;
+- ``index``: the programs declared (a Program adds itself when it is made, a test's too) and
+  every table derived from them: the fixed keys, signs and sessions the decoder reads, the
+  registry's ``[known]`` lists, and what the server layer assembles (the tables the snapshot
+  probes, the columns ``pg.trust`` vets, the enrichment query's parts, the extensions);
+  ``families`` imports the family modules in their order, and computes the keys per database
+  and from the team's listed names; adding a program touches its family's module (and its
+  test) alone, adding a family touches ``families`` too;
+- the decoder: ``decoder`` (:class:`Catalogue`, lookup, what confirms a guess, an extension's
+  tags), ``build`` (the catalogue of a registry or a snapshot, collisions with a namespace),
+  ``plugin_keys`` (what installed plugins declare), ``server_keys`` (keys only the server can
+  compute: the hashed names, the enrichment's rows read back).
 
 It is part of ``core``, pure: it may import ``lockdiag.keys``, ``lockdiag.registry``,
 ``lockdiag.plugins`` and ``lockdiag.core.model``, nothing that talks to a server or a screen.
@@ -47,8 +56,10 @@ from lockdiag.core.catalogue.entry import (
     SOFTWARE,
     Confidence,
     Family,
+    Hold,
     Known,
     Program,
+    Sibling,
     Signs,
     Software,
     SoftwareKind,
@@ -69,6 +80,7 @@ from lockdiag.core.catalogue.families import (
     name_keys,
 )
 from lockdiag.core.catalogue.formulas import crc32, java_hash
+from lockdiag.core.catalogue.index import calls_of, extension_names, row_sources, row_tables
 from lockdiag.core.catalogue.libraries import (
     DIGEST_HELPERS,
     DIGESTS,
@@ -97,7 +109,7 @@ from lockdiag.core.catalogue.queues import (
     pg_boss_keys,
 )
 from lockdiag.core.catalogue.schedulers import dbos_background_key, dbos_key, tooz_key, tooz_keys
-from lockdiag.core.catalogue.server_keys import SERVER_HASHED, derived_keys, hashed_names
+from lockdiag.core.catalogue.server_keys import KeyRow, derived_keys, hashed_names, row_parts
 
 __all__ = [
     "BY_APPLICATION",
@@ -114,7 +126,6 @@ __all__ = [
     "QUERY_PREFIX",
     "REPACK_LOCK_PREFIX",
     "SAQ_QUEUE",
-    "SERVER_HASHED",
     "SIGNS",
     "SIGN_TABLES",
     "SLONIK_TABLES",
@@ -122,14 +133,18 @@ __all__ = [
     "Catalogue",
     "Confidence",
     "Family",
+    "Hold",
+    "KeyRow",
     "Known",
     "PluginKeys",
     "Program",
     "Shape",
+    "Sibling",
     "Signs",
     "Software",
     "SoftwareKind",
     "build_catalogue",
+    "calls_of",
     "candidate_keys",
     "collisions",
     "corroboration",
@@ -139,6 +154,7 @@ __all__ = [
     "dbos_key",
     "derived_keys",
     "digest_keys",
+    "extension_names",
     "flyway_key",
     "flyway_keys",
     "goodjob_key",
@@ -152,6 +168,9 @@ __all__ = [
     "plugin_keys",
     "repack_known",
     "repack_table_oid",
+    "row_parts",
+    "row_sources",
+    "row_tables",
     "slonik_migrator_key",
     "snapshot_catalogue",
     "software_of_session",

@@ -12,8 +12,7 @@ from lockdiag import plugins
 from lockdiag.core.catalogue.decoder import Catalogue, corroboration
 from lockdiag.core.catalogue.entry import Known
 from lockdiag.core.catalogue.extensions import REPACK_LOCK_PREFIX, repack_known, repack_table_oid
-from lockdiag.core.catalogue.families import FIXED, candidate_keys, database_keys
-from lockdiag.core.catalogue.migrations import FLYWAY_CLASSIDS
+from lockdiag.core.catalogue.families import FIXED, PROGRAMS, candidate_keys, database_keys
 from lockdiag.core.catalogue.plugin_keys import add_plugin_keys, plugin_keys
 from lockdiag.core.model import DerivedKey, Snapshot
 from lockdiag.keys import (
@@ -71,6 +70,11 @@ def snapshot_catalogue(snapshot: Snapshot, candidates: Candidates) -> Catalogue:
     pairs = set(map(_TYPE_AND_DATABASE, snapshot.locks))
     databases = {names[d] for t, d in pairs if t == "advisory" and d in names}
     catalogue = build_catalogue(candidates, databases, snapshot.derived)
+    for program in PROGRAMS:  # the tags of the extensions installed here (the connected
+        # database's: pg_extension is per database)
+        if program.tags and program.extension in snapshot.server.extensions:
+            for objsubid in program.tags:
+                catalogue.tagged[(snapshot.server.database, objsubid)] = program
     guesses = {k: v for k, v in catalogue.anywhere.items() if v.confidence == "guess"}
     # a guessed key's objid or pg_repack's classid: an int's test tells nearly every lock
     # apart before a key is made of it (0.1 s of 0.2 s at a hundred thousand locks)
@@ -124,11 +128,13 @@ def collisions(namespace: Namespace, guesses: bool = True) -> list[str]:
         for triple, known in FIXED.items()
         if namespace.covers(triple) and (guesses or known.names)
     ]
-    if namespace.form == "bigint" and namespace.id in FLYWAY_CLASSIDS:
-        found.append(
-            f"namespace {namespace.name!r} covers the keys of Flyway's migration lock "
-            f"(high 32 bits {min(FLYWAY_CLASSIDS)}..{max(FLYWAY_CLASSIDS)})"
-        )
+    found += [
+        f"namespace {namespace.name!r} covers the keys of {program.name}'s {space.meaning} "
+        f"({space.where})"
+        for program in PROGRAMS
+        for space in program.spaces
+        if namespace.form == space.form and namespace.id in space.ids
+    ]
     found += [
         f"namespace {namespace.name!r} contains the {key.describe()} that {known.software} "
         f"uses ({known.meaning}, declared by plugin {known.plugin})"

@@ -8,11 +8,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from lockdiag.core.catalogue.entry import Known
+from lockdiag.core.catalogue.entry import Known, Program
 from lockdiag.core.catalogue.extensions import REPACK_LOCK_PREFIX, repack_known
 from lockdiag.core.catalogue.families import BY_APPLICATION, SIGNS
 from lockdiag.core.model import Session
-from lockdiag.keys import PAIR_SUBID, LockTriple
+from lockdiag.keys import PAIR_SUBID, AdvisoryTag, LockTriple
 
 QUERY_PREFIX = 4096  # characters of a query searched for a software's words
 
@@ -24,6 +24,11 @@ class Catalogue:
     anywhere: dict[LockTriple, Known] = field(default_factory=dict)
     per_database: dict[str, dict[LockTriple, Known]] = field(default_factory=dict)
     prefixes: dict[tuple[str | None, int], Known] = field(default_factory=dict)
+    # the programs whose extension is installed in a database, by (database, the objsubid of
+    # their advisory tags): only there are their tags theirs (another extension may use the
+    # same objsubid: Citus 10 too)
+    tagged: dict[tuple[str, int], Program] = field(default_factory=dict)
+    _tags: dict[tuple[str, AdvisoryTag], Known] = field(default_factory=dict, repr=False)
 
     @cached_property
     def _spaces(self) -> dict[tuple[int, int], frozenset[LockTriple]]:
@@ -42,6 +47,23 @@ class Catalogue:
         ):
             return None
         return self._spaces.get((objsubid, classid), frozenset())
+
+    def tag(self, tag: AdvisoryTag, database: str | None) -> Known | None:
+        """An extension's advisory tag named by the program whose extension is installed in
+        the lock's database (the meaning with its numbers, as who-holds --key takes them);
+        None elsewhere, or for an objsubid no such program takes."""
+        if database is None:
+            return None
+        program = self.tagged.get((database, tag.objsubid))
+        if program is None:
+            return None
+        found = self._tags.get((database, tag))
+        if found is None:  # one Known per tag: findings count locks by the identity of theirs
+            meaning = program.tags[tag.objsubid].format(classid=tag.classid, objid=tag.objid)
+            evidence = f"its extension {program.extension} is installed in database {database}"
+            found = Known(program.name, f"{meaning} (tag {tag})", "corroborated", evidence=evidence)
+            self._tags[(database, tag)] = found
+        return found
 
     def lookup(self, triple: LockTriple, database: str | None) -> Known | None:
         if database is not None:

@@ -1,6 +1,13 @@
 """What an entry of the catalogue is written in: a program (:class:`Program`: how it takes its
 locks, what holding one means for it, what to check before acting, its fixed keys), the name a
-key gets (:class:`Known`), and what confirms a guess (:class:`Signs`)."""
+key gets (:class:`Known`), and what confirms a guess (:class:`Signs`); and what an entry
+declares beside its keys, everything else derived from it (:mod:`.index`): how each of its
+calls holds the lock (:class:`Hold`), the keys of a database's name or of the names a team lists
+(``[known]``: :class:`~lockdiag.registry.KnownList`), names the server hashes
+(:class:`Hashed`), the tables whose rows name its keys with the SQL that reads them
+(:class:`Rows`), the key spaces it uses whole (:class:`Space`), its extension and the advisory
+tags its C code takes. For advice in its terms: the connection its work runs on when that is
+not the lock's (:class:`Sibling`)."""
 
 from __future__ import annotations
 
@@ -10,12 +17,34 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lockdiag import plugins
-from lockdiag.keys import LockTriple
-from lockdiag.registry import Candidates
+from lockdiag.keys import Form, LockTriple
+from lockdiag.registry import Candidates, KnownList
 
 Confidence = Literal["exact", "derived", "corroborated", "guess", "plugin"]
 
 SoftwareKind = plugins.Kind
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """The connection a program's work runs on while its lock stays on a connection of its
+    own, which waits in state ``holder``: from the same client address, database and user,
+    named ``application`` (or as the holder is), connected within ``window`` seconds of the
+    holder's ``since`` (negative: before it). ``lasting``: it stays for the whole run, so none
+    seen means the run's process is gone; else it comes and goes (one per change), and none
+    seen proves nothing."""
+
+    work: str  # what runs there, in the program's words: "migration", "change"
+    holder: Literal["idle", "idle in transaction"]
+    since: Literal["backend_start", "xact_start"]
+    window: tuple[float, float]
+    lasting: bool
+    stop: str  # what ending the sibling does: the clean way to stop the work
+    application: str | None = None  # None: the holder's own application_name
+    # the holder's connection only takes the lock: its last query is the lock call on that
+    # key (Rails 6.1's lock connection; Rails 7.1's lock is on the migration's connection,
+    # whose last query is the migration's own)
+    lock_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -26,6 +55,16 @@ class Software:
     function: str  # the lock function it calls, as lockdiag key --function spells it
     normal: str  # one sentence: what holding the lock means for it
     check: str = ""  # what to look at before acting, in its own terms (else its process)
+    # what ending the lock's session does while the program works, after "ending it": said
+    # wherever ending it is considered (check's next step, terminate's preview)
+    ending: str = ""
+    # ending the lock's session does not stop the program's work (it runs elsewhere): the
+    # exclusion ends while the work goes on, so terminate --yes refuses it without --force
+    keeps_working: bool = False
+    sibling: Sibling | None = None  # where that work runs, when lockdiag can find it
+    # its routines run in the server, each one statement of the session that calls it (an
+    # extension's functions): an idle session runs none of them
+    in_server: bool = False
 
     @property
     def runs(self) -> bool:
@@ -80,13 +119,125 @@ class Signs:
     query: re.Pattern[str] | None = None
 
 
+Second = Literal["waits", "polls", "fails", "skips"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """How one call of a program takes its lock (from its source, and where it was run, as
+    seen on a real server): the lock functions it calls in order (``pg_try_advisory_lock``
+    then ``pg_advisory_lock``: one try, then a wait), which of its keys, and what a second
+    caller meets while the lock is held: it ``waits`` in a lock function (a waiter pg_locks
+    shows), ``polls`` (tries again every ``interval`` seconds, idle between tries: no waiter
+    in pg_locks), ``fails`` (one try, then an error) or ``skips`` (one try, then returns having
+    done nothing)."""
+
+    call: str  # what runs: "deploy", "run_maintenance_proc()"
+    functions: tuple[str, ...]  # as lockdiag key --function spells them
+    second: Second
+    # the keys' meanings, as the catalogue names them, where the program has several (none:
+    # each of its keys)
+    keys: tuple[str, ...] = ()
+    note: str = ""  # one sentence: what else is true of the hold
+    interval: float | None = None  # seconds between a poller's tries
+    # finds the call in its holder's query text, where the program's calls take one key with
+    # different functions (pg_partman's run_maintenance() and run_maintenance_proc()): the
+    # advice then speaks of the call its holder runs
+    query: re.Pattern[str] | None = None
+
+    @property
+    def function(self) -> str:
+        """The function that holds the lock once the call has it (the last it calls)."""
+        return self.functions[-1]
+
+    def named_in(self, query: str) -> bool:
+        """Whether a holder's query text runs this call."""
+        return self.query is not None and self.query.search(query) is not None
+
+    @property
+    def scope(self) -> Literal["session", "xact"]:
+        """A transaction lock when every function takes one, else a session lock."""
+        return "xact" if all("_xact_" in f for f in self.functions) else "session"
+
+
+HashForm = Literal["bigint", "pair-prefix", "pair-after-0"]
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """A name the program passes to PostgreSQL's hashtext(): the server computes its key, once
+    a snapshot, the same in every database. With ``listed``, ``text`` is a template whose
+    ``{name}`` takes each name of that ``[known]`` list. ``forms``: the key as a bigint
+    (``pg_advisory_lock(hashtext(t))``), the first number of a pair whose second is anything
+    (``pair-prefix``), or the second of the pair ``(0, hashtext(t))`` (``pair-after-0``)."""
+
+    text: str
+    meaning: str  # may use {name}
+    forms: tuple[HashForm, ...] = ("bigint", "pair-prefix")
+    listed: str = ""
+
+    def name_of(self, hashed: str) -> str | None:
+        """The listed name a hashed string was made of (the text itself for a constant); None
+        when the string is not this declaration's."""
+        if not self.listed:
+            return hashed if hashed == self.text else None
+        before, _, after = self.text.partition("{name}")
+        if len(hashed) < len(before) + len(after) or not hashed.startswith(before):
+            return None
+        return hashed[len(before) : len(hashed) - len(after)] if hashed.endswith(after) else None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A table of the program whose rows name its keys, in the database lockdiag connects to.
+    lockdiag reads it only after :mod:`lockdiag.pg.trust` has vetted it in the catalog: a plain
+    table, no row security for the role, and each of ``columns`` with one of the built-in types
+    listed for it. ``sql`` reads those columns of that table alone (``FROM ONLY <table>``) and
+    returns rows ``(name text, key bigint)`` for the keys in ``%(keys)s::bigint[]``, at most
+    ``%(row_limit)s`` rows of the table (a pair as ``classid << 32 | objid`` with ``form``
+    "pair"); every name qualified (the session's search_path is pg_catalog). ``describe`` turns
+    a name into (software, meaning) where the software depends on it (pg-boss's versions)."""
+
+    table: str  # schema.name
+    columns: Mapping[str, tuple[str, ...]]  # pg_type.typname of each column read
+    sql: str
+    meaning: str = "{name}"
+    form: Literal["bigint", "pair"] = "bigint"
+    describe: Callable[[str], tuple[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class Space:
+    """Keys the program takes in a whole space (a bigint's high 32 bits, a pair's first
+    number): a namespace of the team in one of ``ids`` meets them (registry check warns)."""
+
+    form: Form
+    ids: range
+    meaning: str
+
+    @property
+    def where(self) -> str:
+        low, high = self.ids[0], self.ids[-1]
+        if self.form == "bigint":
+            return f"high 32 bits {low}..{high}" if high != low else f"high 32 bits {low}"
+        return f"first number {low}..{high}" if high != low else f"first number {low}"
+
+
 @dataclass(frozen=True)
 class Program:
     """One program's entry, from its source (see the known-locks guide): its behaviour and
     advice, its fixed keys by what they mean (``exact``: only it uses them; ``guesses``: small
     numbers other code may pick too, named only when its ``signs`` confirm them), and the
     application_names its sessions set (``sessions``), which name it whatever they hold.
-    Declaring it adds its Software to :data:`SOFTWARE`."""
+
+    Besides: how each of its calls holds its lock (``holds``); the keys it derives from a
+    database's name (``database_keys``) or from the names a team lists under ``[known]``
+    (``lists``, computed by ``listed_keys``); names the server hashes (``hashed``); tables
+    whose rows name its keys (``rows``); key spaces it uses whole (``spaces``); the extension
+    it is (``extension``), and the advisory tags its C code takes, by objsubid (``tags``:
+    named only where that extension is installed in the lock's database).
+
+    Declaring it adds it to the catalogue (:mod:`.index`): nothing else needs to name it."""
 
     name: str
     software: Software
@@ -94,22 +245,37 @@ class Program:
     guesses: Mapping[LockTriple, str] = field(default_factory=dict)
     signs: Signs | None = None
     sessions: Mapping[str, str] = field(default_factory=dict)
+    holds: tuple[Hold, ...] = ()
+    database_keys: Callable[[str], dict[LockTriple, Known]] | None = None
+    lists: tuple[KnownList, ...] = ()
+    listed_keys: Callable[[Candidates], dict[LockTriple, Known]] | None = None
+    hashed: tuple[Hashed, ...] = ()
+    rows: tuple[Rows, ...] = ()
+    spaces: tuple[Space, ...] = ()
+    extension: str = ""
+    tags: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.name in SOFTWARE:
             raise ValueError(f"two programs of the catalogue are named {self.name!r}")
+        # here, not at the top: the index reads what this module defines
+        from lockdiag.core.catalogue.index import declare
+
+        declare(self)
         SOFTWARE[self.name] = self.software
 
 
-def _none(_: object) -> dict[LockTriple, Known]:
-    return {}
+def withdraw(program: Program) -> None:
+    """Take a declared program back out of the catalogue (a test's)."""
+    from lockdiag.core.catalogue.index import withdraw as taken_back
+
+    taken_back(program)
+    SOFTWARE.pop(program.name, None)
 
 
 @dataclass(frozen=True)
 class Family:
-    """The programs of one family, and the keys its formulas compute: per database (from the
-    database's name) and from the names the team lists (the registry's ``[known]``)."""
+    """The programs of one family, declared in its module (the order the catalogue lists
+    them in)."""
 
     programs: tuple[Program, ...]
-    database_keys: Callable[[str], dict[LockTriple, Known]] = _none
-    candidate_keys: Callable[[Candidates], dict[LockTriple, Known]] = _none

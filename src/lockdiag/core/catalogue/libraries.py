@@ -6,13 +6,13 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from lockdiag.core.catalogue.entry import Family, Known, Program, Signs, Software
 from lockdiag.core.catalogue.formulas import crc32, signed64
 from lockdiag.keys import LockTriple, from_bigint, from_pair, to_int4
-from lockdiag.registry import Candidates
+from lockdiag.registry import Candidates, KnownList
 
 Shape = Literal["bigint", "int4", "pair"]
 # helpers that hash a name with a common digest, by digest, byte order and key shape (from
@@ -69,11 +69,12 @@ def library_keys(
     pals: Iterable[str] = (),
     advisory_lock_npm: Iterable[str] = (),
     medusa: Iterable[str] = (),
+    digests: bool = True,
 ) -> dict[LockTriple, Known]:
     """Keys of the names listed for libraries that hash names in Python, Ruby or JavaScript
     in ways Python can repeat (CRC-32, SHA-1, SHA-256, djb2). A name listed for a library that
     hashes with a digest is also tried with every other common digest and byte order
-    (:func:`digest_keys`): helpers differ only in those."""
+    (:func:`digest_keys`): helpers differ only in those (``digests`` False: not tried)."""
     found: dict[LockTriple, Known] = {}
     for name in medusa:
         found[from_bigint(medusa_hash(name))] = Known(
@@ -86,36 +87,81 @@ def library_keys(
         found[from_bigint(to_int4(crc32(name)))] = Known(
             "django-pglocks", f"lock {name!r} (1.0.x)", "derived"
         )
-    for name in dict.fromkeys((*django_pglocks, *pals, *advisory_lock_npm)):
+    for triple, known in _digests((*django_pglocks, *pals, *advisory_lock_npm)).items():
+        if digests:
+            found.setdefault(triple, known)
+    return found
+
+
+def _listed(
+    name: str, keys: Callable[[tuple[str, ...]], dict[LockTriple, Known]]
+) -> Callable[[Candidates], dict[LockTriple, Known]]:
+    """The keys of the names of one ``[known]`` list."""
+
+    def listed(candidates: Candidates) -> dict[LockTriple, Known]:
+        return keys(candidates.names(name))
+
+    return listed
+
+
+def _with_advisory_lock(candidates: Candidates) -> dict[LockTriple, Known]:
+    return library_keys(
+        candidates.names("with_advisory_lock"), candidates.number("with_advisory_lock_prefix")
+    )
+
+
+def _digests(names: Iterable[str]) -> dict[LockTriple, Known]:
+    found: dict[LockTriple, Known] = {}
+    for name in dict.fromkeys(names):
         for triple, known in digest_keys(name).items():
             found.setdefault(triple, known)
     return found
 
 
-def candidate_keys(candidates: Candidates) -> dict[LockTriple, Known]:
-    return library_keys(
-        candidates.with_advisory_lock,
-        candidates.with_advisory_lock_prefix,
-        candidates.django_pglocks,
-        candidates.pals,
-        candidates.advisory_lock_npm,
-        candidates.medusa,
-    )
+def _django_pglocks(names: tuple[str, ...]) -> dict[LockTriple, Known]:
+    return {**_digests(names), **library_keys(django_pglocks=names, digests=False)}
 
 
 _BLOCK = "held around a block of the application's code"
 
 LIBRARIES = Family(
     (
-        Program("with_advisory_lock", Software("library", "pg_advisory_lock", _BLOCK)),
-        Program("django-pglocks", Software("library", "pg_advisory_lock", _BLOCK)),
-        Program("pals", Software("library", "pg_advisory_lock", _BLOCK)),
-        Program("advisory-lock (npm)", Software("library", "pg_advisory_lock", _BLOCK)),
+        Program(
+            "with_advisory_lock",
+            Software("library", "pg_advisory_lock", _BLOCK),
+            lists=(
+                KnownList("with_advisory_lock", "Ruby with_advisory_lock names"),
+                KnownList("with_advisory_lock_prefix", "WITH_ADVISORY_LOCK_PREFIX", 0),
+            ),
+            listed_keys=_with_advisory_lock,
+        ),
+        Program(
+            "django-pglocks",
+            Software("library", "pg_advisory_lock", _BLOCK),
+            lists=(
+                KnownList("django_pglocks", "also tried with sha256/sha1/md5, both byte orders"),
+            ),
+            listed_keys=_listed("django_pglocks", _django_pglocks),
+        ),
+        Program(
+            "pals",
+            Software("library", "pg_advisory_lock", _BLOCK),
+            lists=(KnownList("pals", '"app.name", as pals hashes it'),),
+            listed_keys=_listed("pals", _digests),
+        ),
+        Program(
+            "advisory-lock (npm)",
+            Software("library", "pg_advisory_lock", _BLOCK),
+            lists=(KnownList("advisory_lock_npm", "names given to the npm package advisory-lock"),),
+            listed_keys=_listed("advisory_lock_npm", _digests),
+        ),
         Program(
             "@medusajs/locking-postgres",
             Software(
                 "library", "pg_advisory_xact_lock", "held by one transaction of the application"
             ),
+            lists=(KnownList("medusa", "keys given to @medusajs/locking-postgres"),),
+            listed_keys=_listed("medusa", lambda names: library_keys(medusa=names)),
         ),
         # RelStorage 4.3.0 adapters/postgresql: locker.py, procs/lock_objects_and_detect_
         # conflicts.sql and procs/*/lock_and_choose_tid.sql; connmanager.py names the store
@@ -147,5 +193,4 @@ LIBRARIES = Family(
             },
         ),
     ),
-    candidate_keys=candidate_keys,
 )

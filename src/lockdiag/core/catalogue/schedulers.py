@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from lockdiag.core.catalogue.entry import Family, Known, Program, Signs, Software
 from lockdiag.core.catalogue.formulas import signed64
 from lockdiag.keys import LockTriple, from_bigint, from_pair
-from lockdiag.registry import Candidates
+from lockdiag.registry import KnownList
 
 
 def dbos_key(name: str) -> LockTriple:
@@ -41,10 +41,6 @@ def tooz_key(name: str) -> LockTriple:
 def tooz_keys(names: Iterable[str]) -> dict[LockTriple, Known]:
     """Only 65,536 keys: two names may share one, and any program's small pair may be one."""
     return {tooz_key(name): Known("tooz", f"lock {name!r}", "derived") for name in names}
-
-
-def candidate_keys(candidates: Candidates) -> dict[LockTriple, Known]:
-    return {**dbos_background_keys(candidates.dbos_apps), **tooz_keys(candidates.tooz)}
 
 
 _AIRFLOW = Signs(
@@ -106,6 +102,9 @@ SCHEDULERS = Family(
                 "held while DBOS migrates its system database, by an idle autocommit connection "
                 "while the migrations run on another (application databases: one "
                 "transaction's xact lock)",
+                ending="does not stop the migrations running on DBOS's other connection, "
+                "and the freed lock lets another process migrate at the same time",
+                keeps_working=True,
             ),
             exact={
                 dbos_key("dbos.datasource_migrations.dbos"): (
@@ -125,6 +124,8 @@ SCHEDULERS = Family(
                 "stays idle in transaction for each 1 s round (idle_in_transaction_session_"
                 "timeout 5 s) while the jobs run on other connections, then takes the lock again",
             ),
+            lists=(KnownList("dbos_apps", 'DBOS application names (config "name")'),),
+            listed_keys=lambda candidates: dbos_background_keys(candidates.names("dbos_apps")),
         ),
         # tooz 9.1.0 tooz/drivers/pgsql.py PostgresLock: pg_advisory_lock(md5(name)[0],
         # md5(name)[1]) on a psycopg2 connection of its own, never autocommit: idle in
@@ -140,8 +141,10 @@ SCHEDULERS = Family(
                 "check the member that holds it (its service's process and log) before acting: "
                 "a timeout or a termination frees the lock while that member still believes it "
                 "holds it, and another member takes it at once",
+                keeps_working=True,
             ),
+            lists=(KnownList("tooz", "lock names given to tooz get_lock()"),),
+            listed_keys=lambda candidates: tooz_keys(candidates.names("tooz")),
         ),
     ),
-    candidate_keys=candidate_keys,
 )

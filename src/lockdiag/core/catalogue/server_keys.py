@@ -1,64 +1,109 @@
 """Keys that only the inspected server can compute (hashtext(), or rows of the software's
-tables): the names to send (the query itself is :mod:`lockdiag.pg.capture`'s), and its rows
-read back as :class:`~lockdiag.core.model.DerivedKey`."""
+tables): the names to send, as the programs declare them (the query itself is
+:mod:`lockdiag.pg.capture`'s), and its rows read back as
+:class:`~lockdiag.core.model.DerivedKey`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
-from lockdiag.core.catalogue.extensions import PARTMAN_NAMES
-from lockdiag.core.catalogue.queues import PG_BOSS_TABLE_KEYS, PGQUEUER_STATISTICS, SAQ_QUEUE
+from lockdiag.core.catalogue.entry import Hashed, Program, Rows
+from lockdiag.core.catalogue.index import PROGRAMS, row_sources
 from lockdiag.core.model import DerivedKey
 from lockdiag.keys import to_uint4
-from lockdiag.registry import Candidates
+from lockdiag.registry import Candidates, KnownList, declare_list
 
-SERVER_HASHED = (PGQUEUER_STATISTICS, SAQ_QUEUE)
+# any string the team's code passes to hashtext(): named as itself, no software's
+declare_list(KnownList("hashtext", "any string your code passes to hashtext()"))
+
+
+class KeyRow(NamedTuple):
+    """A key the server computed, as :func:`derived_keys` reads it: enrich_hashtext.sql's
+    columns (tests/test_query_rows.py checks them against these names), ``source``
+    'hashtext'; the enrichment query's rows come as (part number, name, key)."""
+
+    source: str | int
+    name: str
+    key: int
+
+
+def _hashed() -> Iterator[tuple[Program, Hashed]]:
+    for program in PROGRAMS:
+        for hashed in program.hashed:
+            yield program, hashed
 
 
 def hashed_names(candidates: Candidates) -> list[str]:
-    """Names whose keys only a server's hashtext() can compute. pg_partman's are always
-    tried: the extension may live in another database of the cluster, and hashtext() gives
-    the same number in every database."""
-    strings = [*candidates.hashtext, *PARTMAN_NAMES, *SERVER_HASHED]
-    return strings + [f"pgmq.queue_{queue}" for queue in candidates.pgmq_queues]
+    """Names whose keys only a server's hashtext() computes: the team's (``[known]
+    hashtext``), every program's constant names (pg_partman's are always tried: the extension
+    may live in another database of the cluster, and hashtext() gives the same number in every
+    database), and each listed name in its program's template."""
+    strings = list(candidates.names("hashtext"))
+    strings += [hashed.text for _, hashed in _hashed() if not hashed.listed]
+    for _, hashed in _hashed():
+        if hashed.listed:
+            strings += [hashed.text.format(name=name) for name in candidates.names(hashed.listed)]
+    return strings
 
 
-_SOURCES = {
-    "pgmq": ("pgmq", "queue {name!r}"),
-    "que": ("Que", "job {name}"),
-    "good_job": ("GoodJob", "job {name}"),
-    "good_job_concurrency": ("GoodJob", "concurrency key {name!r}"),
-    "good_job_process": ("GoodJob", "process {name}"),
-}
-_SOURCES["dramatiq"] = ("dramatiq-pg", "message {name}")  # "<queue>/<message_id>"
+def _program_of(name: str) -> tuple[Program, Hashed, str] | None:
+    """The declaration a hashed string is a program's: a constant first, then a template."""
+    templates = []
+    for program, hashed in _hashed():
+        if not hashed.listed and hashed.text == name:
+            return program, hashed, name
+        templates.append((program, hashed))
+    for program, hashed in templates:
+        listed = hashed.name_of(name)
+        if listed is not None:
+            return program, hashed, listed
+    return None
 
 
-def derived_keys(rows: Iterable[tuple[str, str, int]], database: str) -> list[DerivedKey]:
-    """The enrichment query's rows as DerivedKey (hashtext: both call forms)."""
+def derived_keys(rows: Iterable[tuple[str | int, str, int]], database: str) -> list[DerivedKey]:
+    """The rows of the snapshot's hashed names (``("hashtext", name, key)``: both call forms
+    unless a program declares others) and of the enrichment query (``(part, name, key)``, a
+    part its index in :func:`row_parts`) as DerivedKey."""
     found: list[DerivedKey] = []
+    parts: list[tuple[Program, Rows]] | None = None
     for source, name, key in rows:
-        if source == "hashtext" and name == PGQUEUER_STATISTICS:  # pg_try_advisory_xact_lock
-            found.append(DerivedKey(None, key, "bigint", "PgQueuer", "log aggregation lock"))
-            continue
-        if source == "hashtext" and name == SAQ_QUEUE:  # (saq_lock_keyspace 0, hashtext(queue))
-            meaning = f"sweep lock of queue {name!r}"
-            found.append(DerivedKey(None, to_uint4(key), "pair", "SAQ", meaning))
-            continue
         if source == "hashtext":
-            software, meaning = "hashtext", f"hashtext({name!r})"
-            if name in PARTMAN_NAMES:
-                software, meaning = "pg_partman", name.removeprefix("pg_partman ")
-            elif name.startswith("pgmq.queue_"):
-                software, meaning = "pgmq", f"queue {name.removeprefix('pgmq.queue_')!r}"
-            found.append(DerivedKey(None, key, "bigint", software, meaning))
-            found.append(DerivedKey(None, key, "pair-prefix", software, meaning))
+            found += _hashtext_keys(name, key)
             continue
-        if source == "pg_boss":  # "<table>/<key name>", from pgboss.queue.table_name
-            table, _, lock = name.rpartition("/")
-            versions = PG_BOSS_TABLE_KEYS.get(lock, "v11+")
-            meaning = f"{lock} lock of table {table}"
-            found.append(DerivedKey(database, key, "bigint", f"pg-boss {versions}", meaning))
-            continue
-        software, template = _SOURCES[source]
-        found.append(DerivedKey(database, key, "bigint", software, template.format(name=name)))
+        if parts is None:
+            parts = list(row_sources())
+        if not isinstance(source, int) or not 0 <= source < len(parts):
+            continue  # no part of this catalogue's
+        program, part = parts[source]
+        if part.describe is not None:
+            software, meaning = part.describe(name)
+        else:
+            software, meaning = program.name, part.meaning.format(name=name)
+        found.append(DerivedKey(database, key, part.form, software, meaning))
     return found
+
+
+def _hashtext_keys(name: str, key: int) -> list[DerivedKey]:
+    declared = _program_of(name)
+    if declared is None:
+        meaning = f"hashtext({name!r})"
+        return [
+            DerivedKey(None, key, "bigint", "hashtext", meaning),
+            DerivedKey(None, key, "pair-prefix", "hashtext", meaning),
+        ]
+    program, hashed, listed = declared
+    meaning = hashed.meaning.format(name=listed)
+    found = []
+    for form in hashed.forms:
+        if form == "pair-after-0":  # (0, hashtext(name)): the pair as one 64-bit number
+            found.append(DerivedKey(None, to_uint4(key), "pair", program.name, meaning))
+        else:
+            found.append(DerivedKey(None, key, form, program.name, meaning))
+    return found
+
+
+def row_parts() -> list[tuple[str, str]]:
+    """Each table part of the enrichment query, in order: its table and its SQL (the part's
+    index is the first column the query returns for its rows)."""
+    return [(rows.table, rows.sql) for _, rows in row_sources()]

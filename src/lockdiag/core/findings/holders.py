@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.catalogue import Known, software_of_session
 from lockdiag.core.findings.model import CheckPolicy, Finding, Kind
+from lockdiag.core.findings.programs import program_owner, software_step
 from lockdiag.core.findings.words import (
     by_backend,
     held_words,
@@ -18,6 +18,7 @@ from lockdiag.core.findings.words import (
     locks_in,
     who,
 )
+from lockdiag.core.holding import Holding, holding, named_session
 from lockdiag.core.leaders import NO_CONTENTION, Contention, Leader
 from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import (
@@ -32,41 +33,14 @@ from lockdiag.durations import format_duration
 from lockdiag.registry import Namespace
 
 
-def software_step(known: Known, pid: int | None) -> str:
-    """A next step in that software's terms: never a timeout to set nor a session to end as a
-    routine step, since that would abort a deploy or a job in the middle of its work."""
-    behaviour = known.behaviour
-    assert behaviour is not None
-    if behaviour.runs:  # "an Acme Deploy" (not "a Acme Deploy deploy"), "a Sqitch deploy"
-        run = known.software
-        if not run.lower().endswith(behaviour.kind):
-            run += f" {behaviour.kind}"
-        return (
-            f"{_article(run)} {run} is running, or died holding its lock "
-            f"({behaviour.normal}): check that {behaviour.kind} (its process, its log) before "
-            f"acting; ending its session mid-{behaviour.kind} can leave {known.software}'s "
-            "record of applied changes out of step with the schema"
-        )
-    if behaviour.kind == "library" and not behaviour.check:  # a library with a documented hold
-        return (
-            f"{known.software} {known.meaning}: {behaviour.normal}; look for the code path that "
-            "takes it and never lets go"
-        )
-    default = f"check the {known.software} process that owns pid {pid} before acting"
-    check = behaviour.check or default
-    return f"{known.software} {known.meaning} is {behaviour.normal}: {check}"
-
-
-def _article(word: str) -> str:
-    """The article before ``word``, by its first letter: a name read letter by letter or
-    with a "you" sound is rare among software names, and "an hour" is no software."""
-    you = word.lower().startswith(("uni", "use", "one"))
-    vowel = word[:1].lower() in tuple("aeiou") and not you
-    return "an" if vowel else "a"
+def _program(pid: int | None, software: dict[int, LockEntry], snapshot: Snapshot) -> Holding | None:
+    """How the well-known program whose lock ``pid`` holds holds it, for advice in its terms."""
+    entry = software.get(pid) if pid is not None else None
+    return holding(entry, snapshot) if entry is not None else None
 
 
 def outlived_clients(
-    leaked: list[LockEntry], software: dict[int, Known], snapshot: Snapshot
+    leaked: list[LockEntry], software: dict[int, LockEntry], snapshot: Snapshot
 ) -> Iterator[Finding]:
     """The leak this tool exists for: a session lock taken through a transaction-pooling
     PgBouncer, on a server connection that no client is using any more, or that the pool
@@ -84,6 +58,7 @@ def outlived_clients(
             if pool.client
             else "with no client attached"
         )
+        program = _program(pid, software, snapshot)
         yield Finding(
             Kind.OUTLIVED_CLIENT,
             "critical" if waiting else "warning",
@@ -93,8 +68,8 @@ def outlived_clients(
             f"({pool.pool_mode or 'unknown'} pooling), held{bound} by server connection "
             f"pid {pid} {attached}{listed(group)}"
             + (f"; {waiting} session(s) wait for it" if waiting else ""),
-            software_step(software[pid], pid)
-            if pid is not None and pid in software
+            software_step(program, snapshot)
+            if program is not None
             else "use transaction-level locks (pg_advisory_xact_lock) behind a transaction "
             "pooler, or session pooling, or server_reset_query_always = 1; last resort: "
             f"lockdiag terminate {pid} (ends that pooled server connection; "
@@ -116,7 +91,7 @@ def outlived_clients(
 def session_locks(
     old: list[LockEntry],
     policy: CheckPolicy,
-    software: dict[int, Known],
+    software: dict[int, LockEntry],
     snapshot: Snapshot,
     standing: Contention = NO_CONTENTION,
 ) -> Iterator[Finding]:
@@ -131,7 +106,8 @@ def session_locks(
         what = (
             "certain session-level lock" if count == 1 else f"{count} certain session-level locks"
         )
-        owner = ownership(group)
+        program = _program(entry.lock.pid, software, snapshot)
+        owner = (program_owner(program) if program else None) or ownership(group)
         leader = standing.leader_of(entry.lock.pid)
         yield Finding(
             Kind.SESSION_LOCK,
@@ -141,8 +117,8 @@ def session_locks(
             f"{what} held by {who(entry)}, idle, for at least {held_words(entry)}"
             + listed(group)
             + (f"; a leader lock: {leader.polling()}" if leader is not None else ""),
-            software_step(software[entry.lock.pid], entry.lock.pid)
-            if entry.lock.pid in software
+            software_step(program, snapshot)
+            if program is not None
             else _leader_step(leader)
             if leader is not None
             else _idle_holder_step(entry, owner, snapshot),
@@ -193,7 +169,7 @@ def _namespace(entry: LockEntry) -> Namespace | None:
 
 
 def stuck_owners(
-    stuck: list[LockEntry], policy: CheckPolicy, snapshot: Snapshot, software: dict[int, Known]
+    stuck: list[LockEntry], policy: CheckPolicy, snapshot: Snapshot, software: dict[int, LockEntry]
 ) -> Iterator[Finding]:
     server = snapshot.server
     reported: set[int | None] = set()
@@ -207,11 +183,9 @@ def stuck_owners(
         if severity is None or idle is None:
             continue
         reported.add(entry.lock.pid)
-        owner = ownership([entry])
         pid = entry.lock.pid
-        known = (software.get(pid) if pid is not None else None) or software_of_session(
-            session.application_name
-        )
+        program = _program(pid, software, snapshot) or named_session(entry)
+        owner = (program_owner(program) if program else None) or ownership([entry])
         yield Finding(
             Kind.STUCK_OWNER,
             severity,
@@ -219,8 +193,8 @@ def stuck_owners(
             label(entry, server),
             f"{who(entry)} is {session.state} for {format_duration(idle)} while "
             f"{len(entry.blocks)} session(s) wait for its lock",
-            software_step(known, entry.lock.pid)
-            if known is not None
+            software_step(program, snapshot)
+            if program is not None
             else _stuck_owner_step(entry, owner, snapshot, pid in advisory),
             entry,
             idle,

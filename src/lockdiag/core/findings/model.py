@@ -111,11 +111,14 @@ class Census:
     # the longest lower bound of a certain session lock, or 0 (an extension's tag is not
     # one of the team's session locks)
     oldest_session_lock: float
+    # each backend's lock of that software (the first seen), for advice in its terms
+    software_locks: dict[int, LockEntry] = field(default_factory=dict)
 
 
 def census(entries: list[LockEntry]) -> Census:
     flagged: dict[Flag, list[LockEntry]] = {flag: [] for flag in Flag}
     software: dict[int, Known] = {}
+    software_locks: dict[int, LockEntry] = {}
     waiters: list[LockEntry] = []
     counted: dict[tuple[object, ...], _Count] = {}  # by identity of namespace and software
     oldest = 0.0
@@ -145,14 +148,14 @@ def census(entries: list[LockEntry]) -> Census:
         if known is not None and granted:
             pid = entry.lock.pid
             if pid is not None and pid not in software and known.behaviour is not None:
-                software[pid] = known
+                software[pid], software_locks[pid] = known, entry
     advisory: dict[tuple[str, str, str], int] = {}
     for count in counted.values():
         first = count.first
         state = "held" if first.lock.granted else "waiting"
         key = (first.database or "", namespace_of(first), state)
         advisory[key] = advisory.get(key, 0) + count.locks
-    return Census(flagged, software, waiters, advisory, oldest)
+    return Census(flagged, software, waiters, advisory, oldest, software_locks)
 
 
 class _Count:

@@ -96,11 +96,12 @@ HASHED_64 = (
     "byte orders"
 )
 HASHED_PAIR = (
-    "looks like a pair made by hashing a name (with_advisory_lock puts a crc32 first, "
-    "advisory-lock on npm two int4 of a sha256): list candidate names under [known] "
-    "(with_advisory_lock, advisory_lock_npm: tried with sha256, sha1 and md5, both byte "
-    "orders); if the first number is instead fixed in a program's code, more keys with the "
-    "same first number will show it"
+    "looks like a pair made by hashing a name (hashtext(name) first, as pg_partman and mimeo "
+    "take theirs; with_advisory_lock puts a crc32 first, advisory-lock on npm two int4 of a "
+    "sha256): list candidate names under [known] (hashtext: names the pairs whose first number "
+    "is hashtext(name), computed by the server; with_advisory_lock, advisory_lock_npm: tried "
+    "with sha256, sha1 and md5, both byte orders); if the first number is instead fixed in a "
+    "program's code, more keys with the same first number will show it"
 )
 BYTES_PAIR = (
     "a pair of two byte-sized numbers: two bytes of a digest (md5, sha1, sha256), or an enum "

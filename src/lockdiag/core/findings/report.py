@@ -27,7 +27,7 @@ def check(
     """Findings of one analysed snapshot (a Diagnosis's; use Diagnosis.findings). Its entries
     are analysed with ``policy.analysis_policy()``: the session-lock detector reads the flag."""
     found = census(entries)
-    flagged, software = found.flagged, found.software
+    flagged, software = found.flagged, found.software_locks
     standing = contention(snapshot, entries)
     findings = [
         *outlived_clients(flagged[Flag.OUTLIVED_CLIENT], software, snapshot),
@@ -38,7 +38,7 @@ def check(
         *unregistered_keys(flagged[Flag.UNREGISTERED], policy.unregistered),
         *namespace_rules(flagged[Flag.EXPECT_XACT], flagged[Flag.MAX_HOLD]),
         *lock_queues(graph, policy),
-        *stalled_repacks(snapshot, software, policy),
+        *stalled_repacks(snapshot, found.software, policy),
     ]
     return CheckReport(snapshot, by_cause(findings, graph), entries, graph, found, notes, standing)
 

@@ -20,8 +20,7 @@ from lockdiag.errors import ServerError
 # the names grouped a line a purpose (enrichment, names, actions, pooltest): kept as grouped
 # fmt: off
 _SAME_FOR_ALL = (
-    "enrich_hashtext", "enrich_pgmq", "enrich_que", "enrich_good_jobs",
-    "enrich_good_job_concurrency", "enrich_good_job_processes", "enrich_pg_boss", "enrich_dramatiq",
+    "enrich_hashtext",
     "relation_names", "database_names",
     "signal_backend", "backend_alive", "trust_tables", "probe_activity",
     "pooltest_holders", "pooltest_lock", "pooltest_probe",

@@ -3,9 +3,9 @@
 -- carries the table's OID) and for `log --dsn`. Reads only the catalog pg_class: no user code
 -- runs. The name is sent as its bytes (a SQL_ASCII database's may be in any encoding), with the
 -- database's encoding to decode it in (raw_text.py).
-SELECT c.oid::bigint,
+SELECT c.oid::bigint AS oid,
        pg_catalog.encode(pg_catalog.decode(pg_catalog.quote_literal(
-           c.oid::pg_catalog.regclass::text), 'escape'), 'hex'),
-       pg_catalog.getdatabaseencoding()
+           c.oid::pg_catalog.regclass::text), 'escape'), 'hex') AS name,
+       pg_catalog.getdatabaseencoding() AS encoding
 FROM pg_catalog.pg_class AS c
 WHERE c.oid = ANY(%(oids)s::pg_catalog.oid[])

@@ -44,6 +44,8 @@ SELECT 'session', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NU
            'xact_start', a.xact_start, 'query_start', a.query_start,
            'state_change', a.state_change, 'state', a.state,
            'wait_event_type', a.wait_event_type, 'wait_event', a.wait_event,
+           -- as its bytes too: a background worker's is whatever its C code left there
+           -- (pg_partman 4.7's and pg_auto_failover 2.0's are never set: random bytes)
            'backend_type', pg_catalog.encode(pg_catalog.decode(
                pg_catalog.quote_literal(a.backend_type), 'escape'), 'hex'),
            'leader_pid', a.leader_pid,
@@ -82,13 +84,15 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                                FROM pg_catalog.pg_class AS c
                                WHERE c.relname = ANY (%(software_tables)s::pg_catalog.name[])
                                  AND c.relkind IN ('r', 'p')),
+           -- the extensions of the catalogue's programs installed here: %(extensions)s
            'extensions', (SELECT pg_catalog.json_agg(e.extname) FROM pg_catalog.pg_extension AS e
-                          WHERE e.extname IN ('pg_partman', 'pgmq')),
+                          WHERE e.extname = ANY (%(extensions)s::pg_catalog.name[])),
            'databases', (SELECT pg_catalog.json_object_agg(d.oid, pg_catalog.encode(
                                     pg_catalog.decode(pg_catalog.quote_literal(d.datname),
                                                       'escape'), 'hex'))
                          FROM pg_catalog.pg_database AS d),
-           -- tables of well-known software whose rows name advisory keys (known.py), read
+           -- tables of well-known software whose rows name advisory keys (the catalogue's
+           -- entries declare them: %(row_schemas)s and %(row_names)s, in pairs), read
            -- from the catalog (to_regclass() raises without USAGE on the schema); a table
            -- we may not read is listed with a leading '!', one we may read but not lock
            -- against DDL before reading it (trust.py: LOCK TABLE needs one of these) with '?'
@@ -101,6 +105,7 @@ SELECT 'server', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                                       THEN '?' ELSE '' END || n.nspname || '.' || c.relname)
                       FROM pg_catalog.pg_class AS c
                       JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-                      WHERE (n.nspname, c.relname) IN (('public', 'good_jobs'),
-                            ('public', 'good_job_processes'), ('public', 'que_jobs'),
-                            ('pgmq', 'meta'), ('pgboss', 'queue'), ('dramatiq', 'queue'))))
+                      WHERE (n.nspname, c.relname) IN (
+                          SELECT * FROM ROWS FROM (
+                              pg_catalog.unnest(%(row_schemas)s::pg_catalog.name[]),
+                              pg_catalog.unnest(%(row_names)s::pg_catalog.name[])))))
