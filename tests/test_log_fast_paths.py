@@ -11,6 +11,7 @@ ones.
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from datetime import datetime
 from operator import attrgetter
 from unittest import mock
@@ -18,9 +19,19 @@ from unittest import mock
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lockdiag.logs import Entry, LogReader, parse_time, parse_wait
+from lockdiag.logs import (
+    Entry,
+    Identity,
+    KeyTally,
+    LockTag,
+    LogReader,
+    Malformed,
+    Tally,
+    parse_time,
+    parse_wait,
+)
 from lockdiag.logs.formats import Splits
-from lockdiag.logs.messages import _WAIT, INTERESTING_ERRORS, interesting
+from lockdiag.logs.messages import _WAIT, INTERESTING_ERRORS, PID_MAX, _pids, interesting
 
 VERBS = ("still waiting for", "acquired", "avoided deadlock for",
          "detected deadlock while waiting for", "could not obtain")  # fmt: skip
@@ -246,3 +257,108 @@ def test_times_as_the_server_writes_them() -> None:
     assert parse_time("2026-13-01 03:10:00.123 UTC") is None
     assert parse_time("2026-05-01 3:10:00.123") is None
     assert parse_time("") is None
+
+
+def _pids_split(text: str) -> tuple[int, ...]:
+    """messages._pids's general path: the list split, each read by int()."""
+    try:
+        pids = tuple(map(int, text.replace(",", " ").split()))
+    except ValueError:
+        raise Malformed("a pid of thousands of digits") from None
+    if pids and max(pids) > PID_MAX:
+        raise Malformed(f"a pid past {PID_MAX}")
+    return pids
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet="0123456789, \u0663\u00b2", max_size=14))
+@example(text="2147483647")
+@example(text="2147483648")
+@example(text="9999999999")
+def test_a_list_of_pids_is_read_as_when_split(text: str) -> None:
+    """One pid (what most waits name) is read without the list split."""
+    try:
+        expected: tuple[int, ...] | str = _pids_split(text)
+    except Malformed as error:
+        expected = str(error)
+    try:
+        got: tuple[int, ...] | str = _pids(text)
+    except Malformed as error:
+        got = str(error)
+    assert got == expected
+
+
+class _KeyedOnly(Tally):
+    """A tally that finds each key's tally by its key only, never by the tag's text."""
+
+    def _tally(self, tag: LockTag) -> KeyTally:
+        self._by_text.clear()
+        return super()._tally(tag)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waits=st.lists(
+        st.tuples(
+            st.integers(10, 13),  # the pid
+            st.integers(0, 6),  # the key
+            st.booleans(),  # its database written with a leading zero: another text, same key
+            st.sampled_from(("still waiting for", "acquired", "could not obtain")),
+            st.sampled_from(("", "7", "7, 8", "8, 7, 8")),  # holders
+        ),
+        max_size=40,
+    ),
+    kept_keys=st.integers(1, 4),
+)
+def test_a_key_s_tally_found_by_its_text_is_the_one_its_key_finds(
+    waits: list[tuple[int, int, bool, str, str]], kept_keys: int
+) -> None:
+    """Tally._tally finds a tag's tally by its text first; folding keys (kept_keys small)
+    forgets the texts; holders merged (Tally: _merged) as the general path does."""
+    tallies = Tally(kept_keys=kept_keys), _KeyedOnly(kept_keys=kept_keys)
+    for number, (pid, key, zero, verb, holders) in enumerate(waits):
+        tag = f"advisory lock [{'0' if zero else ''}5,4102,{key},2]"
+        entry = Entry(
+            datetime(2026, 5, 1, 3, 10, number),
+            pid,
+            Identity("u", "shop", "app"),
+            "LOG",
+            f"process {pid} {verb} ShareLock on {tag} after {number}.5 ms",
+            f"Processes holding the lock: {holders}. Wait queue: {pid}." if holders else None,
+        )
+        for tally in tallies:
+            tally.add(entry)
+    for tally in tallies:
+        tally.finish()
+    by_text, keyed = tallies
+    assert by_text.keys == keyed.keys
+    assert by_text.folded == keyed.folded
+
+
+def test_a_wait_message_read_by_the_reader_is_the_one_the_tally_reads() -> None:
+    """The reader hands the tally its parse of a wait message (Entry.wait): the same parts
+    the tally reads from the message itself, and the same tally."""
+    lines = _log("2026-05-01 03:10:00.{ms:03d} UTC [{pid}] app@shop ")
+    tag = "advisory lock [5,4102,9,2]"
+    lines += [
+        f"2026-05-01 03:10:01.000 UTC [21] app@shop LOG:  process {text}\n"
+        for text in (
+            f"21 avoided deadlock for ShareLock on {tag} by rearranging queue order after 10.5 ms",
+            f"21 could not obtain ShareLock on {tag}",
+            f"4294967296 still waiting for ShareLock on {tag} after 1.5 ms",  # Malformed
+            "21 still waiting for nothing",  # a lock message that is not one
+            f"21 acquired ShareLock on {tag} after 12.5 ms",
+        )
+    ]
+    entries = _entries(lines, "%m [%p] %q%u@%d ")
+    waits = [e for e in entries if e.severity == "LOG"]
+    assert len(waits) == 10 and sum(e.wait is not None for e in waits) == 9
+    assert all(e.wait == parse_wait(e.message) for e in waits)
+    handed, read = Tally(), Tally()
+    for entry in entries:
+        for tally, one in ((handed, entry), (read, entry._replace(wait=None))):
+            with suppress(Malformed):
+                tally.add(one)
+    for tally in (handed, read):
+        tally.finish()
+    assert handed.keys == read.keys and handed.deadlocks == read.deadlocks

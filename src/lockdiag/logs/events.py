@@ -44,6 +44,7 @@ from lockdiag.logs.messages import (
     identity_of,
     interesting,
     parse_time,
+    wait_of,
 )
 
 DETECT_LINES = 200  # lines looked at to tell the format and the prefix
@@ -208,7 +209,7 @@ class LogReader:
         counts = self.counts
         pending: dict[int, Pending] = {}
         last: Pending | None = None  # the entry the previous line belonged to
-        latest: Pending | None = None  # the entry read whole last
+        latest: Pending | None = None  # the entry read last, while it is pending
         quick, full = pid_pattern(prefix).match, prefix_pattern(prefix).match
         starts = first_character(prefix)
         recent = self._recent
@@ -226,24 +227,23 @@ class LogReader:
                 last = None
                 if pending and number & 63 == 0:
                     yield from self._aged(pending, number)
+                    if latest is not None and pending.get(latest.pid) is not latest:
+                        latest = None
                 if latest is not None and raw.startswith(latest.head):
-                    # a wait's DETAIL, then its STATEMENT (not kept), as Pending.add takes
-                    # them, told without the severity's end found: most lines of a log of waits
-                    size, pending_still = latest.size, pending.get(latest.pid) is latest
-                    if pending_still and raw.startswith("DETAIL:  ", size):
+                    # a wait's STATEMENT (not kept) and DETAIL, as Pending.add takes them, told
+                    # without the severity's end found: most lines of a log of waits (a wait
+                    # and its end have a STATEMENT each, the wait alone a DETAIL: looked for last)
+                    size = latest.size
+                    if raw.startswith("STATEMENT:  ", size) and latest.severity == "LOG":
+                        latest.where, last = None, latest
+                        continue
+                    if raw.startswith("DETAIL:  ", size):
                         latest.detail = raw[size + 9 :].rstrip("\r\n")[:TEXT_MAX]
                         latest.where, last = "detail", latest
                         continue
-                    if (
-                        pending_still
-                        and raw.startswith("STATEMENT:  ", size)
-                        and latest.severity == "LOG"
-                    ):
-                        latest.where, last = None, latest
-                        continue
                     colon = raw.find(":  ", size)
                     severity = raw[size:colon]
-                    if colon > 0 and severity in CONTINUATIONS and pending_still:
+                    if colon > 0 and severity in CONTINUATIONS:
                         if latest.add(severity, raw, colon + 3):
                             last = latest
                         continue
@@ -283,9 +283,13 @@ class LogReader:
                         continue
                 counts.entries += 1
                 done = pending.pop(pid, None)
+                if done is latest:
+                    latest = None  # no longer pending: a line starting as it did is read whole
                 if severity not in ENGLISH_SEVERITIES:
                     self._foreign(severity, message)
-                elif interesting(severity, message):
+                elif (said := wait_of(severity, message)) is not None or interesting(
+                    severity, message
+                ):
                     if found is not None:  # read whole: its head and session, and its split
                         head = found.string[: found.start("severity")]
                         identity = self._identity(found)
@@ -294,7 +298,7 @@ class LogReader:
                     if self.identities.get(pid) is not identity:
                         self._remember(pid, identity)
                     last = latest = pending[pid] = Pending(
-                        head, time, severity, message, pid, identity, number
+                        head, time, severity, message, pid, identity, number, said
                     )
                 if done is not None:
                     yield self._named(done.entry())
@@ -311,8 +315,16 @@ class LogReader:
 
     def _aged(self, pending: dict[int, Pending], number: int) -> Iterator[Entry]:
         """Entries whose DETAIL and STATEMENT lines had every chance to come (PostgreSQL
-        writes them with the message; only a log without the collector interleaves)."""
-        for pid in [p for p, entry in pending.items() if number - entry.line > PENDING_LINES]:
+        writes them with the message; only a log without the collector interleaves).
+        ``pending`` holds its entries in the order they were read (an entry goes in only
+        after its pid's last one is taken out), so the aged ones come first: the look stops
+        at the first that is not (it looked at every one, every 64 lines)."""
+        aged = []
+        for pid, entry in pending.items():
+            if number - entry.line <= PENDING_LINES:
+                break
+            aged.append(pid)
+        for pid in aged:
             yield self._named(pending.pop(pid).entry())
 
     def _identity(self, found: re.Match[str]) -> Identity:

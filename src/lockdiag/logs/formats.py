@@ -15,7 +15,16 @@ from typing import Literal
 import orjson
 
 from lockdiag.errors import InputError
-from lockdiag.logs.messages import PID_MAX, TEXT_MAX, Entry, Identity, identity_of, parse_time
+from lockdiag.logs.messages import (
+    DIGIT,
+    PID_MAX,
+    TEXT_MAX,
+    Entry,
+    Identity,
+    WaitMessage,
+    identity_of,
+    parse_time,
+)
 
 LogFormat = Literal["stderr", "csvlog", "jsonlog"]
 SPLITS_KEPT = 50_000  # sessions whose lock lines' split is remembered (Splits)
@@ -29,12 +38,13 @@ class NotALog(InputError):
 # every value bounded: names are at most 63 bytes (NAMEDATALEN), host names NI_MAXHOST (1025)
 _VALUE = r"[^\t]{0,1100}?"
 _ZONE = r"(?: [^\s\]]{1,64}?)?"  # the shortest the text after it allows
+_SECONDS = rf"{DIGIT}{{4}}-{DIGIT}{{2}}-{DIGIT}{{2}} {DIGIT}{{2}}:{DIGIT}{{2}}:{DIGIT}{{2}}"
 _ESCAPES = {
-    "m": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+{_ZONE})",
-    "t": rf"(?P<time>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE})",
-    "n": r"(?P<time>\d+\.\d+)",
-    "s": rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d{_ZONE}",
-    "p": r"(?P<pid>\d{1,10})",  # an int: a longer one is no pid (the line is not read)
+    "m": rf"(?P<time>{_SECONDS}\.{DIGIT}+{_ZONE})",
+    "t": rf"(?P<time>{_SECONDS}{_ZONE})",
+    "n": rf"(?P<time>{DIGIT}+\.{DIGIT}+)",
+    "s": rf"{_SECONDS}{_ZONE}",
+    "p": rf"(?P<pid>{DIGIT}{{1,10}})",  # an int: a longer one is no pid (the line is not read)
     "u": rf"(?P<user>{_VALUE})",
     "d": rf"(?P<database>{_VALUE})",
     "a": rf"(?P<application>{_VALUE})",
@@ -154,8 +164,9 @@ class Splits:
 
     def __init__(self, quick: Callable[[str], re.Match[str] | None]) -> None:
         self._quick = quick
-        # the pid's text: the text from its end to the message, the severity, the pid, who
-        self._known: dict[str, tuple[str, str, int, Identity]] = {}
+        # the pid's text: the text from its end to the message, the severity, the pid, who,
+        # and from the pid's end: where the message begins and where the severity does
+        self._known: dict[str, tuple[str, str, int, Identity, int, int]] = {}
 
     def known(self, raw: str) -> tuple[int, str | None, str, str, str, Identity] | None:
         """pid, time, severity, message, the text before the severity and the session, of a
@@ -165,18 +176,14 @@ class Splits:
             return None
         pid_text, time = start.group("pid", "time")
         known = self._known.get(pid_text)
-        if known is None or not raw.startswith(known[0], start.end()):
+        if known is None:
             return None
-        text, severity, pid, identity = known
-        message_at = start.end() + len(text)
-        return (
-            pid,
-            time,
-            severity,
-            raw[message_at:].rstrip("\r\n"),
-            raw[: message_at - len(severity) - 3],
-            identity,
-        )
+        text, severity, pid, identity, message_at, severity_at = known
+        pid_end = start.end()
+        if not raw.startswith(text, pid_end):
+            return None
+        message = raw[pid_end + message_at :].rstrip("\r\n")
+        return pid, time, severity, message, raw[: pid_end + severity_at], identity
 
     def learn(self, found: re.Match[str], identity: Identity) -> None:
         """A line read whole by the prefix pattern: how the next of its pid may split."""
@@ -187,13 +194,9 @@ class Splits:
             return  # longer than a server's values make it: read whole each time
         if len(self._known) >= SPLITS_KEPT:
             self._known.clear()  # bounded: the oldest sessions are forgotten together
-        pid = found.group("pid")
-        self._known[pid] = (
-            text,
-            found.group("severity"),
-            int(pid),
-            identity,
-        )
+        pid, severity = found.group("pid", "severity")
+        severity_at = len(text) - len(severity) - 3  # the text ends with the severity and ":  "
+        self._known[pid] = (text, severity, int(pid), identity, len(text), severity_at)
 
 
 def prefix_splits(prefix: str) -> Splits | None:
@@ -317,6 +320,7 @@ class Pending:
         "size",
         "statement",
         "time",
+        "wait",
         "where",
     )
 
@@ -329,8 +333,9 @@ class Pending:
         pid: int,
         identity: Identity,
         line: int,
+        wait: WaitMessage | None,
     ) -> None:
-        self.time, self.severity = time, severity
+        self.time, self.severity, self.wait = time, severity, wait
         self.pid, self.identity, self.line = pid, identity, line
         self.message = message[:TEXT_MAX]
         self.head, self.size = head, len(head)
@@ -372,5 +377,6 @@ class Pending:
                 self.detail,
                 self.statement,
                 self.context,
+                self.wait,
             ),
         )

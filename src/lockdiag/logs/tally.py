@@ -29,6 +29,7 @@ from lockdiag.logs.messages import (
     Identity,
     LockTag,
     Malformed,
+    WaitMessage,
     holders_of,
     parse_cycle,
     parse_tag,
@@ -58,6 +59,7 @@ KEPT_TIMELINE = 10_000  # events of the --key timeline kept (the first); the res
 # wait of its own. The holders listed by the open waits are bounded alike.
 OPEN_WAITS = 50_000
 OPEN_HOLDERS = 500_000
+DURATIONS_KEPT = 4096  # the first figures of waits kept as timedeltas (Tally._duration)
 DATABASE_NAMES = 100_000  # database names (by oid, from %d) kept; the next are left out
 TIMELINE_EVENTS = {  # a wait message's verb, as the --key timeline says it (with the mode)
     "still waiting for": "waiting for {}",
@@ -183,6 +185,9 @@ class Tally:
         self.timeline_key = timeline_key
         self.kept_keys, self.kept_episodes = kept_keys, kept_episodes
         self.keys: dict[tuple[object, ...], KeyTally] = {}
+        # a tag's text -> its key's tally, for the tags met again and again (see _tally)
+        self._by_text: dict[str, KeyTally] = {}
+        self._durations: dict[float, timedelta] = {}  # see _duration
         self.folded: dict[str, KeyTally] = {}  # lock type -> its least waited keys' totals
         self.episode_count = 0  # kept, across keys
         self._episode_limit = 2 * kept_episodes
@@ -244,7 +249,7 @@ class Tally:
     def add(self, entry: Entry) -> None:
         """One entry; Malformed (nothing counted) when a number in it is out of its range."""
         if entry.severity == "LOG":  # a lock message (events: messages.interesting)
-            said = parse_wait(entry.message)
+            said = entry.wait or parse_wait(entry.message)  # read by the reader, or here
             if said is None:
                 raise Malformed("a lock message that is not one")
             self._wait_message(entry, said)
@@ -261,7 +266,7 @@ class Tally:
             if self.last is None or time > self.last:
                 self.last = time
 
-    def _wait_message(self, entry: Entry, said: tuple[str, str, str, str, str | None]) -> None:
+    def _wait_message(self, entry: Entry, said: WaitMessage) -> None:
         pid_text, verb, mode, tag_text, after = said
         pid = int(pid_text)  # 10 digits at most, the mode 64 characters (messages._WAIT_HEAD)
         waited = float(after) if after else 0.0  # inf for a long one, never an error
@@ -291,18 +296,20 @@ class Tally:
             self._note(tag, entry, "could not obtain (NOWAIT)", None, holders)
             return
         if wait is None:
-            # timedelta's arguments by position (days, seconds, microseconds, milliseconds):
-            # cheaper than by keyword, once per wait
-            start = time - timedelta(0, 0, 0, waited) if time else None
+            ago = self._durations.get(waited)
+            if ago is None:
+                ago = self._duration(waited)
+            start = time - ago if time else None
             wait = Wait(pid, tag, mode, start, time, waited, entry.identity)
             self.open[pid] = wait
             if len(self.open) > OPEN_WAITS:
                 self._close_oldest()
         else:
             wait.seen = time
-            wait.waited_ms = max(wait.waited_ms, waited)
+            if waited > wait.waited_ms:  # noqa: PLR1730 - not max(), a call: twice a wait
+                wait.waited_ms = waited
         if holders and holders != wait.holders:
-            wait.holders = tuple(dict.fromkeys((*wait.holders, *holders)))
+            wait.holders = _merged(wait.holders, holders)
             self.holders_added += len(holders)  # as many as it adds, or more
             if self.holders_added > OPEN_HOLDERS:
                 self._close_oldest()
@@ -314,6 +321,16 @@ class Tally:
         if verb == "acquired":
             self._close(wait, "acquired", waited)
         # "detected deadlock while waiting": the ERROR that follows closes the wait
+
+    def _duration(self, waited: float) -> timedelta:
+        """A wait's first figure as a timedelta, kept: the first figure of most waits is
+        deadlock_timeout and a little, a few thousand values (the figures are finite:
+        _wait_message refuses others)."""
+        if len(self._durations) >= DURATIONS_KEPT:
+            self._durations.clear()
+        # by position (days, seconds, microseconds, milliseconds): cheaper than by keyword
+        ago = self._durations[waited] = timedelta(0, 0, 0, waited)
+        return ago
 
     def _close_oldest(self) -> None:
         """Past OPEN_WAITS or OPEN_HOLDERS: the oldest open waits closed, as ends not logged,
@@ -343,17 +360,27 @@ class Tally:
         )
 
     def _tally(self, tag: LockTag) -> KeyTally:
+        """The tally of the tag's key. A tag's text always gives the same key (parse_tag), so
+        the tally is found by the text, whose hash a string keeps, before the key is made;
+        folding keys forgets the texts (their tallies may be gone)."""
+        tally = self._by_text.get(tag.text)
+        if tally is not None:
+            return tally
         key = key_of(tag)
         tally = self.keys.get(key)
         if tally is None:
             if len(self.keys) >= 2 * self.kept_keys:
                 self._fold_keys()
             tally = self.keys[key] = KeyTally(tag)
+        if len(self._by_text) >= 4 * self.kept_keys:
+            self._by_text.clear()  # bounded: texts of keys folded, or written another way
+        self._by_text[tag.text] = tally
         return tally
 
     def _fold_keys(self) -> None:
         """The least waited half of the keys counted together, one total per lock type (a key
         met again later starts a tally of its own; the totals stay exact)."""
+        self._by_text.clear()
         ranked = sorted(self.keys.items(), key=lambda item: (item[1].total_ms, item[1].waits))
         for key, one in ranked[: len(ranked) - self.kept_keys]:
             del self.keys[key]
@@ -393,7 +420,8 @@ class Tally:
         waited_ms = wait.waited_ms
         tally = self._tally(wait.tag)
         tally.waits += 1
-        tally.longest_ms = max(tally.longest_ms, waited_ms)
+        if waited_ms > tally.longest_ms:  # noqa: PLR1730 - not max(), a call: once a wait
+            tally.longest_ms = waited_ms
         tally.total_ms += waited_ms
         outcomes = tally.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -420,7 +448,8 @@ class Tally:
         if end is not None and (episode.last is None or end > episode.last):
             episode.last = end
         episode.waits += 1
-        episode.longest_ms = max(episode.longest_ms, waited_ms)
+        if waited_ms > episode.longest_ms:  # noqa: PLR1730 - as above
+            episode.longest_ms = waited_ms
         episode.total_ms += waited_ms
         outcomes = episode.outcomes
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -475,6 +504,14 @@ class Tally:
                     entry.statement,
                 )
             )
+
+
+def _merged(listed: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
+    """The holders a wait listed, then those of a DETAIL not among them, each once; the
+    first DETAIL of a wait naming one holder (most of them) as it is."""
+    if not listed and len(more) == 1:
+        return more
+    return tuple(dict.fromkeys((*listed, *more)))
 
 
 def _elapsed(wait: Wait, now: datetime | None) -> float:
