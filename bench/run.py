@@ -435,6 +435,11 @@ def measure_startup(repeats: int) -> dict[str, Any]:
 
 PSQL_AT = ["-X", "-Atq", "-c", PSQL_JOIN]  # the floor a user reaches for: unaligned, no headers
 DUMP_FORMATS = ("plain", "json")
+# each dump: the list's formats, and the snapshot file written to standard output
+DUMPS = {
+    **{fmt: ["list", "--format", fmt] for fmt in DUMP_FORMATS},
+    "snapshot": ["snapshot", "-o", "-"],
+}
 DUMP_PEAK_MB, DUMP_RATIO = 150.0, 2.0  # issue 36: at most 150 MB at 100k, 2.0x psql -At
 
 
@@ -452,14 +457,14 @@ def measure_dumps(
             runs: dict[str, Callable[[], float]] = {
                 "psql_at_s": lambda: wall([psql, *PSQL_AT], env)
             }
-            for fmt in DUMP_FORMATS:
-                runs[f"list_{fmt}_s"] = partial(wall, [*LOCKDIAG, "list", "--format", fmt], env)
+            for name, args in DUMPS.items():
+                runs[_dump(name, "s")] = partial(wall, [*LOCKDIAG, *args], env)
             times = medians(repeats, runs)
             peaks = {
-                f"list_{fmt}_peak_mb": statistics.median(
-                    peak_rss_mb([*with_dsn, "list", "--format", fmt]) for _ in range(repeats)
+                _dump(name, "peak_mb"): statistics.median(
+                    peak_rss_mb([*with_dsn, *args]) for _ in range(repeats)
                 )
-                for fmt in DUMP_FORMATS
+                for name, args in DUMPS.items()
             }
             psql_env = ["/usr/bin/env", *(f"{k}={env[k]}" for k in ("PGHOST", "PGPORT", "PGUSER",
                                                                      "PGDATABASE"))]  # fmt: skip
@@ -470,16 +475,21 @@ def measure_dumps(
     return found
 
 
+def _dump(name: str, measure: str) -> str:
+    """A dump's figure's name: list_plain_s, list_json_peak_mb, snapshot_s..."""
+    return f"{name}_{measure}" if name == "snapshot" else f"list_{name}_{measure}"
+
+
 def dumps_report(dumps: list[dict[str, Any]]) -> list[str]:
     lines = ["full dumps (medians; ratio to psql -X -Atq of the join; peak RSS of the child)",
              f"{'locks':>7} {'psql -At s':>10} " + " ".join(
-                 f"{fmt + ' s':>8} {'ratio':>6} {fmt + ' MB':>9}" for fmt in DUMP_FORMATS)
+                 f"{name[:4] + ' s':>8} {'ratio':>6} {name[:4] + ' MB':>9}" for name in DUMPS)
              + f" {'psql MB':>8}"]  # fmt: skip
     for d in dumps:
         cells = " ".join(
-            f"{d[f'list_{fmt}_s']:>8.3f} {d[f'list_{fmt}_s'] / d['psql_at_s']:>6.2f} "
-            f"{d[f'list_{fmt}_peak_mb']:>9.1f}"
-            for fmt in DUMP_FORMATS
+            f"{d[_dump(name, 's')]:>8.3f} {d[_dump(name, 's')] / d['psql_at_s']:>6.2f} "
+            f"{d[_dump(name, 'peak_mb')]:>9.1f}"
+            for name in DUMPS
         )
         lines.append(
             f"{d['locks']:>7} {d['psql_at_s']:>10.3f} {cells} {d['psql_at_peak_mb']:>8.1f}"

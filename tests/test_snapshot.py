@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from lockdiag.cli import cli
 from lockdiag.core import model, snapshot_file
 from lockdiag.core.analysis import Flag, Policy, analyse
 from lockdiag.core.diagnosis import Diagnosis, WhoHolds, narrow
@@ -261,3 +266,74 @@ def test_a_screenful_keeps_waiters_and_their_holders(
 
 def who_holds_of(snapshot: model.Snapshot, registry: Registry, key: LockTriple) -> WhoHolds:
     return Diagnosis(snapshot, registry).who_holds(key)
+
+
+# -- the snapshot file written in pieces -------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+HOSTILE = ["},\n   {", '"},\n  {"', "\\", "é日本", "\u2028", "\x7f", "\x1b[2J", ""]
+
+
+def as_written_whole(text: str) -> str:
+    """The text json.dumps(indent=1) gives for the document ``text`` holds: what the file's
+    text was when it was made whole, before it was written in pieces."""
+    return json.dumps(json.loads(text), indent=1, ensure_ascii=False) + "\n"
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 4096])
+def test_the_file_in_pieces_is_the_whole_text(monkeypatch: pytest.MonkeyPatch, piece: int) -> None:
+    """Hostile strings (a lock separator's text, quotes, line separators), waiters (whose
+    lists of blockers have lines of their own) and a span, in pieces that split them
+    anywhere: the text is the one json.dumps(indent=1) makes, and it loads the same locks."""
+    monkeypatch.setattr(snapshot_file, "PIECE", piece)
+    shot, saved = snapshot_file.load_with_registry(EXAMPLES / "incident.json")
+    names = saved[0] if saved else None
+    locks = list(shot.locks)
+    for index, text in enumerate(HOSTILE):
+        locks.insert(2 * index, locks[index]._replace(virtualtransaction=text, mode=text))
+    first = locks[0]
+    locks.append(first._replace(keys=5, objid_last=(first.objid or 0) + 4, blocked_by=()))
+    assert any(lock.blocked_by for lock in locks) and not locks[-1].blocked_by
+    for variant in (dataclasses.replace(shot, locks=locks), dataclasses.replace(shot, locks=[])):
+        text = "".join(snapshot_file.pieces(variant, names))
+        assert text == as_written_whole(text) == snapshot_file.dumps(variant, names)
+        assert ("registry" in json.loads(text)) == (names is not None)
+        assert snapshot_file.loads(text).locks == variant.locks
+
+
+def test_a_snapshot_streamed_is_the_whole_text(
+    cluster: Cluster, sessions: Sessions, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`snapshot -o -` and `-o FILE` of a real incident (a holder of many keys, a waiter),
+    written 7 locks at a time."""
+    monkeypatch.setattr(snapshot_file, "PIECE", 7)
+    holder = sessions.open("many")
+    holder.run("SELECT count(pg_advisory_lock(g)) FROM generate_series(1, 50) AS g")
+    waiter = sessions.open("queued")
+    waiter.start("SELECT pg_advisory_lock(25)")
+    sessions.waiting(waiter)
+    saved = tmp_path / "incident.json"
+    streamed = CliRunner().invoke(cli, ["snapshot", "-o", "-", "--dsn", cluster.dsn()])
+    written = CliRunner().invoke(cli, ["snapshot", "-o", str(saved), "--dsn", cluster.dsn()])
+    assert streamed.exit_code == written.exit_code == 0, streamed.stderr + written.stderr
+    for text in (streamed.stdout, saved.read_text(encoding="utf-8")):
+        assert text == as_written_whole(text)
+        locks = snapshot_file.loads(text).locks
+        assert sum(lock.pid == holder.pid for lock in locks) == 50
+        (queued,) = [lock for lock in locks if lock.pid == waiter.pid and not lock.granted]
+        assert queued.blocked_by == (holder.pid,)
+    assert [p.name for p in tmp_path.iterdir()] == ["incident.json"]
+
+
+def test_a_piece_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "kept.json"
+    path.write_text("old\n")
+
+    def pieces() -> Iterator[str]:
+        yield "new, "
+        raise RuntimeError("a piece could not be made")
+
+    with pytest.raises(RuntimeError, match="could not be made"):
+        snapshot_file.write_whole(path, pieces(), "snapshot file")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.json"]

@@ -230,7 +230,8 @@ def snapshot_command(output: str, advisory_only: bool, registry: str | None) -> 
     names = get_registry(registry)
     taken = get_snapshot("advisory" if advisory_only else "all", names)
     if output == "-":
-        click.echo(snapshot_file.dumps(taken, names), nl=False)
+        for piece in snapshot_file.pieces(taken, names):  # written as they are encoded
+            click.echo(piece, nl=False)
         return
     snapshot_file.save(taken, Path(output), names)
     click.echo(

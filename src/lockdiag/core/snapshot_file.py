@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -54,16 +55,38 @@ MAX_DEPTH = 64
 # memory), so this bounds any file's cost near the largest real one's: about 1 GB and 20 s
 # at most (an object of 8 million members); 16 MB of empty arrays had taken 470 MB
 MAX_ELEMENTS = 8_000_000
+PIECE = 4096  # locks of the file's text encoded and written at a time (see pieces)
 
 
 def dumps(snapshot: Snapshot, names: Registry | None = None) -> str:
     """The snapshot file's text, with the registry it was read with (:func:`registry_text`)."""
-    document = _document(snapshot)
+    return "".join(pieces(snapshot, names))
+
+
+def pieces(snapshot: Snapshot, names: Registry | None = None) -> Iterator[str]:
+    """:func:`dumps`'s text in pieces of up to :data:`PIECE` locks, to be written as they
+    come: ``json.dumps(document, indent=1, ensure_ascii=False)`` byte for byte (a test
+    compares them), but never the whole text, nor its millions of small strings, nor every
+    lock's dictionary at once (some 300 MB at 100k locks). A lock is encoded by the C
+    encoder, its members one to a line by the item separator (:func:`_locks_text`)."""
+    document = _document(snapshot, with_locks=False)
     text = registry_text(names) if names is not None else None
     if names is not None and text is not None:
         read_with = str(names.path) if names.path else None
         document["registry"] = {"read_with": read_with, "text": text}
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    keys = list(document)
+    at = keys.index("derived")  # the locks go between the sessions and the derived keys
+    head = json.dumps({k: document[k] for k in keys[:at]}, indent=1, ensure_ascii=False)
+    tail = json.dumps({k: document[k] for k in keys[at:]}, indent=1, ensure_ascii=False)
+    if not snapshot.locks:
+        yield f'{head[:-2]},\n "locks": [],\n{tail[2:]}\n'
+        return
+    yield f'{head[:-2]},\n "locks": [\n'
+    locks = snapshot.locks
+    for start in range(0, len(locks), PIECE):
+        text = _locks_text(locks[start : start + PIECE])
+        yield text if not start else ",\n" + text
+    yield f"\n ],\n{tail[2:]}\n"
 
 
 def record_line(snapshot: Snapshot) -> str:
@@ -72,7 +95,8 @@ def record_line(snapshot: Snapshot) -> str:
     return json.dumps(_document(snapshot), separators=(",", ":"))
 
 
-def _document(snapshot: Snapshot) -> dict[str, object]:
+def _document(snapshot: Snapshot, with_locks: bool = True) -> dict[str, object]:
+    """The file's document; without its locks (:func:`pieces` encodes them one by one)."""
     return {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
@@ -80,7 +104,7 @@ def _document(snapshot: Snapshot) -> dict[str, object]:
         "scope": snapshot.scope,
         "server": _plain(asdict(snapshot.server)),
         "sessions": [_plain(asdict(s)) for s in snapshot.sessions.values()],
-        "locks": [_lock(lock) for lock in snapshot.locks],
+        **({"locks": [_lock(lock) for lock in snapshot.locks]} if with_locks else {}),
         "derived": [asdict(key) for key in snapshot.derived],
         "notes": snapshot.notes,
         "pool": [{"pid": pid, **asdict(link)} for pid, link in snapshot.pool.items()],
@@ -90,7 +114,7 @@ def _document(snapshot: Snapshot) -> dict[str, object]:
 def save(snapshot: Snapshot, path: Path, names: Registry | None = None) -> None:
     """Write the snapshot file so that the evidence of an incident is never lost: see
     :func:`write_whole`."""
-    write_whole(path, dumps(snapshot, names), "snapshot file")
+    write_whole(path, pieces(snapshot, names), "snapshot file")
 
 
 # -- the registry a snapshot was read with -----------------------------------------------------
@@ -158,12 +182,13 @@ def saved_registry(document: dict[str, Any], name: str) -> tuple[Registry, str |
     return names, read_with
 
 
-def write_whole(path: Path, text: str, what: str) -> None:
-    """``text`` to a temporary file beside ``path``, flushed and fsynced, then renamed over it:
-    ``path`` is the old file or the new one, never a part of either, even on a full disk or
-    when the process is killed. On an error the temporary file is removed and the message says
-    that ``path`` is unchanged. A new file is readable by its owner only (it holds query texts
-    and client addresses); a replaced one keeps its mode."""
+def write_whole(path: Path, text: str | Iterable[str], what: str) -> None:
+    """``text`` (or its pieces, written as they come) to a temporary file beside ``path``,
+    flushed and fsynced, then renamed over it: ``path`` is the old file or the new one, never
+    a part of either, even on a full disk or when the process is killed. On an error (or when
+    making a piece fails) the temporary file is removed and the message says that ``path`` is
+    unchanged. A new file is readable by its owner only (it holds query texts and client
+    addresses); a replaced one keeps its mode."""
     import tempfile  # only a write needs it (a file read's startup: issue 36)
 
     existed = path.exists()
@@ -174,7 +199,8 @@ def write_whole(path: Path, text: str, what: str) -> None:
         )
         temporary = Path(name)
         with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(text)
+            for piece in (text,) if isinstance(text, str) else text:
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         if existed:
@@ -182,9 +208,11 @@ def write_whole(path: Path, text: str, what: str) -> None:
         temporary.replace(path)
         temporary = None
         _sync_directory(path.parent)
-    except OSError as error:
+    except BaseException as error:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+        if not isinstance(error, OSError):
+            raise
         left = f"{path} is unchanged" if existed else f"{path} was not created"
         raise InputError(f"cannot write {what} {path}: {error.strerror or error}; {left}") from None
 
@@ -447,10 +475,40 @@ def _lock(lock: LockRow) -> dict[str, Any]:
     """A lock of the file: a span's (of an aggregated read) with its
     ``keys`` and ``objid_last``; a single lock's without them, as files were before spans
     (and read as one lock: the fields' defaults)."""
-    values = _plain(lock._asdict())
+    values = lock._asdict()  # _plain()'s values: a time and a tuple are LockRow's only
+    if lock.waitstart is not None:
+        values["waitstart"] = lock.waitstart.isoformat()
+    if lock.blocked_by is not None:
+        values["blocked_by"] = list(lock.blocked_by)
     if lock.keys == 1:
         del values["keys"], values["objid_last"]
     return values
+
+
+# the file's locks as json.dumps(indent=1) nests them (two levels deep: their braces two spaces
+# in, their members three), but by the C encoder, a member a line by its item separator. A
+# JSON string holds no line break (json escapes it): every one in the text is the layout's,
+# so the separator between two locks of a list, "},\n   {", is found in no string.
+_MEMBERS = json.JSONEncoder(ensure_ascii=False, separators=(",\n   ", ": ")).encode
+_INDENTED = json.JSONEncoder(ensure_ascii=False, indent=1).encode
+
+
+def _locks_text(locks: list[LockRow]) -> str:
+    """Locks of the file's list of locks, as :func:`json.dumps` with ``indent=1`` writes
+    them there, a comma and a line break between two. Without a waiter, all of them in one
+    call of the C encoder; a waiter's list of blockers (a list that is not empty) has lines of
+    its own, so a piece with a waiter (one of few) is encoded a lock at a time, each waiter
+    by the indented encoder, its lines moved two levels in."""
+    values = list(map(_lock, locks))
+    if not any(v["blocked_by"] for v in values):
+        inner = _MEMBERS(values)[2:-2].replace("},\n   {", "\n  },\n  {\n   ")
+        return f"  {{\n   {inner}\n  }}"
+    return ",\n".join(
+        "  " + _INDENTED(v).replace("\n", "\n  ")
+        if v["blocked_by"]
+        else f"  {{\n   {_MEMBERS(v)[1:-1]}\n  }}"
+        for v in values
+    )
 
 
 def _plain(values: dict[str, Any]) -> dict[str, Any]:
