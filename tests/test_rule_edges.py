@@ -327,6 +327,20 @@ def test_a_waiter_with_no_wait_start_has_no_wait_and_the_root_keeps_the_known_on
     assert oldest_wait(alone.graph, alone.advisory[:1]) is None
 
 
+def test_a_wait_that_began_after_the_snapshot_s_now_has_waited_no_time() -> None:
+    """now() is when the snapshot's statement began and pg_locks is copied after it: a wait that
+    began in between has its waitstart after now. It has waited 0 s, never less (the exporter
+    once served a negative lockdiag_wait_seconds_sum)."""
+    late = diagnose(
+        [active(10), active(11)],
+        [advisory(10, 1, namespace=PLAIN), waiter(11, 1, 10, -0.002)],
+    )
+    [wait] = [e for e in late.advisory if not e.lock.granted]
+    assert wait.waited == 0.0
+    [root] = late.graph.roots
+    assert root.longest_wait == 0.0
+
+
 def test_a_cycle_below_a_root_ends_its_tree() -> None:
     """10 and 12 share key 1 that 11 waits for; 12 waits for 11's key 2: 11 and 12 wait for
     each other, below 10."""

@@ -347,7 +347,9 @@ def _contested(
             lifetime = "session"
     else:
         lifetime, held, seen = None, None, None
-        waited = (now - row.waitstart).total_seconds() if row.waitstart else None
+        # now() is the snapshot statement's start, pg_locks copied after it: a wait that began
+        # in between has waited no time, not less
+        waited = max(0.0, (now - row.waitstart).total_seconds()) if row.waitstart else None
         holding = holders.get(row.lock_object, set())
         queued = {w.pid for w in waiters.get(row.lock_object, ()) if w.pid != row.pid}
         blocked_by = row.blocked_by or ()
