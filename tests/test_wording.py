@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from lockdiag.cli import cli
 from lockdiag.core.catalogue import SOFTWARE, Known
-from lockdiag.core.catalogue.index import PROGRAMS
+from lockdiag.core.catalogue.entry import PROGRAMS
 from lockdiag.core.findings import software_step
 from lockdiag.core.holding import holding
 from lockdiag.render import plain

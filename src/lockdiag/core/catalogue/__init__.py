@@ -23,11 +23,12 @@ Where things are:
   lock, fixed keys, signs, session names, the keys of a database's name or of the names a
   team lists under ``[known]``, the names the server hashes, the tables whose rows name its
   keys with the SQL that reads them, the key spaces it uses whole, its extension and tags);
-  ``formulas`` holds the hashes several families share, ``entry`` what an entry is written in;
-- ``index``: the programs declared (a Program adds itself when it is made, a test's too) and
-  every table derived from them: the fixed keys, signs and sessions the decoder reads, the
-  registry's ``[known]`` lists, and what the server layer assembles (the tables the snapshot
-  probes, the columns ``pg.trust`` vets, the enrichment query's parts, the extensions);
+  ``formulas`` holds the hashes several families share, ``entry`` what an entry is written in
+  and the programs declared (a Program adds itself when it is made, a test's too);
+- ``index``: every table derived from the programs declared, rebuilt when one is: the fixed
+  keys, signs and sessions the decoder reads, and what the server layer assembles (the tables
+  the snapshot probes, the columns ``pg.trust`` vets, the enrichment query's parts, the
+  extensions);
   ``families`` imports the family modules in their order, and computes the keys per database
   and from the team's listed names; adding a program touches its family's module (and its
   test) alone, adding a family touches ``families`` too;

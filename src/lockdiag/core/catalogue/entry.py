@@ -18,7 +18,7 @@ from typing import Literal
 
 from lockdiag import plugins
 from lockdiag.keys import Form, LockTriple
-from lockdiag.registry import Candidates, KnownList
+from lockdiag.registry import KNOWN_LISTS, Candidates, KnownList, declare_list, withdraw_list
 
 Confidence = Literal["exact", "derived", "corroborated", "guess", "plugin"]
 
@@ -258,19 +258,90 @@ class Program:
     def __post_init__(self) -> None:
         if self.name in SOFTWARE:
             raise ValueError(f"two programs of the catalogue are named {self.name!r}")
-        # here, not at the top: the index reads what this module defines
-        from lockdiag.core.catalogue.index import declare
-
-        declare(self)
+        _declare(self)
         SOFTWARE[self.name] = self.software
+
+
+# the programs declared, in the catalogue's order; :mod:`.index` derives its tables from them
+# and rebuilds them at every change it is told of (it imports this module, not the reverse)
+PROGRAMS: list[Program] = []
+_CHANGED: list[Callable[[], None]] = []
+
+
+def on_change(rebuild: Callable[[], None]) -> None:
+    """Call ``rebuild`` whenever a program is declared, withdrawn or the order changes."""
+    _CHANGED.append(rebuild)
+
+
+def _declare(program: Program) -> None:
+    """Add a program; refused (nothing changed) when a key, a ``[known]`` list, a hashed name
+    or a table's columns contradict a program already declared."""
+    fixed_keys([*PROGRAMS, program])  # raises on a key claimed twice
+    for known in program.lists:
+        if KNOWN_LISTS.get(known.name) is not None:
+            raise ValueError(f"[known] {known.name} is declared twice")
+    table_columns([*PROGRAMS, program])  # raises on a column typed two ways
+    hashed = {h.text: p.name for p in PROGRAMS for h in p.hashed}
+    for name in (h.text for h in program.hashed):
+        if name in hashed:
+            raise ValueError(f"hashtext({name!r}) is both {hashed[name]}'s and {program.name}'s")
+    PROGRAMS.append(program)
+    for known in program.lists:
+        declare_list(known)
+    _changed()
 
 
 def withdraw(program: Program) -> None:
     """Take a declared program back out of the catalogue (a test's)."""
-    from lockdiag.core.catalogue.index import withdraw as taken_back
-
-    taken_back(program)
+    if any(p is program for p in PROGRAMS):
+        PROGRAMS[:] = [p for p in PROGRAMS if p is not program]
+        for known in program.lists:
+            withdraw_list(known.name)
+        _changed()
     SOFTWARE.pop(program.name, None)
+
+
+def order(names: list[str]) -> None:
+    """Put the programs named in that order first (the families', as their modules list
+    them), the others after them as declared."""
+    rank = {name: place for place, name in enumerate(names)}
+    PROGRAMS.sort(key=lambda p: rank.get(p.name, len(rank)))
+    _changed()
+
+
+def _changed() -> None:
+    for rebuild in _CHANGED:
+        rebuild()
+
+
+def fixed_keys(programs: list[Program]) -> dict[LockTriple, Known]:
+    """The exact and guessed keys of ``programs``; a key claimed twice is refused."""
+    found: dict[LockTriple, Known] = {}
+    for program in programs:
+        keys = [(k, Known(program.name, m, "exact")) for k, m in program.exact.items()]
+        keys += [(k, Known(program.name, m, "guess")) for k, m in program.guesses.items()]
+        for key, known in keys:
+            if key in found:
+                other = found[key].software
+                raise ValueError(f"{key.describe()} is both {other}'s and {program.name}'s")
+            found[key] = known
+    return found
+
+
+def table_columns(programs: list[Program]) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The tables whose rows ``programs`` read, with each column's built-in types; a table not
+    named schema.name, or a column typed two ways, is refused."""
+    found: dict[str, dict[str, tuple[str, ...]]] = {}
+    for program in programs:
+        for rows in program.rows:
+            schema, dot, name = rows.table.partition(".")
+            if not (schema and dot and name) or "." in name:
+                raise ValueError(f"{program.name}: table {rows.table!r} is not schema.name")
+            columns = found.setdefault(rows.table, {})
+            for column, types in rows.columns.items():
+                if columns.setdefault(column, types) != types:
+                    raise ValueError(f"{rows.table}.{column} is declared with two sets of types")
+    return found
 
 
 @dataclass(frozen=True)

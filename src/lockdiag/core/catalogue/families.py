@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from lockdiag.core.catalogue.entry import Known
+from lockdiag.core.catalogue.entry import PROGRAMS, Known
+from lockdiag.core.catalogue.entry import order as _order
 from lockdiag.core.catalogue.extensions import EXTENSIONS
-from lockdiag.core.catalogue.index import BY_APPLICATION, FIXED, PROGRAMS, SIGN_TABLES, SIGNS
-from lockdiag.core.catalogue.index import order as _order
+from lockdiag.core.catalogue.index import BY_APPLICATION, FIXED, SIGN_TABLES, SIGNS
 from lockdiag.core.catalogue.libraries import LIBRARIES, library_keys
 from lockdiag.core.catalogue.migrations import MIGRATIONS, slonik_keys
 from lockdiag.core.catalogue.queues import QUEUES

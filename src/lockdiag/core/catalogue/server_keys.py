@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from lockdiag.core.catalogue.entry import Hashed, Program, Rows
-from lockdiag.core.catalogue.index import PROGRAMS, row_sources
+from lockdiag.core.catalogue.entry import PROGRAMS, Hashed, Program, Rows
+from lockdiag.core.catalogue.index import row_sources
 from lockdiag.core.model import DerivedKey
 from lockdiag.keys import to_uint4
 from lockdiag.registry import Candidates, KnownList, declare_list
