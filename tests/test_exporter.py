@@ -218,7 +218,9 @@ def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
     assert answered > 20, answered  # a real burst
     if interval:
         assert len(taken) <= 3, (len(taken), answered)  # 2s at most one read a second
-        assert all(b - a >= interval for a, b in itertools.pairwise(taken)), taken
+        # the interval runs from each scrape's start; the read itself begins a little later in
+        # the scrape's thread (seen 1.5 µs short of 1 s between two reads' stamps here)
+        assert all(b - a >= interval - 0.05 for a, b in itertools.pairwise(taken)), taken
     else:
         assert len(taken) == answered
 
