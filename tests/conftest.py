@@ -7,6 +7,7 @@ there, never from this file or from another test module).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,20 @@ from helpers.servers import OBSERVER, OTHER_DB, PASSWORD, Sessions
 # takes seconds where a quiet one takes milliseconds, and the properties are about results.
 settings.register_profile("lockdiag", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("lockdiag")
+
+
+@pytest.fixture(autouse=True)
+def without_the_cycle_collector() -> Iterator[None]:
+    """Each test runs as the commands do (``cli.main`` turns the cycle collector off): the
+    analysis of 100k locks in a test's own process otherwise spends half its time rescanning
+    objects that hold no cycle. On again after each test."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @pytest.fixture(scope="session")

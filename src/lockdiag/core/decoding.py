@@ -45,11 +45,19 @@ class Decoded(NamedTuple):
         first = ordinal(objsubid, objid)
         if ordinal(objsubid, last.objid) - first + 1 != self.keys:
             return [single]
-        resource = self.resource
+        # built as tuples (a dense span of 100k keys is expanded at every read of sample and
+        # the exporter's sampler): fields in order, triple, namespace, resource, then the rest
+        resource, namespace, rest = self.resource, single.namespace, single[3:]
+        new, triple = tuple.__new__, LockTriple.of_row
         return [
-            single._replace(
-                triple=LockTriple.of_row(classid, (first + n) & 0xFFFFFFFF, objsubid),
-                resource=None if resource is None else resource + n,
+            new(
+                Decoded,
+                (
+                    triple(classid, (first + n) & 0xFFFFFFFF, objsubid),
+                    namespace,
+                    None if resource is None else resource + n,
+                    *rest,
+                ),
             )
             for n in range(min(most, self.keys))
         ]

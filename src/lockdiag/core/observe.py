@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 from lockdiag.core.analysis import BackendId, LockEntry, Seen, namespace_of
 from lockdiag.core.decoding import ordinal
 from lockdiag.core.leaders import Standing
-from lockdiag.core.model import Snapshot, tag_label
+from lockdiag.core.model import LockRow, Snapshot, tag_label
 from lockdiag.keys import AdvisoryTag, LockTriple
 
 # waits, and idle holds with waiters, shorter than this are ordinary contention: the broad-key
@@ -219,6 +219,9 @@ def followed(entry: LockEntry, other: Spans) -> bool:
     return not any(low <= place <= high for low, high in ranges)
 
 
+_OBJID, _DECODED = LockRow._fields.index("objid"), LockEntry._fields.index("decoded")
+
+
 def keys_of(entries: Iterable[LockEntry]) -> Iterator[LockEntry]:
     """Each lock as the full read gives it: a dense span (every key between its ends, so
     each one known) as one entry per key; a sparse span as itself (:func:`followed`)."""
@@ -227,9 +230,14 @@ def keys_of(entries: Iterable[LockEntry]) -> Iterator[LockEntry]:
         if lock.keys == 1 or decoded is None or lock.sparse:
             yield entry
             continue
+        # built as tuples, fields in order (a dense span of 100k keys at every read)
         one = lock._replace(keys=1, objid_last=None)
+        before, after = one[:_OBJID], one[_OBJID + 1 :]
+        middle, rest = entry[1:_DECODED], entry[_DECODED + 1 :]
+        new = tuple.__new__
         for key in decoded.first_keys(lock.keys):
-            yield entry._replace(lock=one._replace(objid=key.triple.objid), decoded=key)
+            lock_of_key = new(LockRow, (*before, key.triple.objid, *after))
+            yield new(LockEntry, (lock_of_key, *middle, key, *rest))
 
 
 @dataclass
