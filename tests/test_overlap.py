@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,24 @@ def test_the_reads_error_goes_through_and_the_thread_is_joined() -> None:
         raise RuntimeError("the server went away")
     assert not [t for t in threading.enumerate() if t.name == "lockdiag-imports"]
     assert sys.getswitchinterval() == interval
+
+
+def test_a_read_on_a_thread_of_its_own_imports_before_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's readers and the exporter's scrapes read on threads: no second importing thread
+    beside them, the modules imported before the read."""
+    (tmp_path / "overlap_probe_module.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[object] = []
+
+    def read() -> None:
+        with overlap.importing(("overlap_probe_module",)):
+            seen.append("overlap_probe_module" in sys.modules)
+            seen.extend(t.name for t in threading.enumerate() if t.name == "lockdiag-imports")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join()
+    assert seen == [True]
+    monkeypatch.delitem(sys.modules, "overlap_probe_module")

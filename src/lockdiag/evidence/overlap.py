@@ -6,7 +6,8 @@ works some 200 ms, the imports take some 30.
 No two threads import at once: the main thread's read needs no module it has not loaded
 before (a test says so), and it waits for the thread before it analyses. A module that fails to
 import here is left to the main thread, whose own import of it raises the error where it
-always did: nothing is lost, nothing waits for it.
+always did: nothing is lost, nothing waits for it. A read made on a thread of its own (a
+fleet's, the exporter's) imports them itself before it reads, one such thread at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 # importing thread to let go of the interpreter (Python's default, 5 ms, at each of the
 # connection's round trips, would cost more than the imports save)
 SWITCH_INTERVAL = 0.0005
+_ONE_AT_A_TIME = threading.Lock()  # the import thread, or a reader's thread
 
 
 @contextmanager
@@ -29,6 +31,10 @@ def importing(names: tuple[str, ...]) -> Iterator[None]:
     its end, whatever happened."""
     names = tuple(name for name in names if name not in sys.modules)
     if not names:  # imported already (a read over time, after its first)
+        yield
+        return
+    if threading.current_thread() is not threading.main_thread():
+        import_now(names)  # a reader's thread (a fleet's, the exporter's): now, before it reads
         yield
         return
     thread = threading.Thread(target=_import, args=(names,), name="lockdiag-imports", daemon=True)
@@ -43,14 +49,16 @@ def importing(names: tuple[str, ...]) -> Iterator[None]:
 
 
 def _import(names: tuple[str, ...]) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except BaseException:  # the main thread's own import says what went wrong
-            return
+    with _ONE_AT_A_TIME:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # the main thread's own import says what went wrong
+                return
 
 
 def import_now(names: tuple[str, ...]) -> None:
-    """``names`` imported here, before threads that read (a fleet's) need them."""
-    for name in names:
-        importlib.import_module(name)
+    """``names`` imported here and now, by one thread at a time."""
+    with _ONE_AT_A_TIME:
+        for name in names:
+            importlib.import_module(name)
