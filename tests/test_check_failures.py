@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from prometheus_client.parser import text_string_to_metric_families
 
-from lockdiag.cli import alerts, cli
+from lockdiag.cli import cli
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.errors import EXIT_UNKNOWN
 
@@ -103,7 +103,8 @@ def a_bug(request: pytest.FixtureRequest, tmp: Path, env: pytest.MonkeyPatch) ->
     def broken(*args: object) -> None:
         raise RuntimeError("boom")
 
-    env.setattr(alerts, "fleet_check_output", broken)
+    # the view is imported when the answer is made (lockdiag.evidence.overlap), not by alerts
+    env.setattr("lockdiag.views.check.fleet_check_output", broken)
     return ["--from", INCIDENT, "--registry", REGISTRY]
 
 

@@ -20,17 +20,15 @@ from lockdiag.cli.common import (
     source_options,
 )
 from lockdiag.cli.settings import SETTINGS_ERROR
-from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.core.model import Aggregated
+from lockdiag.core.policy import CheckPolicy, Threshold
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_UNKNOWN, LockdiagError
 from lockdiag.evidence import Analysis
 from lockdiag.registry import UNREGISTERED_LEVELS, Unregistered
-from lockdiag.views.check import (
-    STATUS_EXIT,
-    fleet_check_output,
-    unknown_output,
-)
+
+# the answer's view: imported while the server works (lockdiag.evidence.overlap), not at load
+VIEWS = ("lockdiag.views.check",)
 
 
 def _threshold(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -71,6 +69,8 @@ class CheckCommand(click.Command):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
+            from lockdiag.views.check import unknown_output
+
             show(unknown_output(error.format_message()), asked)
             raise _UnknownUsage(error.format_message(), error.ctx) from None
 
@@ -149,19 +149,25 @@ def check_command(
         level = unregistered or ("ignore" if no_unregistered else names.unregistered)
         policy = CheckPolicy(session_age, wait_age, idle_age, max_blocked, level or "report")
         # what the findings need: every lock in a wait, spans of the rest (counted whole)
-        analysis = Analysis(policy.analysis_policy())
+        analysis = Analysis(policy.analysis_policy(), imports=VIEWS)
         # a single server's error: UNKNOWN below
         readings = get_readings(Aggregated(), names, analysis)
         results = [
             (r.label, r.diagnosis.incident(policy) if r.diagnosis else None, r.reason)
             for r in readings
         ]
+        from lockdiag.views.check import STATUS_EXIT, fleet_check_output  # see VIEWS
+
         output, status = fleet_check_output(results, policy)
         show(output, fmt)
     except LockdiagError as error:
+        from lockdiag.views.check import unknown_output
+
         show(unknown_output(str(error), error.hint), fmt)
         raise UnknownStatus(str(error), error.hint) from None
     except Exception as error:  # a bug: UNKNOWN all the same, the traceback on stderr
+        from lockdiag.views.check import unknown_output
+
         traceback.print_exc()
         message = f"internal error: {type(error).__name__}: {error} (a bug in lockdiag)"
         show(unknown_output(message), fmt)

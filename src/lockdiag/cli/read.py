@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,16 +27,19 @@ from lockdiag.cli.common import (
     source_options,
 )
 from lockdiag.core import snapshot_file
-from lockdiag.core.analysis import Filters, Policy
-from lockdiag.core.diagnosis import Diagnosis
-from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Aggregated, Scope
+from lockdiag.core.policy import CheckPolicy
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.evidence import Analysis
 from lockdiag.keys import parse_lock
 from lockdiag.render import Output, resolve
-from lockdiag.views.common import fleet_sections
-from lockdiag.views.listing import fleet_list_output
+
+if TYPE_CHECKING:
+    from lockdiag.core.diagnosis import Diagnosis
+
+# each answer's views: imported while the server works (lockdiag.evidence.overlap), not at load
+WHO_HOLDS_VIEWS = ("lockdiag.views.common", "lockdiag.views.who_holds")
+BLOCKERS_VIEWS = ("lockdiag.views.common", "lockdiag.views.blockers")
 
 
 @click.command("list")
@@ -84,6 +88,9 @@ def list_command(
       lockdiag list --waiting --format json
       lockdiag list --namespace tenant_summary --min-age 5m
     """
+    from lockdiag.core.analysis import Filters, Policy
+    from lockdiag.views.listing import fleet_list_output
+
     names = get_registry(registry)
     filters = Filters(
         namespace=names.namespace(namespace) if namespace else None,
@@ -145,8 +152,6 @@ def who_holds_command(
       lockdiag who-holds --key 4102,73
       lockdiag who-holds tenant_summary 73 --from incident.json --format json
     """
-    from lockdiag.views.who_holds import who_holds_output  # not imported by list
-
     names = get_registry(registry)
     if raw_key is not None:
         if namespace is not None:
@@ -159,7 +164,10 @@ def who_holds_command(
     # every lock type: the verdict places the holder in the incident, and a holder that waits
     # for a table lock is no root blocker; the key itself as a row, the rest as the findings
     # need it (spans of locks nobody waits for)
-    readings = get_readings(Aggregated(key=key), names)
+    readings = get_readings(Aggregated(key=key), names, Analysis(imports=WHO_HOLDS_VIEWS))
+    from lockdiag.views.common import fleet_sections  # imported meanwhile: see WHO_HOLDS_VIEWS
+    from lockdiag.views.who_holds import who_holds_output
+
     reports = [(r, r.diagnosis.who_holds(key) if r.diagnosis else None) for r in readings]
     parts = [
         (r.label, who_holds_output(held, r.snapshot) if held and r.snapshot else None, r.reason)
@@ -189,7 +197,9 @@ def blockers_command(registry: str | None, fmt: str) -> None:
     """
     names = get_registry(registry)
     # the backends in a wait, their other locks as spans (the bulk a blocker holds)
-    readings = get_readings(Aggregated(), names)
+    readings = get_readings(Aggregated(), names, Analysis(imports=BLOCKERS_VIEWS))
+    from lockdiag.views.common import fleet_sections  # imported meanwhile: see BLOCKERS_VIEWS
+
     parts = [(r.label, _blockers(r.diagnosis) if r.diagnosis else None, r.reason) for r in readings]
     show(fleet_sections(parts), fmt)
     fleet_exit(failures(readings))
@@ -197,7 +207,7 @@ def blockers_command(registry: str | None, fmt: str) -> None:
 
 def _blockers(diagnosis: Diagnosis) -> Output:
     """The chains in the incident's order, the one `check` gives (its default thresholds)."""
-    from lockdiag.views.blockers import blockers_output  # not imported by list
+    from lockdiag.views.blockers import blockers_output  # imported meanwhile: BLOCKERS_VIEWS
 
     return blockers_output(diagnosis.incident(CheckPolicy()))
 

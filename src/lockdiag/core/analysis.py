@@ -18,6 +18,7 @@ from typing import Literal, NamedTuple
 
 from lockdiag.core.decoding import Decoded, Decoder, decode
 from lockdiag.core.model import IN_TRANSACTION_IDLE, LockRow, PoolLink, Session, Snapshot
+from lockdiag.core.policy import DEFAULT_POLICY, Policy
 from lockdiag.core.sort_key import (
     CLASSID_BIT,
     DATABASE_BIT,
@@ -85,14 +86,6 @@ FLAG_MEANINGS = {
     Flag.POOLED_SESSION_LOCK: "a session lock on a connection from a pooler address (no console "
     "access: whether a client is attached is unknown)",
 }
-
-
-@dataclass(frozen=True)
-class Policy:
-    session_age: float = 300.0  # seconds; flag certain session locks held at least this long
-
-
-DEFAULT_POLICY = Policy()
 
 
 def namespace_of(entry: LockEntry) -> str:
@@ -188,7 +181,7 @@ class Filters:
 def analyse(
     snapshot: Snapshot,
     registry: Registry,
-    policy: Policy = Policy(),
+    policy: Policy = DEFAULT_POLICY,
     advisory_only: bool = True,
     seen: Seen | None = None,
 ) -> list[LockEntry]:

@@ -8,6 +8,8 @@ data moves:
 - :mod:`.reading`: a :class:`Reading` (a snapshot and its one diagnosis, or the error that kept
   it, whole) and :func:`diagnose`, as an :class:`Analysis` asks: the only place a Diagnosis is
   built.
+- :mod:`.overlap`: the modules an answer needs once its snapshot is read (the analysis, the
+  views its command names in the :class:`Analysis`), imported on a thread while the server works.
 - :mod:`.reader`: a :class:`Reader`, probe -> snapshot -> diagnosis -> Reading, on the target's
   diagnostic session (:func:`~.reader.open_session`: the only place one is opened);
   :func:`read_all` for one-off reads, a fleet concurrently.

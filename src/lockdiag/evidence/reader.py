@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from lockdiag.core.model import Scope, Snapshot
 from lockdiag.core.pacing import Activity
 from lockdiag.errors import LockdiagError
-from lockdiag.evidence.reading import WHOLE, Analysis, Reading, diagnose
+from lockdiag.evidence.overlap import import_now, importing
+from lockdiag.evidence.reading import ANALYSIS_MODULES, WHOLE, Analysis, Reading, diagnose
 from lockdiag.evidence.target import Target, label
 from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Poolers, Registry
@@ -76,10 +77,12 @@ class Reader:
         self, scope: Scope, analysis: Analysis = WHOLE, within: float | None = None
     ) -> Reading:
         """One snapshot of ``scope`` and its diagnosis, as ``analysis`` asks; the error that
-        kept them is in the reading, whole."""
+        kept them is in the reading, whole. The analysis's modules and those ``analysis``
+        names are imported while the server works (:mod:`.overlap`)."""
         started = time.monotonic()
         try:
-            taken = self.session.snapshot(scope, within)
+            with importing((*ANALYSIS_MODULES, *analysis.imports)):
+                taken = self.session.snapshot(scope, within)
         except LockdiagError as error:
             return Reading.failed(self.target.label, error, time.monotonic() - started)
         diagnosis = diagnose(taken, self.target.registry, analysis)
@@ -112,6 +115,7 @@ def read_all(targets: list[Target], scope: Scope, analysis: Analysis = WHOLE) ->
         return [read_once(targets[0], scope, analysis)]
     from concurrent.futures import ThreadPoolExecutor  # with logging: only a fleet needs them
 
+    import_now((*ANALYSIS_MODULES, *analysis.imports))  # the readers' threads import nothing
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(targets))) as pool:
         return list(pool.map(lambda target: read_once(target, scope, analysis), targets))
 

@@ -8,13 +8,19 @@ it, as an :class:`Analysis` asks. No server is read here, and no driver imported
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from lockdiag.core.analysis import DEFAULT_POLICY, Policy, Seen
-from lockdiag.core.diagnosis import Diagnosis, narrow
 from lockdiag.core.model import Snapshot
+from lockdiag.core.policy import DEFAULT_POLICY, Policy
 from lockdiag.errors import LockdiagError
 from lockdiag.registry import Registry
+
+if TYPE_CHECKING:  # the analysis is imported when a snapshot is analysed (see .overlap)
+    from lockdiag.core.analysis import Seen
+    from lockdiag.core.diagnosis import Diagnosis
+
+# what diagnose imports: a one-off read has them imported while the server works
+ANALYSIS_MODULES = ("lockdiag.core.diagnosis",)
 
 
 class Looking(Protocol):
@@ -30,12 +36,14 @@ class Analysis:
     """How a reading's snapshot is analysed: under ``policy``'s thresholds; dated by ``looks``
     (what earlier reads of the same target saw held: the commands that read over time, each
     read a look); for a screenful, the ``rows`` locks most worth showing only (0: every lock),
-    of every lock type or advisory ones (``all_types``)."""
+    of every lock type or advisory ones (``all_types``); ``imports``: the modules the answer
+    needs besides (its views), imported while the server works."""
 
     policy: Policy = DEFAULT_POLICY
     looks: Looking | None = None
     rows: int = 0
     all_types: bool = False
+    imports: tuple[str, ...] = ()
 
 
 WHOLE = Analysis()  # every lock, default thresholds, no earlier looks
@@ -43,6 +51,8 @@ WHOLE = Analysis()  # every lock, default thresholds, no earlier looks
 
 def diagnose(snapshot: Snapshot, registry: Registry, analysis: Analysis = WHOLE) -> Diagnosis:
     """The one Diagnosis of ``snapshot``, as ``analysis`` asks."""
+    from lockdiag.core.diagnosis import Diagnosis, narrow
+
     policy = analysis.policy
     seen = analysis.looks.look(snapshot) if analysis.looks is not None else None
     rows, all_types = analysis.rows, analysis.all_types

@@ -15,12 +15,9 @@ from lockdiag.core.findings.model import (
     LOWER_BOUND_KINDS,
     SEVERITIES,
     Census,
-    CheckPolicy,
     CheckReport,
     Finding,
     Kind,
-    Severity,
-    Threshold,
     census,
 )
 from lockdiag.core.findings.names import exact_entry, key_shape, unregistered_step
@@ -28,6 +25,7 @@ from lockdiag.core.findings.programs import program_owner, software_step
 from lockdiag.core.findings.report import CAUSES, WAITS, by_cause, check
 from lockdiag.core.findings.waits import queue_evidence, queue_step
 from lockdiag.core.findings.words import figures, held_words, locks_in
+from lockdiag.core.policy import CheckPolicy, Severity, Threshold
 
 __all__ = [
     "CAUSES",

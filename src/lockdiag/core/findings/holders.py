@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.findings.model import CheckPolicy, Finding, Kind
+from lockdiag.core.findings.model import Finding, Kind
 from lockdiag.core.findings.programs import program_owner, software_step
 from lockdiag.core.findings.words import (
     by_backend,
@@ -29,6 +29,7 @@ from lockdiag.core.ownership import (
     what_ending_breaks,
     written,
 )
+from lockdiag.core.policy import CheckPolicy
 from lockdiag.durations import format_duration
 from lockdiag.registry import Namespace
 

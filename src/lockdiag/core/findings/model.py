@@ -1,5 +1,6 @@
-"""What check finds and reports: a finding's kind and severity, the thresholds of the policy,
-the finding, the census of one pass over every lock, and the report with its status."""
+"""What check finds and reports: a finding's kind and severity (the policy's thresholds are
+core.policy's), the finding, the census of one pass over every lock, and the report with its
+status."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
-from lockdiag.core.analysis import Flag, LockEntry, Policy, namespace_of
+from lockdiag.core.analysis import Flag, LockEntry, namespace_of
 from lockdiag.core.catalogue import Known
 from lockdiag.core.graph import Blockers
 from lockdiag.core.leaders import NO_CONTENTION, Contention
@@ -15,10 +16,8 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.ownership import (
     Ownership,
 )
-from lockdiag.registry import Unregistered
+from lockdiag.core.policy import Severity
 
-# "info": reported in every format, never changes the exit code (hygiene, not an incident)
-Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
 
 
@@ -45,35 +44,6 @@ class Kind(str, Enum):
 LOWER_BOUND_KINDS = frozenset(
     {Kind.OUTLIVED_CLIENT, Kind.SESSION_LOCK, Kind.STUCK_OWNER, Kind.EXPECT_VIOLATED, Kind.MAX_HOLD}
 )
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """A warning level and an optional critical level (seconds, or a count)."""
-
-    warning: float
-    critical: float | None = None
-
-    def severity(self, value: float | None) -> Severity | None:
-        if value is None:
-            return None
-        if self.critical is not None and value >= self.critical:
-            return "critical"
-        return "warning" if value >= self.warning else None
-
-
-@dataclass(frozen=True)
-class CheckPolicy:
-    session_age: Threshold = Threshold(300, 3600)  # certain session lock held this long
-    wait_age: Threshold = Threshold(30, 300)  # a session waiting for a lock
-    idle_age: Threshold = Threshold(60, 600)  # holder idle in transaction while others wait
-    max_blocked: Threshold = Threshold(5, 20)  # sessions behind one root blocker (more than N)
-    unregistered: Unregistered = "report"  # keys no registry names: hygiene, not paging
-
-    def analysis_policy(self) -> Policy:
-        """The analysis flags certain session locks from the warning level on, so the
-        session-lock detector can read the flag."""
-        return Policy(session_age=self.session_age.warning)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ from dataclasses import replace
 
 from lockdiag.core.analysis import Flag, LockEntry
 from lockdiag.core.findings.holders import outlived_clients, session_locks, stuck_owners
-from lockdiag.core.findings.model import CheckPolicy, CheckReport, Finding, Kind, census
+from lockdiag.core.findings.model import CheckReport, Finding, Kind, census
 from lockdiag.core.findings.names import namespace_rules, unregistered_keys
 from lockdiag.core.findings.stalled import stalled_repacks
 from lockdiag.core.findings.waits import crowded_roots, lock_queues, long_waits
 from lockdiag.core.graph import Blockers
 from lockdiag.core.leaders import contention
 from lockdiag.core.model import Snapshot
+from lockdiag.core.policy import CheckPolicy
 
 DEFAULTS = CheckPolicy()  # check's thresholds, where none are given
 

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from lockdiag.core.catalogue import Known
-from lockdiag.core.findings.model import CheckPolicy, Finding, Kind
+from lockdiag.core.findings.model import Finding, Kind
 from lockdiag.core.model import Session, Snapshot
+from lockdiag.core.policy import CheckPolicy
 from lockdiag.durations import format_duration
 
 # pg_repack's main connection, step 4 (bin/pg_repack.c, repack_one_table): it applies its log

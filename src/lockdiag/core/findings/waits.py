@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.findings.model import CheckPolicy, Finding, Kind, Severity
+from lockdiag.core.findings.model import Finding, Kind
 from lockdiag.core.findings.words import (
     label,
     who,
 )
 from lockdiag.core.graph import Blockers, Queue
 from lockdiag.core.model import ServerInfo, Snapshot
+from lockdiag.core.policy import CheckPolicy, Severity
 from lockdiag.durations import format_duration
 
 

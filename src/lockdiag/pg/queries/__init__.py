@@ -45,9 +45,14 @@ def query_file(name: str, server_version_num: int) -> str:
     return candidates[-1]
 
 
+# where the files are, found at load: the first files() imports importlib's readers, which a
+# read would otherwise import while another thread imports (lockdiag.evidence.overlap)
+HERE = files(__package__)
+
+
 @cache
 def load(file_name: str) -> str:
-    return (files(__package__) / file_name).read_text(encoding="utf-8")
+    return (HERE / file_name).read_text(encoding="utf-8")
 
 
 def query(name: str, server_version_num: int = OLDEST_SUPPORTED) -> str:

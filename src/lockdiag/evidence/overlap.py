@@ -1,0 +1,64 @@
+"""Imports made while the server works: the modules an answer needs only once its snapshot is
+read (the analysis, the findings, the views), imported on a thread of their own while the main
+thread waits for the server (libpq waits with the GIL released): at 100k locks the server
+works some 200 ms, the imports take some 30.
+
+No two threads import at once: the main thread's read needs no module it has not loaded
+before (a test says so), and it waits for the thread before it analyses. A module that fails to
+import here is left to the main thread, whose own import of it raises the error where it
+always did: nothing is lost, nothing waits for it. A read made on a thread of its own (a
+fleet's, the exporter's) imports them itself before it reads, one such thread at a time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# while both threads run: the main thread, its answer come, waits this long at most for the
+# importing thread to let go of the interpreter (Python's default, 5 ms, at each of the
+# connection's round trips, would cost more than the imports save)
+SWITCH_INTERVAL = 0.0005
+_ONE_AT_A_TIME = threading.Lock()  # the import thread, or a reader's thread
+
+
+@contextmanager
+def importing(names: tuple[str, ...]) -> Iterator[None]:
+    """``names`` imported on a thread of their own while the body runs; the thread joined at
+    its end, whatever happened."""
+    names = tuple(name for name in names if name not in sys.modules)
+    if not names:  # imported already (a read over time, after its first)
+        yield
+        return
+    if threading.current_thread() is not threading.main_thread():
+        import_now(names)  # a reader's thread (a fleet's, the exporter's): now, before it reads
+        yield
+        return
+    thread = threading.Thread(target=_import, args=(names,), name="lockdiag-imports", daemon=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        sys.setswitchinterval(interval)
+
+
+def _import(names: tuple[str, ...]) -> None:
+    with _ONE_AT_A_TIME:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except BaseException:  # the main thread's own import says what went wrong
+                return
+
+
+def import_now(names: tuple[str, ...]) -> None:
+    """``names`` imported here and now, by one thread at a time."""
+    with _ONE_AT_A_TIME:
+        for name in names:
+            importlib.import_module(name)
