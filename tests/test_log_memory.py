@@ -67,28 +67,34 @@ def _dense_log(path: Path, megabytes: int) -> int:
     return waits
 
 
-def _peak_rss(path: Path) -> tuple[int, str]:
-    """Peak RSS in KiB of ``lockdiag log FILE --format json`` in a child process, and its
-    output."""
-    out = path.with_suffix(".json")
-    with out.open("wb") as sink:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"],
-            stdout=sink,
-            stderr=subprocess.PIPE,
-        )
-        _, status, usage = os.wait4(child.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return usage.ru_maxrss, out.read_text()
+class _Run:
+    """``lockdiag log FILE --format json`` in a child process, started at once: two of them,
+    or one and the writing of the next log, run side by side (peak RSS is each child's own)."""
+
+    def __init__(self, path: Path) -> None:
+        self.out = path.with_suffix(".json")
+        with self.out.open("wb") as sink:
+            self.child = subprocess.Popen(
+                [sys.executable, "-m", "lockdiag", "log", str(path), "--format", "json"],
+                stdout=sink,
+                stderr=subprocess.PIPE,
+            )
+
+    def peak_rss(self) -> tuple[int, str]:
+        """Its peak RSS in KiB, and its output."""
+        _, status, usage = os.wait4(self.child.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_maxrss, self.out.read_text()
 
 
 def test_peak_memory_is_flat_in_the_size_of_the_log(tmp_path: Path) -> None:
     """16 MB and 64 MB of waits, each on its own lock: the same peak within a few MB (every
     wait kept, as before, took 1.3 MB per MB of log); every wait counted."""
     small, large = tmp_path / "small.log", tmp_path / "large.log"
-    waits_small, waits_large = _dense_log(small, 16), _dense_log(large, 64)
-    rss_small, out_small = _peak_rss(small)
-    rss_large, out_large = _peak_rss(large)
+    waits_small = _dense_log(small, 16)
+    first = _Run(small)
+    waits_large = _dense_log(large, 64)
+    (rss_small, out_small), (rss_large, out_large) = first.peak_rss(), _Run(large).peak_rss()
     for waits, out in ((waits_small, out_small), (waits_large, out_large)):
         assert sum(key["waits"] for key in json.loads(out)["keys"]) == waits
     grown = (rss_large - rss_small) / 1024
@@ -118,9 +124,9 @@ def test_peak_memory_is_flat_with_waits_that_never_end(tmp_path: Path) -> None:
     waits closed early (past OPEN_WAITS) said."""
     small, large = tmp_path / "small.log", tmp_path / "large.log"
     _never_ending(small, 120_000)
+    first = _Run(small)
     _never_ending(large, 480_000)
-    rss_small, out_small = _peak_rss(small)
-    rss_large, out_large = _peak_rss(large)
+    (rss_small, out_small), (rss_large, out_large) = first.peak_rss(), _Run(large).peak_rss()
     for waits, out in ((120_000, out_small), (480_000, out_large)):
         data = json.loads(out)
         assert sum(key["waits"] for key in data["keys"]) == waits
