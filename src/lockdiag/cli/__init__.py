@@ -20,6 +20,7 @@ from typing import IO, Any
 import click
 
 from lockdiag import __version__
+from lockdiag.cli.ending import end
 from lockdiag.cli.group import LockdiagGroup
 
 # name: (module:attribute, the command's one-line help as `lockdiag --help` shows it)
@@ -247,7 +248,11 @@ def main() -> None:
     # run it themselves now and then (pacing.collect_now_and_then).
     gc.disable()
     _buffered_stdout()
-    cli(prog_name="lockdiag")
+    try:
+        cli(prog_name="lockdiag")
+    except SystemExit as done:
+        end(done)  # a dump's objects are not freed one by one (see lockdiag.cli.ending)
+        raise
 
 
 def _buffered_stdout() -> None:
