@@ -2,14 +2,15 @@
 by object.
 
 A dump of a hundred thousand locks is some million small objects (the snapshot's rows, the
-analysis's entries and keys). Freed at the end, when the command returns
-and then when the interpreter clears its modules, they took 0.1 s at 100k locks (0.3 s at
-300k) after the last byte was written: a third of what `psql -At` takes to print the same
-locks. A command that reads keeps its readings here (:func:`keep`, by
-``cli.common.get_readings``: list, who-holds, blockers, check, snapshot), so that nothing is
-freed when it returns, and :func:`end` leaves the process at once, its standard
-streams flushed, when nothing else can want the usual exit (a thread that is no daemon, an
-exit that is not a number). Light on purpose: ``main`` loads it for every command.
+analysis's entries and keys). Freed at the end, when the command returns and then when the
+interpreter clears its modules, they took 0.1 s at 100k locks (0.2 to 0.4 s at 300k) after
+the last byte was written: a fourth of what `psql -At` takes to print the same locks. A
+command that reads keeps its readings here (:func:`keep`, by ``cli.common.get_readings``:
+list, who-holds, blockers, check, snapshot), so that nothing is freed when it returns, and
+:func:`end` leaves the process at once, its standard streams flushed, when nothing else can
+want the usual exit (a thread that is no daemon, an exit that is not a number). A read has
+closed its connection by then (``evidence.read_once``). Light on purpose: ``main`` loads it
+for every command.
 """
 
 from __future__ import annotations
