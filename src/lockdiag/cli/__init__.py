@@ -21,6 +21,7 @@ from typing import IO, Any
 import click
 
 from lockdiag import __version__
+from lockdiag.cli.ending import end
 from lockdiag.cli.group import LockdiagGroup
 
 # name: (module:attribute, the command's one-line help as `lockdiag --help` shows it)
@@ -252,7 +253,11 @@ def main() -> None:
     # are skipped; the standard streams are flushed all the same, the modules torn down.
     atexit.register(gc.freeze)  # the first registered, the last run
     _buffered_stdout()
-    cli(prog_name="lockdiag")
+    try:
+        cli(prog_name="lockdiag")
+    except SystemExit as done:
+        end(done)  # a dump's objects are not freed one by one (see lockdiag.cli.ending)
+        raise
 
 
 def _buffered_stdout() -> None:

@@ -19,6 +19,7 @@ from click.shell_completion import CompletionItem
 
 from lockdiag import plugins
 from lockdiag.cli import COMMANDS
+from lockdiag.cli.ending import keep
 from lockdiag.core.model import Aggregated, Scope, Snapshot
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, LockdiagError
@@ -310,6 +311,7 @@ def get_readings(
     readings = where.read(scope, registry, analysis or WHOLE)
     if len(readings) == 1 and readings[0].error is not None:
         raise readings[0].error
+    keep("readings", readings)  # not freed lock by lock at the end (see cli.ending)
     return readings
 
 

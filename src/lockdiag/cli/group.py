@@ -13,6 +13,7 @@ from typing import Any
 import click
 from click.exceptions import NoSuchCommand
 
+from lockdiag.cli.ending import forget
 from lockdiag.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, LockdiagError
 
 
@@ -31,6 +32,10 @@ class LockdiagGroup(click.Group):
             return super().resolve_command(ctx, args)
         except NoSuchCommand as error:  # click's suggestions look in self.commands: empty when lazy
             raise NoSuchCommand(typed, possibilities=names, ctx=ctx) from error
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        forget()  # the answer a run before this one kept (the tests run many in a process)
+        return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
