@@ -102,10 +102,10 @@ def test_the_console_script_as_before(saved: Path) -> None:
 
 
 def test_end_leaves_with_the_exit_code(exits: list[int]) -> None:
-    ending.keep("readings", [object()])
+    ending.keep([object()])
     with pytest.raises(Left):
         ending.end(SystemExit(None))
-    ending.keep("readings", [object()])
+    ending.keep([object()])
     with pytest.raises(Left):
         ending.end(SystemExit(3))
     assert exits == [0, 3]
@@ -113,9 +113,9 @@ def test_end_leaves_with_the_exit_code(exits: list[int]) -> None:
 
 def test_end_as_usual_with_nothing_kept_or_a_message(exits: list[int]) -> None:
     ending.end(SystemExit(0))  # nothing kept: --help, --version, a refusal
-    ending.keep("readings", [object()])
+    ending.keep([object()])
     ending.end(SystemExit("a message the usual exit prints"))
-    assert exits == [] and ending.KEPT == {}  # freed now, not at the last collection
+    assert exits == [] and ending.KEPT == []  # freed now, not at the last collection
 
 
 def test_end_as_usual_while_a_thread_runs(exits: list[int]) -> None:
@@ -123,9 +123,9 @@ def test_end_as_usual_while_a_thread_runs(exits: list[int]) -> None:
     worker = threading.Thread(target=release.wait, daemon=False)
     worker.start()
     try:
-        ending.keep("readings", [object()])
+        ending.keep([object()])
         ending.end(SystemExit(0))
-        assert exits == [] and ending.KEPT == {}
+        assert exits == [] and ending.KEPT == []
     finally:
         release.set()
         worker.join()
@@ -133,7 +133,7 @@ def test_end_as_usual_while_a_thread_runs(exits: list[int]) -> None:
     release.clear()
     daemon.start()
     try:
-        ending.keep("readings", [object()])
+        ending.keep([object()])
         with pytest.raises(Left):
             ending.end(SystemExit(0))
     finally:
@@ -149,16 +149,16 @@ def test_end_as_usual_when_output_cannot_be_flushed(
             raise BrokenPipeError(32, "the reader went away")
 
     monkeypatch.setattr(sys, "stdout", Gone())
-    ending.keep("readings", [object()])
+    ending.keep([object()])
     ending.end(SystemExit(0))
-    assert exits == [] and ending.KEPT == {}
+    assert exits == [] and ending.KEPT == []
 
 
 def test_one_command_kept_at_a_time(saved: Path) -> None:
     """In one process, each command frees the readings the one before it kept."""
     run("list", "--from", str(saved), "--format", "json")
-    first = ending.KEPT["readings"]
+    (first,) = ending.KEPT
     run("list", "--from", str(saved), "--format", "plain")
-    assert list(ending.KEPT) == ["readings"] and ending.KEPT["readings"] is not first
+    assert len(ending.KEPT) == 1 and ending.KEPT[0] is not first
     run("--version")  # a command that reads nothing keeps nothing
-    assert ending.KEPT == {}
+    assert ending.KEPT == []

@@ -311,7 +311,7 @@ def get_readings(
     readings = where.read(scope, registry, analysis or WHOLE)
     if len(readings) == 1 and readings[0].error is not None:
         raise readings[0].error
-    keep("readings", readings)  # not freed lock by lock at the end (see cli.ending)
+    keep(readings)  # not freed lock by lock at the end (see cli.ending)
     return readings
 
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 import os
 import sys
 
-# the answer of the command under way, by kind: one of each, never a growing list (the tests
-# run hundreds of commands in one process, and a command may read more than once)
-KEPT: dict[str, object] = {}
+# the answer of the command under way, the last one kept: never a growing list (the tests run
+# hundreds of commands in one process, and a command may read more than once)
+KEPT: list[object] = []
 
 
-def keep(kind: str, answer: object) -> None:
-    """Keep ``answer`` (a command's readings) until the process ends."""
-    KEPT[kind] = answer
+def keep(answer: object) -> None:
+    """Keep ``answer`` (a command's readings) until the process ends, in place of any kept
+    before."""
+    KEPT[:] = [answer]
 
 
 def forget() -> None:
