@@ -150,6 +150,7 @@ def _row(
     waiter: bool,
     start: datetime | None,
     pid: int | None,
+    mode: str = "ExclusiveLock",
 ) -> LockRow:
     classid, objid, objsubid, relation = numbers
     return LockRow(
@@ -165,7 +166,7 @@ def _row(
         objsubid if locktype == "advisory" else None,
         None,
         pid,
-        "ExclusiveLock",
+        mode,
         not waiter,
         start if waiter else None,
     )
@@ -184,12 +185,17 @@ def _tuple_order(row: LockRow, rank: dict[str, int]) -> tuple[object, ...]:
         waiter,
         start if waiter else 0,
         row.pid or 0,
+        0 if waiter else MODES.index(row.mode),
     )
+
+
+MODES = ("AccessShareLock", "ShareLock", "ExclusiveLock", "AccessExclusiveLock", "SIReadLock", "?")
 
 
 def test_the_packed_sort_key_orders_as_the_tuple_at_every_edge() -> None:
     """Fields at their largest (oids and objids of 2**32 - 1, pids of 2**31 - 1, a wait start
-    far ahead) never spill into the field above: the packed order is the tuple's."""
+    far ahead) never spill into the field above: the packed order is the tuple's, a holder's
+    modes (an unknown one last) included."""
     top, pid_top = 2**32 - 1, 2**31 - 1
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     starts = [None, start, start + timedelta(microseconds=1), start + timedelta(days=36500)]
@@ -204,6 +210,8 @@ def test_the_packed_sort_key_orders_as_the_tuple_at_every_edge() -> None:
         for when in (starts if waiter else [None])
         for pid in (None, 1, pid_top)
     ]
+    # one backend holding one lock in several modes: by mode, weakest first
+    rows += [row._replace(mode=mode) for row in rows[::5] if row.granted for mode in MODES]
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
     packed = sorted(rows, key=lambda row: sort_key(row, rank))
     assert packed == sorted(rows, key=lambda row: _tuple_order(row, rank))

@@ -28,7 +28,7 @@ from lockdiag.cli.common import (
 )
 from lockdiag.core import snapshot_file
 from lockdiag.core.model import Aggregated, Scope
-from lockdiag.core.policy import CheckPolicy
+from lockdiag.core.policy import CheckPolicy, Policy
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.evidence import Analysis
 from lockdiag.keys import parse_lock
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from lockdiag.core.diagnosis import Diagnosis
 
 # each answer's views: imported while the server works (lockdiag.evidence.overlap), not at load
+LIST_VIEWS = ("lockdiag.core.expansion", "lockdiag.views.common", "lockdiag.views.listing")
 WHO_HOLDS_VIEWS = ("lockdiag.views.common", "lockdiag.views.who_holds")
 BLOCKERS_VIEWS = ("lockdiag.views.common", "lockdiag.views.blockers")
 
@@ -88,28 +89,28 @@ def list_command(
       lockdiag list --waiting --format json
       lockdiag list --namespace tenant_summary --min-age 5m
     """
-    from lockdiag.core.analysis import Filters, Policy
-    from lockdiag.views.listing import fleet_list_output
-
     names = get_registry(registry)
-    filters = Filters(
-        namespace=names.namespace(namespace) if namespace else None,
-        pids=frozenset(pids),
-        app=app,
-        waiting=waiting,
-        min_age=min_age,
-    )
+    chosen = names.namespace(namespace) if namespace else None  # checked before any read
     policy = Policy(session_age=session_age)
+    unfiltered = not (namespace or pids or waiting) and app is None and min_age is None
     # a terminal shows a screenful: read what it needs (uncontested locks as spans, shown as
     # one row each), analyse only the locks worth it (and count the rest, so that folded rows
-    # say how many locks they stand for); a dump reads every lock
-    screenful = filters == Filters() and resolve(fmt, sys.stdout) == "table" and sys.stdout.isatty()
+    # say how many locks they stand for); a dump reads every lock, a backend's uncontested
+    # ones as spans with their keys, written as their locks (core.expansion)
+    form = resolve(fmt, sys.stdout)
+    screenful = unfiltered and form == "table" and sys.stdout.isatty()
     rows = max(10, shutil.get_terminal_size().lines - 8) if screenful else 0
     scope: Scope = "all" if all_types else "advisory"
-    analysis = Analysis(policy, rows=rows, all_types=all_types)
+    analysis = Analysis(policy, rows=rows, all_types=all_types, imports=LIST_VIEWS)
     if screenful:
         scope = Aggregated(all_types=all_types)
+    elif form != "table":
+        scope = Aggregated(all_types=all_types, members=True)
     readings = get_readings(scope, names, analysis)
+    from lockdiag.core.analysis import Filters  # imported meanwhile: see LIST_VIEWS
+    from lockdiag.views.listing import fleet_list_output
+
+    filters = Filters(chosen, frozenset(pids), app, waiting, min_age)
     fleet = fleet_of(readings)
     listings = [
         (r.label if fleet else None, r.diagnosis.listing(filters, all_types))

@@ -22,6 +22,9 @@ from lockdiag.core.policy import DEFAULT_POLICY, Policy
 from lockdiag.core.sort_key import (
     CLASSID_BIT,
     DATABASE_BIT,
+    MODE_BITS,
+    MODE_RANK,
+    OTHER_MODE,
     PLACE,
     SUBID_BIT,
     TYPE_BIT,
@@ -213,8 +216,9 @@ def analyse(
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in rows}))}
     advisory = rank.get("advisory", 0) << TYPE_BIT
     order: list[int] = []
+    mode_rank = MODE_RANK.get
     for row in rows:
-        locktype, database, classid, objid, objsubid, pid, granted, keys = _FIELDS(row)
+        locktype, database, classid, objid, objsubid, pid, granted, keys, mode = _FIELDS(row)
         uncontested = granted and id(row) not in contested
         space = (pid, database, objsubid, classid, locktype)
         shared = common.get(space) if uncontested and keys == 1 else None
@@ -230,7 +234,9 @@ def analyse(
                     resource = to_int4(objid)
                 key = objsubid << SUBID_BIT | classid << CLASSID_BIT | objid
                 order.append(
-                    ((database or 0) << DATABASE_BIT | advisory | key) << PLACE | (pid or 0)
+                    ((database or 0) << DATABASE_BIT | advisory | key) << PLACE
+                    | (pid or 0) << MODE_BITS
+                    | mode_rank(mode, OTHER_MODE)
                 )
                 one = _new_decoded((triple, namespace, resource, None, None, 1))
                 entries.append(
@@ -493,7 +499,7 @@ def _naming(decoded: Decoded | None) -> object:
 _FIELDS = itemgetter(
     *map(
         LockRow._fields.index,
-        ("locktype", "database", "classid", "objid", "objsubid", "pid", "granted", "keys"),
+        ("locktype", "database", "classid", "objid", "objsubid", "pid", "granted", "keys", "mode"),
     )
 )
 

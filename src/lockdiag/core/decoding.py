@@ -62,19 +62,27 @@ class Decoded(NamedTuple):
             for n in range(min(most, self.keys))
         ]
 
+    def member(self, objid: int) -> Decoded:
+        """One key of a span, by its objid: decoded as the span is (capture.spans_decodable),
+        its own numbers."""
+        classid, _, objsubid = self.triple
+        triple = LockTriple.of_row(classid, objid, objsubid)
+        resource = None if self.namespace is None else key_resource(triple)
+        return self._replace(triple=triple, resource=resource, last=None, keys=1)
+
     @property
     def last_resource(self) -> int | None:
         """The resource of a span's highest key; of its key, for one key."""
         if self.resource is None or self.last is None:
             return self.resource
-        return _resource(self.last)
+        return key_resource(self.last)
 
     @property
     def label(self) -> str:
         if self.last is not None:
             first, namespace = self._replace(last=None).label, self.namespace
             if namespace is not None:
-                last = namespace.resource_text(_resource(self.last))
+                last = namespace.resource_text(key_resource(self.last))
             else:
                 last = self.last.describe()
             return f"{first}..{last} ({self.keys:,} keys)"
@@ -205,7 +213,7 @@ def _unnamed(registry: Registry, objsubid: int, classid: int) -> bool:
     return registry.decode(LockTriple.of_row(classid, 0, objsubid)) is None
 
 
-def _resource(triple: LockTriple) -> int:
+def key_resource(triple: LockTriple) -> int:
     """The resource of a key in a space a namespace names (as the fast path computes it)."""
     return triple.objid if triple.objsubid == BIGINT_SUBID else to_int4(triple.objid)
 

@@ -30,7 +30,7 @@ from lockdiag.core.catalogue import snapshot_catalogue
 from lockdiag.core.findings import CheckPolicy, CheckReport, check, locks_in
 from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
-from lockdiag.core.model import LockRow, Snapshot
+from lockdiag.core.model import LockRow, Snapshot, Space
 from lockdiag.keys import BIGINT_SUBID, INT4_MAX, PAIR_SUBID, AdvisoryTag, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
 
@@ -41,9 +41,6 @@ def _no_roots() -> list[Root]:
     return []
 
 
-# a backend's granted advisory locks of one key space in one database and mode:
-# (pid, database, mode, objsubid, classid), the space being a key form and its high word
-Space = tuple[int | None, int | None, str, int | None, int | None]
 # the objids of the uncontested locks of each space, in the whole lock table (see narrow)
 Census = Mapping[Space, list[int]]
 

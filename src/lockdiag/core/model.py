@@ -23,14 +23,19 @@ class Aggregated:
     wait, every lock of the backends in one, and the keys that must be named one by one
     (``key``: who-holds' key) come as rows; the other granted advisory locks of a backend come
     as one span per key space (:attr:`LockRow.keys`). Its diagnosis is the full read's
-    (tests/test_aggregated.py)."""
+    (tests/test_aggregated.py). ``members``: each span's keys come too (their objids), for a
+    dump that writes every lock without analysing each (:attr:`Snapshot.members`)."""
 
     all_types: bool = True
     key: LockTriple | AdvisoryTag | None = None
+    members: bool = False
 
 
 # what a capture reads: advisory locks, every lock, or Aggregated (what an answer needs)
 Scope = Literal["advisory", "all"] | Aggregated
+# a backend's granted advisory locks of one key space in one database and mode, as a span of
+# an aggregated read groups them: (pid, database, mode, objsubid, classid)
+Space = tuple[int | None, int | None, str, int | None, int | None]
 HIDDEN_QUERY = "<insufficient privilege>"
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 IN_TRANSACTION_IDLE = frozenset({"idle in transaction", "idle in transaction (aborted)"})
@@ -281,6 +286,9 @@ class Snapshot:
     pool: dict[int, PoolLink] = field(default_factory=dict)  # backend pid -> pooler link
     # backend pid -> what earlier reads showed of it (pool_memory; never in a file)
     remembered: dict[int, Remembered] = field(default_factory=dict)
+    # an aggregated read's with members (Aggregated.members): each span's objids, ascending,
+    # by its Space (never in a file)
+    members: dict[Space, list[int]] = field(default_factory=dict)
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
 import psycopg
 
 from lockdiag.core import catalogue
 from lockdiag.core.decoding import singles, spans_decodable
-from lockdiag.core.model import Aggregated, Extent, LockRow, Scope, Session, Snapshot
+from lockdiag.core.model import Aggregated, Extent, LockRow, Scope, Session, Snapshot, Space
 from lockdiag.core.records import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
@@ -35,6 +36,11 @@ BATCH = 2000  # rows of the snapshot turned into records at a time
 # Python across the read and the analysis: 64 rows are under a millisecond)
 GROUP_MIN = 64
 _ONE = (1, None)  # LockRow.keys and objid_last of a row that is one lock
+# a dump's aggregated read (Aggregated.members): each group's objids gathered too
+MEMBERS = (
+    "NULL::pg_catalog.int8[] AS members",
+    "pg_catalog.array_agg(s.objid::pg_catalog.int8) AS members",
+)
 
 # The columns of the snapshot queries (snapshot_*.sql, snapshot_aggregated_*.sql), in order: a
 # row's kind ('lock', 'session', 'server'), a lock's LockRow fields up to blocked_by (a span's
@@ -49,6 +55,7 @@ LOCK = slice(SNAPSHOT_COLUMNS.index(LOCK_FIELDS[0]), SNAPSHOT_COLUMNS.index(LOCK
 RELATION = SNAPSHOT_COLUMNS.index("relation")
 RELATION_NAME = SNAPSHOT_COLUMNS.index("relation_name")
 DETAIL = SNAPSHOT_COLUMNS.index("detail")
+_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a span's Space
 
 
 def capture(
@@ -67,6 +74,7 @@ def capture(
     sql, params = _snapshot_query(connection.info.server_version, scope, registry or Registry())
     started = time.perf_counter()
     locks: list[LockRow] = []
+    members: dict[Space, list[int]] = {}
     sessions: dict[int, Session] = {}
     server: dict[str, Any] = {}
     relations: dict[int, str] = {}  # their bytes in hex, decoded once the encoding is known
@@ -86,6 +94,8 @@ def capture(
                 )
                 if lock.blocked_by is not None:  # an array arrives as a list
                     lock = lock._replace(blocked_by=tuple(lock.blocked_by))
+                elif span is not None and span["members"] is not None:
+                    members[_SPACE(lock)] = sorted(span["members"])
                 locks.append(lock)
                 if row[name_at] is not None:
                     relations[row[relation_at]] = row[name_at]
@@ -111,7 +121,7 @@ def capture(
         if scope == "advisory" or (isinstance(scope, Aggregated) and not scope.all_types)
         else "all"
     )
-    taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived)
+    taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived, members=members)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
         return capture(connection, source, extent, names, registry)
     if texts.replaced:
@@ -149,7 +159,11 @@ def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str
         "space_subids": [objsubid for objsubid, _ in spaces],
         "space_classids": [classid for _, classid in spaces],
     }
-    return f"{queries.query('snapshot_aggregated', version)}\nUNION ALL\n{rest}", params
+    aggregated = queries.query("snapshot_aggregated", version)
+    if scope.members:
+        assert aggregated.count(MEMBERS[0]) == 1
+        aggregated = aggregated.replace(*MEMBERS)
+    return f"{aggregated}\nUNION ALL\n{rest}", params
 
 
 def stream_rows(

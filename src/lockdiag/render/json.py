@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from lockdiag.render.model import Output
+from lockdiag.render.model import Items, Output
 
 
 def write_json(output: Output, stream: TextIO) -> None:
@@ -19,7 +19,7 @@ def write_json(output: Output, stream: TextIO) -> None:
     if output.items is None or stream.isatty():  # a terminal gets it whole and indented
         if output.items is not None:
             key, items = output.items
-            head = {**head, key: [_decoded(item) for item in items()]}
+            head = {**head, key: [one for item in items() for one in _decoded(item)]}
         indent = orjson.OPT_INDENT_2 if stream.isatty() else 0
         stream.write(orjson.dumps(head, option=indent).decode() + "\n")
         return
@@ -30,6 +30,9 @@ def write_json(output: Output, stream: TextIO) -> None:
     for index, item in enumerate(items()):
         if index:
             chunks.append(b",")
+        if type(item) is Items:  # a run of items, some megabyte: written as it is
+            _write(stream, raw, chunks, item)
+            continue
         chunks.append(item if isinstance(item, bytes) else orjson.dumps(item))
         if len(chunks) > 4096:
             _write(stream, raw, chunks)
@@ -37,17 +40,23 @@ def write_json(output: Output, stream: TextIO) -> None:
     _write(stream, raw, chunks)
 
 
-def _write(stream: TextIO, raw: Any, chunks: list[bytes]) -> None:
+def _write(stream: TextIO, raw: Any, chunks: list[bytes], run: bytes = b"") -> None:
+    """The chunks joined, and then ``run``, written; the chunks cleared."""
     data = b"".join(chunks)
     chunks.clear()
     if raw is not None:
         stream.flush()
         raw.write(data)
+        raw.write(run)
     else:
         stream.write(data.decode())
+        stream.write(run.decode())
 
 
-def _decoded(item: Any) -> Any:
+def _decoded(item: Any) -> list[Any]:
+    """An item as data, in a list: several for :class:`Items`."""
     import orjson
 
-    return orjson.loads(item) if isinstance(item, bytes) else item
+    if isinstance(item, Items):
+        return list(orjson.loads(b"[" + item + b"]"))
+    return [orjson.loads(item) if isinstance(item, bytes) else item]

@@ -3,9 +3,9 @@ names the forms it has, and the ranks that say what a small screen keeps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 Format = Literal["table", "plain", "json", "markdown", "csv", "nagios", "prometheus"]
 
@@ -15,34 +15,73 @@ VERDICT, STEP, ROWS, DETAIL = 0, 1, 2, 3
 MORE_ROWS = "--format plain or json gives every row"
 
 
+class Items(bytes):
+    """Several items of an Output's streamed list, each encoded, joined by commas (a dump's
+    run of one backend's locks, made in one go)."""
+
+
+class Cells(NamedTuple):
+    """The differing cells of consecutive rows of :class:`SharedRows` that share the rest (a
+    dump's run of one backend's locks), made when they are written: ``rows`` of them, none
+    wider than ``width``."""
+
+    make: Callable[[], Iterable[str]]
+    rows: int
+    width: int
+
+
 class SharedRows(Sequence[list[str]]):
     """A table's rows where most differ from a row they share in one column only (the many
     locks of one backend: every cell but the lock's name is the backend's). Each is kept as
     that cell and the shared row, made whole only when a row is asked for; plain text aligns
-    them without making any (see :mod:`lockdiag.render.text`)."""
+    them without making any (see :mod:`lockdiag.render.text`). A run of such rows may come
+    as :class:`Cells`, its cells made only as they are written."""
 
     def __init__(self, column: int) -> None:
         self.column = column  # the column that differs
-        self.items: list[tuple[str, list[str]]] = []  # (its cell, the row it goes into)
+        # (its cell, the row it goes into), or (the cells of several rows, the row they go into)
+        self.items: list[tuple[str | Cells, list[str]]] = []
+        self.more = 0  # rows beyond one per item: the Cells' others
 
     def add(self, cell: str, shared: list[str]) -> None:
         self.items.append((cell, shared))
 
+    def add_cells(self, cells: Cells, shared: list[str]) -> None:
+        self.items.append((cells, shared))
+        self.more += cells.rows - 1
+
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.items) + self.more
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for cell, shared in self.items:
+            if isinstance(cell, str):
+                yield self._whole(cell, shared)
+            else:
+                yield from (self._whole(one, shared) for one in cell.make())
 
     @overload
     def __getitem__(self, index: int) -> list[str]: ...
     @overload
     def __getitem__(self, index: slice) -> list[list[str]]: ...
     def __getitem__(self, index: int | slice) -> list[str] | list[list[str]]:
+        items = self._single() if self.more else self.items
         if isinstance(index, slice):
-            return [self._whole(item) for item in self.items[index]]
-        return self._whole(self.items[index])
+            return [self._whole(*item) for item in items[index]]
+        return self._whole(*items[index])
 
-    def _whole(self, item: tuple[str, list[str]]) -> list[str]:
-        row = list(item[1])
-        row[self.column] = item[0]
+    def _single(self) -> list[tuple[str | Cells, list[str]]]:
+        """Every row as its own item (a form that picks rows by index: Markdown, a screen)."""
+        return [
+            (one, shared)
+            for cell, shared in self.items
+            for one in ([cell] if isinstance(cell, str) else cell.make())
+        ]
+
+    def _whole(self, cell: str | Cells, shared: list[str]) -> list[str]:
+        assert isinstance(cell, str)  # _single() made every row its own
+        row = list(shared)
+        row[self.column] = cell
         return row
 
 

@@ -9,18 +9,28 @@ from itertools import chain, islice
 from typing import TextIO
 
 from lockdiag.render.inert import csv_cell, md_escape
-from lockdiag.render.model import Block, Output, SharedRows, Table, Text
+from lockdiag.render.model import Block, Cells, Output, SharedRows, Table, Text
 
 
 def write_plain(output: Output, stream: TextIO) -> None:
-    """Plain text written as it is made, CHUNK lines at a time: a table of a hundred thousand
-    locks is never one string (nor a list of its lines) in memory."""
+    """Plain text written as it is made, CHUNK lines (or some CHUNK_TEXT characters: a run of
+    lines comes as one string) at a time: a table of a hundred thousand locks is never one
+    string (nor a list of its lines) in memory."""
     lines = plain_lines(output.blocks())
-    while chunk := list(islice(lines, CHUNK)):
-        stream.write("\n".join(chunk) + "\n")
+    pending: list[str] = []
+    size = 0
+    while chunk := list(islice(lines, 8)):  # few: a run of lines is some 200 kB
+        pending += chunk
+        size += sum(map(len, chunk))
+        if len(pending) >= CHUNK or size >= CHUNK_TEXT:
+            stream.write("\n".join(pending) + "\n")
+            pending, size = [], 0
+    if pending:
+        stream.write("\n".join(pending) + "\n")
 
 
 CHUNK = 4096  # lines of plain text written at a time
+CHUNK_TEXT = 1 << 20  # characters of plain text written at a time, at most about
 
 
 def write_markdown(output: Output, stream: TextIO) -> None:
@@ -139,12 +149,16 @@ def _aligned(headers: list[str], rows: Sequence[list[str]]) -> Iterator[str]:
 def _aligned_shared(headers: list[str], rows: SharedRows) -> Iterator[str]:
     """:func:`_aligned`'s lines for shared rows: the widths from each shared row once and
     from every differing cell, and each shared row's cells before and after the differing one
-    formatted once (the same text: ``{:<w}`` is ``ljust``, the last cell is not padded)."""
+    formatted once (the same text: ``{:<w}`` is ``ljust``, the last cell is not padded). A
+    run of cells (:class:`Cells`) comes as its lines joined, made in one go."""
     column, items = rows.column, rows.items
     shared = {id(row): row for _, row in items}
     shared[id(headers)] = headers
     widths = [max(map(len, cells)) for cells in zip(*shared.values(), strict=True)]
-    widths[column] = max(len(headers[column]), max((len(cell) for cell, _ in items), default=0))
+    widths[column] = max(
+        len(headers[column]),
+        max((len(cell) if isinstance(cell, str) else cell.width for cell, _ in items), default=0),
+    )
     last = len(widths) - 1
     formats = [f"{{:<{w}}}" for w in widths[:last]] + ["{}"]
     before = "  ".join(formats[:column]).format
@@ -160,4 +174,20 @@ def _aligned_shared(headers: list[str], rows: SharedRows) -> Iterator[str]:
                 before(*row[:column]) + opening,
                 closing + after(*row[column + 1 :]),
             )
-        yield (ends[0] + cell.ljust(width) + ends[1]).rstrip()
+        if isinstance(cell, str):
+            yield (ends[0] + cell.ljust(width) + ends[1]).rstrip()
+        else:
+            yield _run(ends, cell, width)
+
+
+def _run(ends: tuple[str, str], cells: Cells, width: int) -> str:
+    """The lines of a run of cells between the same ends, joined: each line is its cell padded
+    between them, stripped on the right as :func:`_aligned_shared` strips one."""
+    start, end = ends
+    stripped = end.rstrip()
+    if not stripped:  # nothing after the cell but blanks: each line ends with its cell
+        return "\n".join((start + cell).rstrip() for cell in cells.make())
+    lines = [cell.ljust(width) for cell in cells.make()]
+    lines[0] = start + lines[0]  # the ends on the first and last lines: one copy of the run
+    lines[-1] += stripped
+    return f"{stripped}\n{start}".join(lines)

@@ -18,10 +18,12 @@ import orjson
 
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.catalogue import Known
+from lockdiag.core.decoding import Decoded
+from lockdiag.core.expansion import Run
 from lockdiag.core.model import LockRow, PoolLink, ServerInfo, Session, Snapshot, describe_lock
 from lockdiag.durations import format_duration
 from lockdiag.keys import BIGINT_SUBID, to_int4, to_int8
-from lockdiag.render import Block, Output, Text, clean
+from lockdiag.render import Block, Cells, Items, Output, Text, clean
 
 JSON_VERSION = 1
 
@@ -64,6 +66,35 @@ class Labels:
         if head is None:
             head = self.heads[(objsubid, classid)] = f"unregistered pair ({to_int4(classid)}, "
         return f"{head}{to_int4(objid)})"
+
+    def run(self, run: Run, server: ServerInfo) -> Cells:
+        """The labels of a run of a span's locks, as :meth:`of` gives each: the text around
+        the numbers made once, the numbers per lock when they are written."""
+        entry, objids = run
+        decoded = entry.decoded
+        plain = decoded is not None and decoded.known is None
+        namespace = decoded.namespace if decoded is not None else None
+        if not plain or (namespace is not None and (namespace.parts or namespace.exact)):
+            made = [self.of(one, server) for one in run.entries()]  # each made alone
+            return Cells(lambda: made, len(made), max(map(len, made)))
+        assert decoded is not None
+        classid, _, objsubid = decoded.triple
+        head, tail = "unregistered pair (" + str(to_int4(classid)) + ", ", ")"
+        if namespace is not None:
+            head, tail = clean(f"{namespace.name} "), ""
+        if objsubid == BIGINT_SUBID:
+            base = to_int8(classid, 0)
+            numbers = objids if namespace is not None else [base + o for o in objids]
+            if namespace is None:
+                head, tail = "unregistered bigint ", ""
+        else:
+            numbers = [o - (o >> 31 << 32) for o in objids]  # int4 objids
+        widest = max(len(str(min(numbers))), len(str(max(numbers))))
+        return Cells(
+            lambda: [f"{head}{n}{tail}" for n in numbers],
+            len(numbers),
+            len(head) + widest + len(tail),
+        )
 
 
 def age(entry: LockEntry) -> str:
@@ -303,20 +334,7 @@ class EntryEncoder:
         if decoded is None or lock[2:7] != _NO_OBJECT or lock.keys > 1:
             head, tail = self._parts(entry)
             return head + orjson.dumps(lock_data(entry))[1:-1] + tail
-        # the fields that shape the item: who holds it, how and since when (database,
-        # lifetime, bound, flags; pid, mode, objsubid, virtualtransaction), each group
-        # taken in C
-        shape = (
-            id(entry.session),
-            id(entry.pool),
-            id(decoded.namespace),
-            id(decoded.known),
-            _ENTRY_SHAPE(entry),
-            _LOCK_SHAPE(lock),
-        )
-        template = self.templates.get(shape)
-        if template is None:
-            template = self.templates[shape] = self._template(entry)
+        template = self._shaped(entry, decoded)
         classid, objid, objsubid = decoded.triple
         if objsubid == BIGINT_SUBID:  # LockTriple.args, without the properties' calls
             key: tuple[int, ...] = (to_int8(classid, objid),)
@@ -328,6 +346,57 @@ class EntryEncoder:
         return b"".join(
             (before, numbers % (decoded.resource, *key, lock.classid, lock.objid), after)
         )
+
+    def encode_run(self, run: Run) -> Items:
+        """A run of a span's locks (core.expansion): their items, joined by commas, each its
+        template with its numbers; the numbers a lock's key gives are worked out here, as
+        :meth:`encode` works them out for one lock, without an entry per lock."""
+        entry, objids = run
+        decoded = entry.decoded
+        if decoded is None:  # an extension's tags: never named, each its own item
+            return Items(b",".join(map(self.encode, run.entries())))
+        before, numbers, after = self._shaped(next(run.entries()), decoded)
+        classid, _, objsubid = decoded.triple
+        named = decoded.namespace is not None  # its resource is the key's objid, as an int4
+        if objsubid == BIGINT_SUBID:  # the key is classid << 32 | objid, as an int8
+            base = to_int8(classid, 0)
+            if named:
+                made = [numbers % (o, base + o, classid, o) for o in objids]
+            else:
+                made = [numbers % (base + o, classid, o) for o in objids]
+        else:  # a pair: classid and objid, each as an int4
+            high = to_int4(classid)
+            signed = [o - (o >> 31 << 32) for o in objids]
+            if named:
+                made = [
+                    numbers % (n, high, n, classid, o) for o, n in zip(objids, signed, strict=True)
+                ]
+            else:
+                made = [
+                    numbers % (high, n, classid, o) for o, n in zip(objids, signed, strict=True)
+                ]
+        # one copy of the run's megabyte: its ends go on its first and last items (joining
+        # them to the whole would copy it twice more, and cost five times the formatting)
+        made[0] = before + made[0]
+        made[-1] += after
+        return Items((after + b"," + before).join(made))
+
+    def _shaped(self, entry: LockEntry, decoded: Decoded) -> tuple[bytes, bytes, bytes]:
+        """The template of an advisory lock's item (:meth:`_template`), made once per shape:
+        who holds it, how and since when (database, lifetime, bound, flags; pid, mode,
+        objsubid, virtualtransaction), each group taken in C."""
+        shape = (
+            id(entry.session),
+            id(entry.pool),
+            id(decoded.namespace),
+            id(decoded.known),
+            _ENTRY_SHAPE(entry),
+            _LOCK_SHAPE(entry.lock),
+        )
+        template = self.templates.get(shape)
+        if template is None:
+            template = self.templates[shape] = self._template(entry)
+        return template
 
     def _session(self, entry: LockEntry) -> dict[str, Any]:
         session = self.sessions.get(id(entry.session))

@@ -9,10 +9,11 @@ from operator import attrgetter
 from typing import Any
 
 from lockdiag.core.analysis import LockEntry
-from lockdiag.core.diagnosis import ListReport, Space, Span
-from lockdiag.core.findings import figures
+from lockdiag.core.diagnosis import ListReport, Span
+from lockdiag.core.expansion import Run, has_runs, in_order
+from lockdiag.core.findings import figures, locks_in
 from lockdiag.core.graph import Root, tree_pids
-from lockdiag.core.model import ServerInfo
+from lockdiag.core.model import ServerInfo, Space
 from lockdiag.render import VERDICT, Block, Output, SharedRows, Text, clean, plan_screen
 from lockdiag.views.columns import (
     LIST_COLUMNS,
@@ -20,6 +21,7 @@ from lockdiag.views.columns import (
     LIST_LOCK,
     LIST_POOL,
     LIST_TARGET,
+    Column,
     ListRow,
     application,
     cells_of,
@@ -81,8 +83,13 @@ def fleet_list_output(
 
     def items() -> Iterable[bytes]:
         for target, report in parts:
-            encode = EntryEncoder({"target": target} if fleet else None).encode
-            yield from map(encode, report.entries)
+            encoder = EntryEncoder({"target": target} if fleet else None)
+            if not has_runs(report.entries, report.snapshot):
+                yield from map(encoder.encode, report.entries)
+                continue
+            encode, encode_run = encoder.encode, encoder.encode_run
+            for piece in in_order(report.entries, report.snapshot):
+                yield encode_run(piece) if isinstance(piece, Run) else encode(piece)
 
     return Output(
         blocks, data, ("locks", items), screen=lambda columns, lines: blocks(True, columns, lines)
@@ -102,17 +109,11 @@ def _blocks(
     # a screenful: ordered by urgency, folded; the root blockers' rows are kept first
     rows, heads = _by_urgency(parts) if terminal else ([], set())
     # every row, in a stable order, otherwise: most locks need no ListRow at all
-    triples = ((r.target, r.server, r.entry) for r in rows) if terminal else _triples(parts)
-    columns = list(LIST_COLUMNS)
+    triples: Iterable[tuple[str | None, ServerInfo, LockEntry | Run]] = (
+        ((r.target, r.server, r.entry) for r in rows) if terminal else _pieces(parts)
+    )
     entries = [e for _, report in parts for e in report.entries]
-    # columns only some tables have: POOL, DATABASE, TARGET (each found by a loop in C)
-    if any(map(_POOL, entries)):
-        columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
-    databases = {(t, d) for t, report in parts for d in set(map(_DATABASE, report.entries))}
-    if len(databases) > 1:
-        columns.insert(1, LIST_DATABASE)
-    if fleet:
-        columns.insert(0, LIST_TARGET)
+    columns = _columns(parts, entries, fleet)
     label = columns.index(LIST_LOCK)
     # a fold counts the locks of the whole lock table, when only a part was analysed
     spans = {target: report.spans for target, report in parts}
@@ -126,18 +127,28 @@ def _blocks(
     # most locks are held by few backends and wait for nothing: every cell but the lock's
     # label is then the backend's, made once per backend, database, mode and flags
     by_backend: dict[tuple[object, ...], list[str]] = {}
-    label_of = Labels().of  # the text around a key's number made once per key space
-    for index, (target, server, e) in enumerate(triples):
+    labels = Labels()  # the text around a key's number made once per key space
+    label_of = labels.of
+
+    def backend_row(target: str | None, e: LockEntry, server: ServerInfo) -> list[str]:
         lock = e.lock
+        shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
+        cached = by_backend.get(shared)
+        if cached is None:
+            cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
+        return cached
+
+    for index, (target, server, piece) in enumerate(triples):
+        if isinstance(piece, Run):  # a dump's run of a span's locks (core.expansion)
+            cells.add_cells(labels.run(piece, server), backend_row(target, piece.entry, server))
+            important.extend([URGENT if piece.entry.flags else 0] * len(piece.objids))
+            continue
+        e, lock = piece, piece.lock
         if lock.granted and not e.blocks:
             fold_label = folded.get(index) if folded else None
             if fold_label == "":
                 continue  # folded into the first row of its group
-            shared = (id(e.session), lock.pid, lock.database, lock.mode, e.flags, target)
-            cached = by_backend.get(shared)
-            if cached is None:
-                cached = by_backend[shared] = cells_of(columns, ListRow(target, e, server))
-            add((fold_label or label_of(e, server), cached))
+            add((fold_label or label_of(e, server), backend_row(target, e, server)))
             if terminal:
                 lines.append(ListRow(target, e, server))
             important.append(URGENT if e.flags else 0)
@@ -190,6 +201,22 @@ def _blocks(
     return _screenful(view, assemble, sizes, screen_columns, screen_lines, _narrowed(parts))
 
 
+def _columns(
+    parts: Sequence[tuple[str | None, ListReport]], entries: list[LockEntry], fleet: bool
+) -> list[Column[ListRow]]:
+    """The table's columns, with those only some tables have: POOL, DATABASE, TARGET (each
+    found by a loop in C)."""
+    columns = list(LIST_COLUMNS)
+    if any(map(_POOL, entries)):
+        columns.insert(columns.index(LIST_COLUMNS[7]), LIST_POOL)
+    databases = {(t, d) for t, report in parts for d in set(map(_DATABASE, report.entries))}
+    if len(databases) > 1:
+        columns.insert(1, LIST_DATABASE)
+    if fleet:
+        columns.insert(0, LIST_TARGET)
+    return columns
+
+
 def _by_urgency(
     parts: Sequence[tuple[str | None, ListReport]],
 ) -> tuple[list[ListRow], set[tuple[str | None, int]]]:
@@ -221,9 +248,16 @@ def _figures(rows: list[ListRow]) -> list[str]:
 
 
 def _busy(parts: Sequence[tuple[str | None, ListReport]]) -> list[str]:
-    """Where an AGE comes from a session that keeps running statements (see busy_bounds)."""
-    found = [(t, b) for t, report in parts for b in busy_bounds(report.snapshot, report.entries)]
+    """Where an AGE comes from a session that keeps running statements (see busy_bounds): a
+    backend's first lock, in the dump's order (a run by its first lock)."""
+    found = [(t, b) for t, report in parts for b in busy_bounds(report.snapshot, _firsts(report))]
     return busy_note([b for _, b in found], "AGE", found[0][0] if found else None)
+
+
+def _firsts(report: ListReport) -> Iterator[LockEntry]:
+    """The entries in the dump's order, a run of a span's locks by its first lock."""
+    for piece in in_order(report.entries, report.snapshot):
+        yield next(piece.entries()) if isinstance(piece, Run) else piece
 
 
 def _empty(parts: Sequence[tuple[str | None, ListReport]]) -> str:
@@ -310,6 +344,16 @@ def _triples(
     """Every lock of every part, with its target and server (the triples made in C)."""
     for target, report in parts:
         yield from zip(repeat(target), repeat(report.snapshot.server), report.entries)
+
+
+def _pieces(
+    parts: Sequence[tuple[str | None, ListReport]],
+) -> Iterator[tuple[str | None, ServerInfo, LockEntry | Run]]:
+    """:func:`_triples` with a dump's spans given back as runs of their locks, each where the
+    full read puts it (core.expansion)."""
+    for target, report in parts:
+        pieces = in_order(report.entries, report.snapshot)
+        yield from zip(repeat(target), repeat(report.snapshot.server), pieces)
 
 
 _POOL, _DATABASE, _FLAGS = attrgetter("pool"), attrgetter("lock.database"), attrgetter("flags")
@@ -423,16 +467,12 @@ def compact_line(row: ListRow, label: str, fleet: bool) -> str:
 def _summary(
     report: ListReport, waiting: int, target: str | None = None, on_screen: int | None = None
 ) -> str:
-    entries = report.entries
     server = report.snapshot.server
     if report.narrowed:  # the whole lock table; the screen's count says what is shown
         shown = str(report.total)
     else:
-        shown = (
-            f"{len(entries)} of {report.total}"
-            if len(entries) != report.total
-            else str(len(entries))
-        )
+        listed = locks_in(report.entries)  # a dump's spans count their every lock
+        shown = f"{listed} of {report.total}" if listed != report.total else str(listed)
     where = f"{target}: " if target else ""
     screen = (
         f"; {on_screen} shown here, the most urgent first (--format plain or json gives all)"

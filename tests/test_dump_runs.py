@@ -1,0 +1,174 @@
+"""A dump written from the aggregated read with each span's keys (core.expansion) is the full
+read's dump, byte for byte, in every form, filtered or not: on a real server whose backends
+hold thousands of locks in the shapes that make the order hard (keys of one space held by
+several backends, shared and exclusive by one backend, pair objids and classids on both sides
+of zero, keys somebody waits for inside a span, listed keys inside a span, small groups).
+
+Both reads run in one transaction, so now() and pg_stat_activity are the same for both, and
+the locks stand still (see tests/test_aggregated.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from lockdiag.core.analysis import Filters
+from lockdiag.core.diagnosis import Diagnosis
+from lockdiag.core.expansion import Run, in_order
+from lockdiag.core.model import Aggregated, Snapshot
+from lockdiag.demo.cluster import Cluster, create_cluster
+from lockdiag.pg.capture import capture
+from lockdiag.registry import Namespace, Registry
+from lockdiag.render import Output, render
+from lockdiag.views.listing import fleet_list_output, list_output
+
+from helpers.servers import Sessions
+
+REGISTRY = Registry.of(
+    [
+        Namespace(name="tenant_summary", id=7, form="pair"),
+        Namespace(name="batch", id=9, form="bigint"),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Cluster]:
+    cluster = create_cluster(settings={"max_locks_per_transaction": "1024"})
+    try:
+        with Sessions(cluster) as sessions:
+            a, b, c = (sessions.open(f"bulk-{n}") for n in "abc")
+            # a: a named pair space on both sides of zero, and a named bigint space
+            a.run("SELECT count(pg_advisory_lock(7, g)) FROM generate_series(-1500, 3000) g")
+            a.run(
+                "SELECT count(pg_advisory_lock(9::bigint << 32 | g)) FROM generate_series(1, 900) g"
+            )
+            # b and c: the same keys shared, so their spans interleave key by key, a holding
+            # them shared too; a holds some keys both shared and exclusive
+            for worker in (a, b, c):
+                worker.run(
+                    "SELECT count(pg_advisory_lock_shared(7, g)) FROM generate_series(5000, 6000) g"
+                )
+            a.run("SELECT count(pg_advisory_lock_shared(7, g)) FROM generate_series(7000, 7200) g")
+            a.run("SELECT count(pg_advisory_lock(7, g)) FROM generate_series(7100, 7300) g")
+            # d: unregistered bigint keys with keys waited for inside (and the catalogue's
+            # listed keys 1, 2 and 4004 among them), negative bigints (classid 2**32 - 1),
+            # an unregistered pair whose classid and objids cross zero
+            d = sessions.open("bulk-d")
+            d.run("SELECT count(pg_advisory_lock(g)) FROM generate_series(1, 5000) g")
+            d.run("SELECT count(pg_advisory_lock(g)) FROM generate_series(-700, -1) g")
+            d.run("SELECT count(pg_advisory_lock(-5, g)) FROM generate_series(-300, 300) g")
+            # e: a small group, sent as its rows
+            e = sessions.open("small-e", autocommit=False)
+            e.run("SELECT count(pg_advisory_xact_lock(-5, g)) FROM generate_series(1000, 1010) g")
+            waiters = [sessions.open(f"waiter-{n}") for n in range(3)]
+            keys = ["pg_advisory_lock(2500)", "pg_advisory_lock(2500)", "pg_advisory_lock(7, 100)"]
+            for waiter, key in zip(waiters, keys, strict=True):
+                waiter.start(f"SELECT {key}")
+            sessions.waiting(*waiters)
+            yield cluster
+    finally:
+        cluster.destroy()
+
+
+def both(cluster: Cluster, all_types: bool = False) -> tuple[Snapshot, Snapshot]:
+    """The full read and the dump's read, in one transaction: the same server state."""
+    with (
+        psycopg.connect(cluster.dsn(), autocommit=True) as connection,
+        connection.transaction(),
+    ):
+        full = capture(connection, "test", "all" if all_types else "advisory")
+        part = capture(connection, "test", Aggregated(all_types=all_types, members=True), [],
+                       REGISTRY)  # fmt: skip
+    return full, part
+
+
+def text(output: Output, fmt: str) -> str:
+    stream = io.StringIO()
+    render(output, fmt, stream)
+    return stream.getvalue()
+
+
+def test_the_read_gives_each_spans_keys(server: Cluster) -> None:
+    full, part = both(server)
+    assert len(full.locks) > 15_000
+    assert len(part.locks) < 100  # the bulk in spans
+    assert sum(r.keys for r in part.locks) == len(full.locks)
+    spans = [r for r in part.locks if r.keys > 1]
+    assert len(part.members) == len(spans) >= 8
+    for row in spans:
+        objids = part.members[(row.pid, row.database, row.mode, row.objsubid, row.classid)]
+        assert len(objids) == row.keys and objids == sorted(objids)
+    # the answers' read leaves the keys out
+    with psycopg.connect(server.dsn(), autocommit=True) as connection:
+        assert capture(connection, "test", Aggregated(all_types=False)).members == {}
+
+
+FILTERS = {
+    "none": Filters(),
+    "namespace": Filters(namespace=REGISTRY.namespace("tenant_summary")),
+    "pid": "pid",
+    "app": Filters(app="bulk-[bc]"),
+    "waiting": Filters(waiting=True),
+    "min-age": Filters(min_age=0.0),
+}
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json", "csv", "markdown"])
+@pytest.mark.parametrize("chosen", list(FILTERS))
+def test_the_dump_is_the_full_reads(server: Cluster, fmt: str, chosen: str) -> None:
+    full, part = both(server)
+    filters = FILTERS[chosen]
+    if not isinstance(filters, Filters):  # the backend holding keys on both sides of zero
+        pid = next(r.pid for r in full.locks if r.objid == 2**32 - 1500)
+        filters = Filters(pids=frozenset({pid}))
+    reports = [Diagnosis(s, REGISTRY).listing(filters) for s in (full, part)]
+    assert len(reports[1].entries) < len(reports[0].entries) or chosen == "waiting"
+    dumps = [text(list_output(report), fmt) for report in reports]
+    assert dumps[0] == dumps[1]
+    assert dumps[0].count("bulk-") > (1 if chosen == "waiting" else 1000)
+
+
+def test_a_fleets_dump_is_the_full_reads(server: Cluster) -> None:
+    full, part = both(server)
+    for fmt in ("json", "plain"):
+        dumps = [
+            text(
+                fleet_list_output(
+                    [
+                        ("one", Diagnosis(s, REGISTRY).listing()),
+                        ("two", Diagnosis(s, Registry()).listing()),
+                    ],
+                    [("three", "connection refused")],
+                ),
+                fmt,
+            )
+            for s in (full, part)
+        ]
+        assert dumps[0] == dumps[1]
+
+
+def test_every_lock_type(server: Cluster) -> None:
+    full, part = both(server, all_types=True)
+    reports = [Diagnosis(s, REGISTRY).listing(all_types=True) for s in (full, part)]
+    for fmt in ("json", "plain"):
+        dumps = [text(list_output(report), fmt) for report in reports]
+        assert dumps[0] == dumps[1]
+        assert "virtualxid" in dumps[0]
+
+
+def test_runs_are_bounded_and_in_order(server: Cluster) -> None:
+    _, part = both(server)
+    entries = Diagnosis(part, REGISTRY).listing().entries
+    pieces = list(in_order(entries, part, most=100))
+    runs = [p for p in pieces if isinstance(p, Run)]
+    assert runs and all(0 < len(r.objids) <= 100 for r in runs)
+    # the shared keys of b and c alternate a lock at a time: one-lock runs
+    assert sum(len(r.objids) == 1 for r in runs) > 1000
+    assert sum(len(r.objids) for r in runs) + len(pieces) - len(runs) == sum(
+        e.lock.keys for e in entries
+    )
