@@ -11,11 +11,13 @@ the locks stand still (see tests/test_aggregated.py).
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
+from lockdiag.core import snapshot_file
 from lockdiag.core.analysis import Filters
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.expansion import Run, in_order
@@ -26,7 +28,8 @@ from lockdiag.registry import Namespace, Registry
 from lockdiag.render import Output, render
 from lockdiag.views.listing import fleet_list_output, list_output
 
-from helpers.servers import Sessions
+from helpers.cli import run
+from helpers.servers import Sessions, create_database
 
 REGISTRY = Registry.of(
     [
@@ -125,6 +128,7 @@ def test_the_dump_is_the_full_reads(server: Cluster, fmt: str, chosen: str) -> N
     filters = FILTERS[chosen]
     if not isinstance(filters, Filters):  # the backend holding keys on both sides of zero
         pid = next(r.pid for r in full.locks if r.objid == 2**32 - 1500)
+        assert pid is not None
         filters = Filters(pids=frozenset({pid}))
     reports = [Diagnosis(s, REGISTRY).listing(filters) for s in (full, part)]
     assert len(reports[1].entries) < len(reports[0].entries) or chosen == "waiting"
@@ -172,3 +176,44 @@ def test_runs_are_bounded_and_in_order(server: Cluster) -> None:
     assert sum(len(r.objids) for r in runs) + len(pieces) - len(runs) == sum(
         e.lock.keys for e in entries
     )
+
+
+def test_a_key_a_softwares_row_names_is_named_in_a_dump(server: Cluster) -> None:
+    """Where a software's table names keys by its rows (Que's jobs: a key is a job's id), the
+    dump reads every lock as a row, as before spans: the rows name each key (a span's entry
+    says only what its first key is)."""
+    create_database(
+        server,
+        "quedb",
+        "CREATE TABLE public.que_jobs (id bigint PRIMARY KEY); "
+        "INSERT INTO public.que_jobs SELECT generate_series(1, 300)",
+    )
+    with Sessions(server) as sessions:
+        worker = sessions.open("que-worker", dbname="quedb")
+        worker.run("SELECT count(pg_advisory_lock(g)) FROM generate_series(101, 400) g")
+        found = run("list", "--format", "json", "--pid", str(worker.pid),
+                    "--dsn", server.dsn(dbname="quedb"))  # fmt: skip
+    assert found.exit_code == 0, found.stderr
+    known = {lock["key"][0]: lock["known"] for lock in json.loads(found.stdout)["locks"]}
+    assert len(known) == 300
+    assert all(known[key] and "Que" in known[key]["software"] for key in range(101, 301))
+    assert not any(known[key] for key in range(301, 401))
+
+
+def test_the_snapshot_file_holds_every_lock_of_the_full_read(server: Cluster) -> None:
+    """`snapshot` writes the dump's read: every lock the full read has, a span's as its
+    locks (in its keys' order, pg_locks' order being no order), and the rest of the file the
+    same; read back, every answer is the full read's."""
+    for all_types in (False, True):
+        full, part = both(server, all_types)
+        files = [json.loads(snapshot_file.dumps(s, REGISTRY)) for s in (full, part)]
+        locks = [sorted(f.pop("locks"), key=json.dumps) for f in files]
+        assert locks[0] == locks[1]
+        assert files[0] == files[1]
+        assert len(locks[0]) == len(full.locks)
+        loaded = snapshot_file.loads(snapshot_file.dumps(part, REGISTRY))
+        assert loaded.members == {} and all(lock.keys == 1 for lock in loaded.locks)
+        dumps = [
+            text(list_output(Diagnosis(s, REGISTRY).listing()), "plain") for s in (full, loaded)
+        ]
+        assert dumps[0] == dumps[1]

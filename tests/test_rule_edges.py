@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from lockdiag.core.analysis import DEFAULT_POLICY, older_than_transaction
-from lockdiag.core.diagnosis import Diagnosis, Space, Span
+from lockdiag.core.diagnosis import Diagnosis, Span
 from lockdiag.core.findings import CheckPolicy, Finding, Kind, Threshold
 from lockdiag.core.graph import Edge, behind, oldest_wait, tree_pids
-from lockdiag.core.model import HIDDEN_QUERY, LockRow, PoolLink, Session, describe_lock
+from lockdiag.core.model import HIDDEN_QUERY, LockRow, PoolLink, Session, Space, describe_lock
 from lockdiag.core.observe import KeyStats
 from lockdiag.core.ownership import Ownership, may_release
 from lockdiag.registry import Registry

@@ -343,7 +343,8 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
 def _note_advisory_only(where: Source, scope: Scope) -> None:
     assert where.from_file is not None
     loaded, _ = where.saved
-    if scope not in ("advisory", Aggregated(all_types=False)) and loaded.scope != "all":
+    advisory = scope == "advisory" or (isinstance(scope, Aggregated) and not scope.all_types)
+    if not advisory and loaded.scope != "all":
         click.echo(
             f"lockdiag: note: {where.from_file} holds advisory locks only (saved with "
             "--advisory-only)",

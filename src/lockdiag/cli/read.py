@@ -239,7 +239,8 @@ def snapshot_command(output: str, advisory_only: bool, registry: str | None) -> 
       lockdiag list --from incident.json
     """
     names = get_registry(registry)
-    taken = get_snapshot("advisory" if advisory_only else "all", names)
+    # each backend's uncontested locks as a span with its keys, written as its locks
+    taken = get_snapshot(Aggregated(all_types=not advisory_only, members=True), names)
     if output == "-":
         for piece in snapshot_file.pieces(taken, names):  # written as they are encoded
             click.echo(piece, nl=False)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +83,50 @@ def pieces(snapshot: Snapshot, names: Registry | None = None) -> Iterator[str]:
         yield f'{head[:-2]},\n "locks": [],\n{tail[2:]}\n'
         return
     yield f'{head[:-2]},\n "locks": [\n'
-    locks = snapshot.locks
-    for start in range(0, len(locks), PIECE):
-        text = _locks_text(locks[start : start + PIECE])
-        yield text if not start else ",\n" + text
+    for index, text in enumerate(_lock_pieces(snapshot)):
+        yield text if not index else ",\n" + text
     yield f"\n ],\n{tail[2:]}\n"
+
+
+def _lock_pieces(snapshot: Snapshot) -> Iterator[str]:
+    """The file's locks, up to :data:`PIECE` of them a piece: a span whose keys were read
+    (``Snapshot.members``, a dump's aggregated read) as its locks, each the span's record with
+    its own objid, in the order of its keys."""
+    members, piece = snapshot.members, []
+    for lock in snapshot.locks:
+        objids = members.get(_SPACE(lock)) if lock.keys > 1 else None
+        if objids is None:
+            piece.append(lock)
+            if len(piece) == PIECE:
+                yield _locks_text(piece)
+                piece = []
+            continue
+        if piece:
+            yield _locks_text(piece)
+            piece = []
+        yield from _span_text(lock, objids)
+    if piece:
+        yield _locks_text(piece)
+
+
+def _span_text(span: LockRow, objids: list[int]) -> Iterator[str]:
+    """A span's locks as :func:`_locks_text` writes each, PIECE at a time: one lock's text
+    made once, with a mark where its objid goes (a number no lock has: an objid is an oid),
+    and only the numbers made per lock."""
+    one = _locks_text([span._replace(objid=_NOT_AN_OID, keys=1, objid_last=None)])
+    before, mark, after = one.partition(f'"objid": {_NOT_AN_OID}')
+    assert mark  # the objid member, as the C encoder writes it
+    before += '"objid": '
+    between = f"{after},\n{before}"
+    for start in range(0, len(objids), PIECE):
+        numbers = list(map(str, objids[start : start + PIECE]))
+        numbers[0] = before + numbers[0]  # the ends on the first and last: one copy
+        numbers[-1] += after
+        yield between.join(numbers)
+
+
+_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a span's Space
+_NOT_AN_OID = 1 << 40
 
 
 def record_line(snapshot: Snapshot) -> str:

@@ -124,6 +124,10 @@ def capture(
     taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived, members=members)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
         return capture(connection, source, extent, names, registry)
+    if isinstance(scope, Aggregated) and scope.members and info.tables:
+        # a dump names each key: the rows of a software's table (enrich) may name a key inside
+        # a span, which its entry would not say; read in full, as before spans
+        return capture(connection, source, extent, names, registry)
     if texts.replaced:
         taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken
