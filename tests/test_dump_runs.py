@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,6 +24,8 @@ from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.expansion import Run, in_order
 from lockdiag.core.model import Aggregated, Snapshot
 from lockdiag.demo.cluster import Cluster, create_cluster
+from lockdiag.pg import capture as capturing
+from lockdiag.pg import session as session_module
 from lockdiag.pg.capture import capture
 from lockdiag.registry import Namespace, Registry
 from lockdiag.render import Output, render
@@ -217,3 +220,35 @@ def test_the_snapshot_file_holds_every_lock_of_the_full_read(server: Cluster) ->
             text(list_output(Diagnosis(s, REGISTRY).listing()), "plain") for s in (full, loaded)
         ]
         assert dumps[0] == dumps[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "members"),
+    [
+        (["list", "--format", "json"], True),
+        (["list", "--format", "plain", "--app", "bulk-*"], True),
+        (["list", "--format", "csv", "--all"], True),
+        (["snapshot", "-o", "-"], True),
+        (["check", "--format", "json"], False),
+    ],
+)
+def test_the_dumps_read_spans_with_their_keys(
+    server: Cluster, monkeypatch: pytest.MonkeyPatch, args: list[str], members: bool
+) -> None:
+    """Each dump reads the spans with their keys, and writes every lock of them; an answer
+    reads spans without."""
+    scopes: list[object] = []
+    real = capturing.capture
+
+    def recorded(*given: Any, **named: Any) -> Snapshot:
+        scopes.append(given[2])
+        return real(*given, **named)
+
+    monkeypatch.setattr(session_module, "capture", recorded)
+    found = run(*args, "--dsn", server.dsn())
+    assert found.exit_code in (0, 1, 2), found.stderr
+    assert [isinstance(s, Aggregated) and s.members for s in scopes] == [members]
+    if args[0] == "snapshot":  # every lock a record
+        assert found.stdout.count('"locktype": "advisory"') > 15_000
+    elif args[0] == "list":
+        assert found.stdout.count("bulk-d") >= 5000 + 700 + 601  # every lock of d's spans
