@@ -30,7 +30,7 @@ from lockdiag.core.catalogue import snapshot_catalogue
 from lockdiag.core.findings import CheckPolicy, CheckReport, check, locks_in
 from lockdiag.core.graph import Blockers, Root, blockers
 from lockdiag.core.incident import Incident, incident
-from lockdiag.core.model import LockRow, Snapshot, Space
+from lockdiag.core.model import LockRow, Snapshot, Space, space_of
 from lockdiag.keys import BIGINT_SUBID, INT4_MAX, PAIR_SUBID, AdvisoryTag, LockTriple, to_int4
 from lockdiag.registry import Namespace, Registry
 
@@ -247,7 +247,6 @@ def _span(registry: Registry, space: Space, objids: list[int]) -> Span | None:
 
 
 _ADVISORY, _LOCKTYPE = "advisory".__eq__, attrgetter("locktype")
-_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a LockRow's Space
 
 
 def _census(
@@ -262,7 +261,7 @@ def _census(
         if not row.granted or row.locktype != "advisory" or objid is None:
             continue
         if objid not in objects or row.lock_object not in waited:
-            found[_SPACE(row)].append(objid)
+            found[space_of(row)].append(objid)
     return dict(found)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from heapq import heappop, heappush
-from operator import attrgetter
 from typing import NamedTuple
 
 from lockdiag.core.analysis import LockEntry
@@ -23,7 +22,6 @@ from lockdiag.core.model import Snapshot
 from lockdiag.core.sort_key import PLACE, sort_key
 
 RUN = 1024  # a span's locks given at a time: a run's output is made whole before it is written
-_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a span's Space
 _LAST = 1 << 256  # after every key
 
 
@@ -59,14 +57,13 @@ def in_order(
     if not has_runs(entries, snapshot):
         yield from entries
         return
-    members = snapshot.members
     rank = {name: n for n, name in enumerate(sorted({r.locktype for r in snapshot.locks}))}
     # the spans' next locks: (key, the span's key with objid 0, its next lock, objids, entry)
     heap: list[tuple[int, int, int, list[int], LockEntry]] = []
     singles: list[LockEntry] = []
     for entry in entries:
         lock = entry.lock
-        objids = members.get(_SPACE(lock)) if lock.keys > 1 else None
+        objids = snapshot.members_of(lock)
         if not objids:
             singles.append(entry)
             continue

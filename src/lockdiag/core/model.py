@@ -8,8 +8,10 @@ offline.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from lockdiag.keys import PAIR_SUBID, TAG_WORDS, AdvisoryTag, LockTriple, is_key_form, to_int4
@@ -273,6 +275,10 @@ class DerivedKey:
     meaning: str
 
 
+# a lock's Space (a span's: its backend, database, mode and key space), taken in C
+space_of: Callable[[LockRow], Space] = attrgetter("pid", "database", "mode", "objsubid", "classid")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     server: ServerInfo
@@ -292,6 +298,10 @@ class Snapshot:
 
     def session(self, pid: int | None) -> Session | None:
         return None if pid is None else self.sessions.get(pid)
+
+    def members_of(self, lock: LockRow) -> list[int] | None:
+        """A span's objids, ascending, when this read has them (Aggregated.members)."""
+        return self.members.get(space_of(lock)) if lock.keys > 1 else None
 
 
 def describe_lock(lock: LockRow, server: ServerInfo) -> str:

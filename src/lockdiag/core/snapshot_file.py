@@ -14,7 +14,6 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +91,9 @@ def _lock_pieces(snapshot: Snapshot) -> Iterator[str]:
     """The file's locks, up to :data:`PIECE` of them a piece: a span whose keys were read
     (``Snapshot.members``, a dump's aggregated read) as its locks, each the span's record with
     its own objid, in the order of its keys."""
-    members, piece = snapshot.members, []
+    piece: list[LockRow] = []
     for lock in snapshot.locks:
-        objids = members.get(_SPACE(lock)) if lock.keys > 1 else None
+        objids = snapshot.members_of(lock)
         if objids is None:
             piece.append(lock)
             if len(piece) == PIECE:
@@ -125,7 +124,6 @@ def _span_text(span: LockRow, objids: list[int]) -> Iterator[str]:
         yield between.join(numbers)
 
 
-_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a span's Space
 _NOT_AN_OID = 1 << 40
 
 

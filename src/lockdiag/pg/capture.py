@@ -10,14 +10,22 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from operator import attrgetter
 from typing import Any
 
 import psycopg
 
 from lockdiag.core import catalogue
 from lockdiag.core.decoding import singles, spans_decodable
-from lockdiag.core.model import Aggregated, Extent, LockRow, Scope, Session, Snapshot, Space
+from lockdiag.core.model import (
+    Aggregated,
+    Extent,
+    LockRow,
+    Scope,
+    Session,
+    Snapshot,
+    Space,
+    space_of,
+)
 from lockdiag.core.records import build_record, server_info
 from lockdiag.errors import ServerError
 from lockdiag.keys import PAIR_SUBID
@@ -55,7 +63,6 @@ LOCK = slice(SNAPSHOT_COLUMNS.index(LOCK_FIELDS[0]), SNAPSHOT_COLUMNS.index(LOCK
 RELATION = SNAPSHOT_COLUMNS.index("relation")
 RELATION_NAME = SNAPSHOT_COLUMNS.index("relation_name")
 DETAIL = SNAPSHOT_COLUMNS.index("detail")
-_SPACE = attrgetter("pid", "database", "mode", "objsubid", "classid")  # a span's Space
 
 
 def capture(
@@ -95,7 +102,7 @@ def capture(
                 if lock.blocked_by is not None:  # an array arrives as a list
                     lock = lock._replace(blocked_by=tuple(lock.blocked_by))
                 elif span is not None and span["members"] is not None:
-                    members[_SPACE(lock)] = sorted(span["members"])
+                    members[space_of(lock)] = sorted(span["members"])
                 locks.append(lock)
                 if row[name_at] is not None:
                     relations[row[relation_at]] = row[name_at]

@@ -42,6 +42,7 @@ class SharedRows(Sequence[list[str]]):
         # (its cell, the row it goes into), or (the cells of several rows, the row they go into)
         self.items: list[tuple[str | Cells, list[str]]] = []
         self.more = 0  # rows beyond one per item: the Cells' others
+        self._rows: list[tuple[str | Cells, list[str]]] | None = None  # see _single
 
     def add(self, cell: str, shared: list[str]) -> None:
         self.items.append((cell, shared))
@@ -65,18 +66,20 @@ class SharedRows(Sequence[list[str]]):
     @overload
     def __getitem__(self, index: slice) -> list[list[str]]: ...
     def __getitem__(self, index: int | slice) -> list[str] | list[list[str]]:
-        items = self._single() if self.more else self.items
+        items = self._single() if self.more else self.items  # made once, then kept
         if isinstance(index, slice):
             return [self._whole(*item) for item in items[index]]
         return self._whole(*items[index])
 
     def _single(self) -> list[tuple[str | Cells, list[str]]]:
-        """Every row as its own item (a form that picks rows by index: Markdown, a screen)."""
-        return [
-            (one, shared)
-            for cell, shared in self.items
-            for one in ([cell] if isinstance(cell, str) else cell.make())
-        ]
+        """Every row as its own item (a form that picks rows by index), made once."""
+        if self._rows is None or len(self._rows) != len(self):
+            self._rows = [
+                (one, shared)
+                for cell, shared in self.items
+                for one in ([cell] if isinstance(cell, str) else cell.make())
+            ]
+        return self._rows
 
     def _whole(self, cell: str | Cells, shared: list[str]) -> list[str]:
         assert isinstance(cell, str)  # _single() made every row its own

@@ -74,7 +74,9 @@ class Labels:
         decoded = entry.decoded
         plain = decoded is not None and decoded.known is None
         namespace = decoded.namespace if decoded is not None else None
-        if not plain or (namespace is not None and (namespace.parts or namespace.exact)):
+        if not plain or (
+            namespace is not None and (namespace.parts or namespace.exact is not None)
+        ):
             made = [self.of(one, server) for one in run.entries()]  # each made alone
             return Cells(lambda: made, len(made), max(map(len, made)))
         assert decoded is not None
