@@ -252,3 +252,20 @@ def test_the_dumps_read_spans_with_their_keys(
         assert found.stdout.count('"locktype": "advisory"') > 15_000
     elif args[0] == "list":
         assert found.stdout.count("bulk-d") >= 5000 + 700 + 601  # every lock of d's spans
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_json_on_a_terminal_is_the_full_reads_indented(server: Cluster) -> None:
+    """On a terminal JSON comes whole and indented: a run's items are each an item there too."""
+    full, part = both(server)
+    pages = []
+    for snapshot in (full, part):
+        stream = Terminal()
+        render(list_output(Diagnosis(snapshot, REGISTRY).listing()), "json", stream)
+        pages.append(stream.getvalue())
+    assert pages[0] == pages[1]
+    assert len(json.loads(pages[1])["locks"]) == len(full.locks)
