@@ -20,6 +20,7 @@ from typing import NamedTuple
 from lockdiag.core.analysis import LockEntry
 from lockdiag.core.model import Snapshot
 from lockdiag.core.sort_key import PLACE, sort_key
+from lockdiag.keys import BIGINT_SUBID, to_int8
 
 RUN = 1024  # a span's locks given at a time: a run's output is made whole before it is written
 _LAST = 1 << 256  # after every key
@@ -31,6 +32,16 @@ class Run(NamedTuple):
 
     entry: LockEntry
     objids: list[int]
+
+    def numbers(self) -> list[int]:
+        """Each lock's key as a number: a bigint key whole (``classid << 32 | objid`` as an
+        int8), a pair's second int (its objid as an int4): what a label shows and JSON's
+        ``key`` ends with."""
+        lock = self.entry.lock
+        if lock.objsubid == BIGINT_SUBID:
+            base = to_int8(lock.classid or 0, 0)
+            return [base + objid for objid in self.objids]
+        return [objid - (objid >> 31 << 32) for objid in self.objids]
 
     def entries(self) -> Iterator[LockEntry]:
         """Each lock as the full read's analysis gives it (for the forms made per lock)."""

@@ -81,16 +81,15 @@ class Labels:
             return Cells(lambda: made, len(made), max(map(len, made)))
         assert decoded is not None
         classid, _, objsubid = decoded.triple
-        head, tail = "unregistered pair (" + str(to_int4(classid)) + ", ", ")"
+        bigint = objsubid == BIGINT_SUBID
+        # a namespace's resource (a bigint key's objid, a pair's second int), or the key
+        numbers = objids if bigint and namespace is not None else run.numbers()
         if namespace is not None:
             head, tail = clean(f"{namespace.name} "), ""
-        if objsubid == BIGINT_SUBID:
-            base = to_int8(classid, 0)
-            numbers = objids if namespace is not None else [base + o for o in objids]
-            if namespace is None:
-                head, tail = "unregistered bigint ", ""
+        elif bigint:
+            head, tail = "unregistered bigint ", ""
         else:
-            numbers = [o - (o >> 31 << 32) for o in objids]  # int4 objids
+            head, tail = f"unregistered pair ({to_int4(classid)}, ", ")"
         widest = max(len(str(min(numbers))), len(str(max(numbers))))
         return Cells(
             lambda: [f"{head}{n}{tail}" for n in numbers],
@@ -359,24 +358,19 @@ class EntryEncoder:
             return Items(b",".join(map(self.encode, run.entries())))
         before, numbers, after = self._shaped(next(run.entries()), decoded)
         classid, _, objsubid = decoded.triple
-        named = decoded.namespace is not None  # its resource is the key's objid, as an int4
-        if objsubid == BIGINT_SUBID:  # the key is classid << 32 | objid, as an int8
-            base = to_int8(classid, 0)
+        named = decoded.namespace is not None  # its resource: a bigint's objid, a pair's n
+        keys = zip(objids, run.numbers(), strict=True)
+        if objsubid == BIGINT_SUBID:  # the key, n: classid << 32 | objid, as an int8
             if named:
-                made = [numbers % (o, base + o, classid, o) for o in objids]
+                made = [numbers % (o, n, classid, o) for o, n in keys]
             else:
-                made = [numbers % (base + o, classid, o) for o in objids]
-        else:  # a pair: classid and objid, each as an int4
+                made = [numbers % (n, classid, o) for o, n in keys]
+        else:  # a pair: classid and n, the objid, each as an int4
             high = to_int4(classid)
-            signed = [o - (o >> 31 << 32) for o in objids]
             if named:
-                made = [
-                    numbers % (n, high, n, classid, o) for o, n in zip(objids, signed, strict=True)
-                ]
+                made = [numbers % (n, high, n, classid, o) for o, n in keys]
             else:
-                made = [
-                    numbers % (high, n, classid, o) for o, n in zip(objids, signed, strict=True)
-                ]
+                made = [numbers % (high, n, classid, o) for o, n in keys]
         # one copy of the run's megabyte: its ends go on its first and last items (joining
         # them to the whole would copy it twice more, and cost five times the formatting)
         made[0] = before + made[0]
