@@ -185,7 +185,7 @@ class Cluster:
 
     def destroy(self) -> None:
         self.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
+        _remove_base(self.base)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -206,18 +206,13 @@ def create_cluster(
     """
     bindir = bindir or find_bindir()
     user = server_user()
-    cluster = Cluster(bindir, _new_base(user), free_port(), user, dict(settings or {}))
-    base = cluster.base
-    initdb = [str(bindir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "-A", "trust"]
+    port = free_port()
+    base = _new_base(user)
     try:  # whatever ends it (a failure, Ctrl-C in the middle of initdb): nothing is left
-        result = subprocess.run(
-            [*initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
-            capture_output=True,
-            text=True,
-            user=user,
-            cwd=base,
-            check=False,
-        )
+        cluster = Cluster(bindir, base, port, user, dict(settings or {}))
+        initdb = [str(bindir / "initdb"), "-D", str(cluster.data), "-U", "postgres"]
+        initdb += ["-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"]
+        result = _run_to_the_end(initdb, user, base)
         if result.returncode != 0:
             output = result.stderr.strip() or result.stdout.strip()
             raise ClusterError(f"initdb failed:\n{output}")
@@ -225,7 +220,7 @@ def create_cluster(
         rules += ["local replication all trust", "host replication all 127.0.0.1/32 trust"]
         (cluster.data / "pg_hba.conf").write_text("\n".join(rules) + "\n")
     except BaseException:
-        shutil.rmtree(base, ignore_errors=True)
+        _remove_base(base)
         raise
     return _started(cluster) if start else cluster
 
@@ -233,35 +228,130 @@ def create_cluster(
 def create_standby(primary: Cluster) -> Cluster:
     """A streaming standby of ``primary`` (pg_basebackup -R), started on its own port."""
     user = primary.user
-    standby = Cluster(primary.bindir, _new_base(user), free_port(), user, dict(primary.settings))
-    base = standby.base
-    # a command line reads as typed: each option beside its value
-    # fmt: off
-    result = subprocess.run(
-        [str(primary.bindir / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream",
-         "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "--no-sync",
-         "--checkpoint=fast"],
-        capture_output=True, text=True, user=user, cwd=base, check=False,
-    )
-    # fmt: on
-    if result.returncode != 0:
-        shutil.rmtree(base, ignore_errors=True)
-        raise ClusterError(f"pg_basebackup failed:\n{result.stderr.strip()}")
+    port = free_port()
+    base = _new_base(user)
+    try:
+        standby = Cluster(primary.bindir, base, port, user, dict(primary.settings))
+        # a command line reads as typed: each option beside its value
+        # fmt: off
+        result = _run_to_the_end(
+            [str(primary.bindir / "pg_basebackup"), "-D", str(standby.data), "-R",
+             "-X", "stream", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+             "--no-sync", "--checkpoint=fast"],
+            user, base,
+        )
+        # fmt: on
+        if result.returncode != 0:
+            raise ClusterError(f"pg_basebackup failed:\n{result.stderr.strip()}")
+    except BaseException:
+        _remove_base(base)
+        raise
     return _started(standby)
 
 
 def _new_base(user: str | None) -> Path:
-    """A fresh directory for one server, owned by the user it runs as."""
+    """A fresh directory for one server, and its empty data directory, owned by the user it
+    runs as. The data directory is made here, not by initdb, so that it outlives an initdb
+    that removes what it wrote when it is ended: its inode names the shared memory a killed
+    server process leaves behind (``_remove_base``)."""
     base = Path(tempfile.mkdtemp(prefix="lockdiag-pg-"))
     try:
+        (base / "data").mkdir(mode=0o700)
         if user is not None:
             entry = pwd.getpwnam(user)
-            os.chown(base, entry.pw_uid, entry.pw_gid)
+            for path in (base, base / "data"):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
         base.chmod(0o755)  # the server's user must reach its socket and data in it
     except BaseException:
-        shutil.rmtree(base, ignore_errors=True)
+        _remove_base(base)
         raise
     return base
+
+
+def _run_to_the_end(
+    command: list[str], user: str | None, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a server tool (initdb, pg_basebackup) in a process group of its own. Whatever ends
+    the run first (Ctrl-C, SIGTERM, a failure) ends the tool and every process it started, and
+    returns only when none of them can write any more: initdb's single-user postgres, orphaned
+    by a killed initdb, went on writing into the directory being removed."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        user=user,
+        cwd=cwd,
+        start_new_session=True,  # Ctrl-C in a terminal reaches us; we end the whole group
+    )
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:
+        _end_group(process)
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _end_group(process: subprocess.Popen[str], grace: float = 3.0) -> None:
+    """End the process group ``process`` leads (its pid is the group's id): SIGTERM first, so
+    a server process exits as it means to (removing its shared memory), SIGKILL after
+    ``grace`` seconds; return once no live process is left in the group."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+        while _group_lives(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not _group_lives(process.pid):
+            return
+
+
+def _group_lives(group: int) -> bool:
+    """Whether a process of ``group`` still runs. An orphan killed with the group is a zombie
+    until its new parent reaps it (it answers a signal, and writes nothing): on Linux, /proc
+    says which are; elsewhere every answer counts until the deadline."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for status in proc.glob("[0-9]*/stat"):
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            state, _, pgrp = status.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(pgrp) == group and state != "Z":
+            return True
+    return False
+
+
+def _remove_base(base: Path) -> None:
+    """Remove a server's directory, and the System V shared memory segment a server process
+    killed before it could exit left behind (initdb's bootstrap postgres does not catch
+    SIGTERM): PostgreSQL keys it by the data directory's inode, and it is an orphan when no
+    process is attached. Only Linux lists segments (/proc/sysvipc/shm); elsewhere the next
+    server started in a directory with that inode removes it."""
+    with contextlib.suppress(OSError, ValueError):
+        data = (base / "data").stat()
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+        # "key shmid perms size cpid lpid nattch uid ...": ours, with no process attached
+        fields = [row.split() for row in rows]
+        orphans = [
+            int(row[1])
+            for row in fields
+            if (int(row[0]), int(row[6]), int(row[7])) == (data.st_ino, 0, data.st_uid)
+        ]
+        if orphans:
+            import ctypes  # only here: a segment left by a killed server is rare
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            for shmid in orphans:
+                libc.shmctl(shmid, 0, None)  # IPC_RMID
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _started(cluster: Cluster) -> Cluster:
