@@ -338,12 +338,14 @@ def _remove_base(base: Path) -> None:
     with contextlib.suppress(OSError, ValueError):
         data = (base / "data").stat()
         rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
-        # "key shmid perms size cpid lpid nattch uid ...": ours, with no process attached
+        # "key shmid perms size cpid lpid nattch uid ...": ours, with no process attached;
+        # the key is a 32-bit key_t, the inode cast to it (printed signed)
+        key = data.st_ino & 0xFFFFFFFF
         fields = [row.split() for row in rows]
         orphans = [
             int(row[1])
             for row in fields
-            if (int(row[0]), int(row[6]), int(row[7])) == (data.st_ino, 0, data.st_uid)
+            if (int(row[0]) & 0xFFFFFFFF, int(row[6]), int(row[7])) == (key, 0, data.st_uid)
         ]
         if orphans:
             import ctypes  # only here: a segment left by a killed server is rare
