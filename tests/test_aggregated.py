@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from lockdiag.core.analysis import SeenHeld, analyse
+from lockdiag.core.catalogue.extensions import REPACK_LOCK_PREFIX
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.findings import CheckPolicy
 from lockdiag.core.model import Aggregated, Scope, Snapshot
@@ -223,6 +224,26 @@ def test_who_holds_reads_its_key_singly(server: Cluster, key: LockTriple) -> Non
         Diagnosis(full, REGISTRY), key
     )
     assert "bulk" in verdict(Diagnosis(part, REGISTRY).who_holds(key))
+
+
+def test_a_space_sent_whole_comes_as_rows(cluster: Cluster) -> None:
+    """pg_repack's prefix is a space whose every key is named alone: a backend's 100 keys in
+    it (a span's worth) come as 100 rows, its 100 keys of an unnamed space as one span, and
+    the diagnosis is the full read's."""
+    holder = psycopg.connect(cluster.dsn(application_name="repack-like"), autocommit=True)
+    try:
+        holder.execute(
+            f"SELECT count(pg_advisory_lock({REPACK_LOCK_PREFIX}, g)),"
+            " count(pg_advisory_lock(13, g)) FROM generate_series(1, 100) g".encode()
+        )
+        full, part = both(cluster, Aggregated(), REGISTRY)
+    finally:
+        holder.close()
+    mine = [r for r in part.locks if r.classid in (REPACK_LOCK_PREFIX, 13)]
+    assert sorted((r.classid, r.keys) for r in mine) == sorted(
+        [(REPACK_LOCK_PREFIX, 1)] * 100 + [(13, 100)]
+    )
+    same_diagnosis(full, part, REGISTRY)
 
 
 def test_a_span_is_labelled_and_counted(server: Cluster) -> None:
