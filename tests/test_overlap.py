@@ -24,6 +24,7 @@ AFTER_THE_QUERY = (
     "lockdiag.core.findings",
     "lockdiag.core.graph",
     "lockdiag.core.incident",
+    "lockdiag.render",
     "lockdiag.views",
 )
 

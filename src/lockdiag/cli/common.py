@@ -32,11 +32,14 @@ from lockdiag.registry import (
     load_registry,
 )
 from lockdiag.registry.discovery import WORKING_DIRECTORY, found_unnamed
-from lockdiag.render import Output, clean, render
 from lockdiag.settings import Settings, SettingsError, load_settings
 
-if TYPE_CHECKING:  # the evidence room is loaded by the commands that read (`key` reads none)
+# the evidence room is loaded by the commands that read (`key` reads none), the renderers once
+# there is something to show (an answer's views import them while the server works:
+# lockdiag.evidence.overlap)
+if TYPE_CHECKING:
     from lockdiag.evidence import Analysis, Reading, Source, Target
+    from lockdiag.render import Output
 
 F = TypeVar("F", bound=Callable[..., Any])
 NUMBERS_SETTINGS = {"ignore_unknown_options": True}  # lets negative keys through: decode -5 7
@@ -71,6 +74,8 @@ class _AsLockdiag(logging.Handler):
     handler printed it bare."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        from lockdiag.render import clean
+
         level = "error" if record.levelno >= logging.ERROR else "warning"
         message = clean(" ".join(self.format(record).split()))
         click.echo(f"lockdiag: {level}: {message}", err=True)
@@ -488,4 +493,6 @@ def complete_target(
 
 
 def show(output: Output, fmt: str) -> None:
+    from lockdiag.render import render
+
     render(output, fmt)

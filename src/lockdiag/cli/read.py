@@ -32,10 +32,10 @@ from lockdiag.core.policy import CheckPolicy, Policy
 from lockdiag.errors import EXIT_NEGATIVE, EXIT_OK, InputError
 from lockdiag.evidence import Analysis
 from lockdiag.keys import parse_lock
-from lockdiag.render import Output, resolve
 
 if TYPE_CHECKING:
     from lockdiag.core.diagnosis import Diagnosis
+    from lockdiag.render import Output
 
 # each answer's views: imported while the server works (lockdiag.evidence.overlap), not at load
 LIST_VIEWS = ("lockdiag.core.expansion", "lockdiag.views.common", "lockdiag.views.listing")
@@ -97,6 +97,8 @@ def list_command(
     # one row each), analyse only the locks worth it (and count the rest, so that folded rows
     # say how many locks they stand for); a dump reads every lock, a backend's uncontested
     # ones as spans with their keys, written as their locks (core.expansion)
+    from lockdiag.render import resolve
+
     form = resolve(fmt, sys.stdout)
     screenful = unfiltered and form == "table" and sys.stdout.isatty()
     rows = max(10, shutil.get_terminal_size().lines - 8) if screenful else 0

@@ -20,7 +20,6 @@ from click.core import ParameterSource
 from lockdiag.cli.group import LockdiagGroup
 from lockdiag.errors import EXIT_UNKNOWN, InputError
 from lockdiag.registry.discovery import found_unnamed, unnamed_candidates
-from lockdiag.render import Output, Table, render
 from lockdiag.settings import (
     DEFAULTS,
     ENV_VAR,
@@ -228,6 +227,8 @@ def settings_show(fmt: str) -> None:
     warn_of_passwords(settings)
     rows = [row for path, command in _leaves(root) for row in _effective(settings, command, path)]
     targets = [[name, hide_password(t.dsn), t.description] for name, t in settings.targets.items()]
+    from lockdiag.render import Output, Table, render
+
     where = f"none ({ENV_VAR} is empty)" if settings.path is None else str(settings.path)
     if settings.path is not None and not settings.read:
         where += " (absent: lockdiag settings init writes one)"
