@@ -221,14 +221,15 @@ def settings_show(fmt: str) -> None:
     Example:
       lockdiag settings show --format json
     """
+    # not at load: every command loads this module
+    from lockdiag.render import Output, Table, render
+
     root = _root_group()
     context = click.Context(root, info_name="lockdiag")
     settings = load_settings(root.list_commands(context))
     warn_of_passwords(settings)
     rows = [row for path, command in _leaves(root) for row in _effective(settings, command, path)]
     targets = [[name, hide_password(t.dsn), t.description] for name, t in settings.targets.items()]
-    from lockdiag.render import Output, Table, render
-
     where = f"none ({ENV_VAR} is empty)" if settings.path is None else str(settings.path)
     if settings.path is not None and not settings.read:
         where += " (absent: lockdiag settings init writes one)"
