@@ -58,6 +58,39 @@ def test_statement_timeout_on_a_huge_lock_table(cluster: Cluster, sessions: Sess
     assert_one_clear_error(result, 3, "cancelled", "raise it with --timeout")
 
 
+def test_a_low_temp_file_limit(cluster: Cluster, sessions: Sessions) -> None:
+    """A database whose temp_file_limit lets one copy of the lock table spill to disk but not
+    two: the answers that read spans (which copy it twice) read in full instead and answer
+    as before; with a limit no read fits, one clear error naming the limit, not a lost
+    connection. The settings are the database's: lockdiag's own session cannot change them."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE tempcap")
+        # 64kB of work_mem: 5,000 locks spill, some 350 kB a copy
+        admin.execute("ALTER DATABASE tempcap SET work_mem = '64kB'")
+        admin.execute("ALTER DATABASE tempcap SET temp_file_limit = '500kB'")
+    holder = sessions.open("spiller")
+    holder.run("SELECT count(pg_advisory_lock(991, g)) FROM generate_series(1, 5000) g")
+    dsn = cluster.dsn(dbname="tempcap")
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        with pytest.raises(psycopg.errors.ConfigurationLimitExceeded):
+            reader.execute(  # the aggregated read's two copies, as the server keeps them
+                "WITH l AS MATERIALIZED (SELECT * FROM pg_catalog.pg_locks) "
+                "SELECT count(*) FROM l, (SELECT count(*) FROM l) AS again"
+            )
+        assert reader.execute("SELECT count(*) FROM pg_catalog.pg_locks").fetchone()
+    result = run("who-holds", "--dsn", dsn, "--key", "991,4000", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    (holding,) = json.loads(result.stdout)["holders"]
+    assert holding["pid"] == holder.pid
+    result = run("check", "--dsn", dsn, "--format", "json")
+    assert result.exit_code in (0, 1), result.stderr  # an answer, not UNKNOWN
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("ALTER DATABASE tempcap SET temp_file_limit = '64kB'")
+    result = run("blockers", "--dsn", dsn)
+    assert_one_clear_error(result, 3, "temp_file_limit", "ALTER ROLE")
+    assert "connection lost" not in result.stderr
+
+
 def test_unknown_host() -> None:
     result = run("list", "--dsn", "host=no-such-host.invalid user=x", "--timeout", "2s")
     assert_one_clear_error(result, 3, "cannot connect", "does not resolve")

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from lockdiag.core.catalogue import KeyRow, derived_keys, hashed_names
+from lockdiag.core.model import Aggregated
 from lockdiag.core.pacing import Activity, Backend
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
@@ -242,6 +243,16 @@ class DiagnosticSession:
         go per transaction), completed with what the server can name; ``within``: seconds it
         may take at most (each statement has the session's deadline anyway)."""
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
+        try:
+            return self._snapshot(scope, names, within)
+        except ConfigurationLimit:
+            if not isinstance(scope, Aggregated):
+                raise
+        # the aggregated read copies the lock table twice (pg_locks' own tuplestore and its
+        # CTE's): where temp_file_limit refuses that, the full read's one copy may still fit
+        return self._snapshot("all" if scope.all_types else "advisory", names, within)
+
+    def _snapshot(self, scope: Scope, names: list[str], within: float | None) -> Snapshot:
         with self.conversation(within) as connection:
             taken = capture(connection, self.describe(), scope, names, self.registry)
             if self.registry is None and self.poolers is None:
@@ -366,6 +377,18 @@ class ConnectionLost(ServerError):
     terminated): a new connection may well succeed at once."""
 
 
+class ConfigurationLimit(ServerError):
+    """A configured limit of the server ended a statement (SQLSTATE 53400): temp_file_limit,
+    when its copy of the lock table outgrew work_mem. The connection lives on."""
+
+
+_LIMIT_HINT = (
+    "pg_locks is copied to a temporary file once it outgrows work_mem (some 7 MB per 100,000 "
+    "locks): where temp_file_limit stopped it, a superuser can raise it for lockdiag's role "
+    "(ALTER ROLE name SET temp_file_limit = ...)"
+)
+
+
 def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> ServerError:
     """A psycopg error raised while querying, as a ServerError with a cause and a fix."""
     if isinstance(error, psycopg.errors.QueryCanceled):
@@ -381,7 +404,14 @@ def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> Ser
         )
     if isinstance(error, psycopg.errors.InsufficientPrivilege):
         return ServerError(f"permission denied: {one_line(str(error))}")
-    if isinstance(error, psycopg.OperationalError):
+    if isinstance(error, psycopg.errors.ConfigurationLimitExceeded):
+        return ConfigurationLimit(
+            f"a limit of the server ended lockdiag's query: {one_line(str(error))}",
+            hint=_LIMIT_HINT,
+        )
+    # the server short of a resource (SQLSTATE class 53: disk, memory, a configured limit)
+    # ended the statement, not the connection
+    if isinstance(error, psycopg.OperationalError) and not str(error.sqlstate).startswith("53"):
         return ConnectionLost(f"connection lost: {one_line(scrub(str(error), dsn))}")
     return ServerError(f"query failed: {one_line(scrub(str(error), dsn))}")
 
