@@ -35,6 +35,15 @@ class Aggregated:
 
 # what a capture reads: advisory locks, every lock, or Aggregated (what an answer needs)
 Scope = Literal["advisory", "all"] | Aggregated
+
+
+def extent_of(scope: Scope) -> Extent:
+    """The lock types a read of ``scope`` holds: the full read that can stand in for it."""
+    if isinstance(scope, Aggregated):
+        return "all" if scope.all_types else "advisory"
+    return scope
+
+
 # a backend's granted advisory locks of one key space in one database and mode, as a span of
 # an aggregated read groups them: (pid, database, mode, objsubid, classid)
 Space = tuple[int | None, int | None, str, int | None, int | None]

@@ -18,12 +18,12 @@ from lockdiag.core import catalogue
 from lockdiag.core.decoding import singles, spans_decodable
 from lockdiag.core.model import (
     Aggregated,
-    Extent,
     LockRow,
     Scope,
     Session,
     Snapshot,
     Space,
+    extent_of,
     space_of,
 )
 from lockdiag.core.records import build_record, server_info
@@ -123,11 +123,7 @@ def capture(
     derived = catalogue.derived_keys(
         [("hashtext", name, key) for name, key in hashed.items()], info.database
     )
-    extent: Extent = (
-        "advisory"
-        if scope == "advisory" or (isinstance(scope, Aggregated) and not scope.all_types)
-        else "all"
-    )
+    extent = extent_of(scope)
     taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived, members=members)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
         return capture(connection, source, extent, names, registry)

@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 
 from lockdiag.core.catalogue import KeyRow, derived_keys, hashed_names
-from lockdiag.core.model import Aggregated
+from lockdiag.core.model import Aggregated, extent_of
 from lockdiag.core.pacing import Activity, Backend
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
@@ -243,14 +243,16 @@ class DiagnosticSession:
         go per transaction), completed with what the server can name; ``within``: seconds it
         may take at most (each statement has the session's deadline anyway)."""
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
-        try:
-            return self._snapshot(scope, names, within)
-        except ConfigurationLimit:
-            if not isinstance(scope, Aggregated):
-                raise
-        # the aggregated read copies the lock table twice (pg_locks' own tuplestore and its
-        # CTE's): where temp_file_limit refuses that, the full read's one copy may still fit
-        return self._snapshot("all" if scope.all_types else "advisory", names, within)
+        timeout = self.timeout if within is None else self.timeout.at_most(within)
+        with timeout.budget():  # both reads below, the retry included
+            try:
+                return self._snapshot(scope, names, within)
+            except ConfigurationLimit:
+                if not isinstance(scope, Aggregated):
+                    raise
+            # the aggregated read copies the lock table twice (pg_locks' own tuplestore and
+            # its CTE's): where temp_file_limit refuses that, the full read's one copy may fit
+            return self._snapshot(extent_of(scope), names, within)
 
     def _snapshot(self, scope: Scope, names: list[str], within: float | None) -> Snapshot:
         with self.conversation(within) as connection:
@@ -411,7 +413,7 @@ def server_error(error: psycopg.Error, dsn: str | None, timeout: Timeout) -> Ser
         )
     # the server short of a resource (SQLSTATE class 53: disk, memory, a configured limit)
     # ended the statement, not the connection
-    if isinstance(error, psycopg.OperationalError) and not str(error.sqlstate).startswith("53"):
+    if isinstance(error, psycopg.OperationalError) and not (error.sqlstate or "").startswith("53"):
         return ConnectionLost(f"connection lost: {one_line(scrub(str(error), dsn))}")
     return ServerError(f"query failed: {one_line(scrub(str(error), dsn))}")
 
