@@ -94,20 +94,25 @@ def exporter(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[R
     sessions.waiting(waiter)
     stop = threading.Event()
 
-    def churn() -> None:  # short holds, so the sampler sees episodes begin and end
+    # Short holds, so the sampler sees episodes begin and end; and queue's waits behind them.
+    # Queue takes the key when churn lets it go, churn takes it back 0.2s later, and queue,
+    # back 0.3s after its take, waits the 0.4s left of churn's hold: a wait in every 0.7s, and
+    # a 0.3s gap without one, each longer than the sampler's interval (a 0.1s wait went unseen
+    # for 30s on a loaded CI machine).
+    def churn() -> None:
         with psycopg.connect(cluster.dsn(application_name="churn"), autocommit=True) as c:
             while not stop.is_set():
                 c.execute("SELECT pg_advisory_lock(4102, 601)")
-                time.sleep(0.3)
+                time.sleep(0.5)
                 c.execute("SELECT pg_advisory_unlock(4102, 601)")
                 time.sleep(0.2)
 
-    def queue() -> None:  # waits of a moment behind churn: wait episodes that end
+    def queue() -> None:
         with psycopg.connect(cluster.dsn(application_name="queue"), autocommit=True) as c:
             while not stop.is_set():
                 c.execute("SELECT pg_advisory_lock(4102, 601)")
                 c.execute("SELECT pg_advisory_unlock(4102, 601)")
-                time.sleep(0.4)
+                time.sleep(0.3)
 
     worker = threading.Thread(target=churn, daemon=True)
     worker.start()
@@ -117,7 +122,8 @@ def exporter(cluster: Cluster, sessions: Sessions, tmp_path: Path) -> Iterator[R
     dead = f"host=127.0.0.1 port={free_port()} user=x password={SECRET}"
     process = subprocess.Popen(
         [sys.executable, "-m", "lockdiag", "exporter", "--dsn", cluster.dsn(), "--dsn", dead,
-         "--listen", f"127.0.0.1:{port}", "--interval", "200ms", "--idle-age", "1s,1h",
+         "--listen", f"127.0.0.1:{port}", "--interval", "200ms", "--duty-cycle", "0.5",
+         "--idle-age", "1s,1h",
          "--timeout", "2s", "--registry", str(tmp_path / "lockdiag.toml")],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
