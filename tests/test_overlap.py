@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from lockdiag.core.model import Aggregated
 from lockdiag.demo.cluster import Cluster
 from lockdiag.evidence import overlap
+from lockdiag.pg.connection import APPLICATION_NAME
+from lockdiag.pg.session import DiagnosticSession
 
 from helpers.servers import Sessions
 
@@ -127,3 +130,53 @@ def test_a_read_on_a_thread_of_its_own_imports_before_it_reads(
     reader.join()
     assert seen == [True]
     monkeypatch.delitem(sys.modules, "overlap_probe_module")
+
+
+def test_the_thread_starts_when_the_query_has_gone_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the query is sent the main thread has the interpreter to itself (an importing
+    thread beside it made connecting and sending some 20 ms slower at 100k locks)."""
+    (tmp_path / "overlap_sent_module.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with overlap.importing(("overlap_sent_module",)) as imports:
+        assert not [t for t in threading.enumerate() if t.name == "lockdiag-imports"]
+        assert "overlap_sent_module" not in sys.modules
+        imports.sent()
+        first = imports.thread
+        imports.sent()  # a read made again (the full read after an aggregated one): one thread
+        assert imports.thread is first is not None
+    assert "overlap_sent_module" in sys.modules
+    monkeypatch.delitem(sys.modules, "overlap_sent_module")
+
+
+def test_a_read_that_never_sends_imports_nothing_on_the_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "overlap_unsent_module.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with overlap.importing(("overlap_unsent_module",)) as imports:
+        pass  # the connection failed: no query went out
+    assert imports.thread is None
+    assert "overlap_unsent_module" not in sys.modules
+
+
+def test_the_session_says_sent_once_connected_and_before_the_rows(
+    cluster: Cluster, sessions: Sessions
+) -> None:
+    sessions.open("holder").run("SELECT pg_advisory_lock(5)")
+    watcher = sessions.open("watcher")
+    seen: list[tuple[str, str]] = []
+
+    def sent() -> None:  # lockdiag's backend is there, idle: connected and its settings checked
+        seen.extend(watcher.run(
+            "SELECT state, query FROM pg_stat_activity "
+            f"WHERE application_name = '{APPLICATION_NAME}'"
+        ))  # fmt: skip
+
+    with DiagnosticSession(cluster.dsn()) as session:
+        taken = session.snapshot(Aggregated(), sent=sent)
+    assert len(seen) == 1, seen
+    state, query = seen[0]
+    assert state == "idle" and "pg_settings" in query, seen
+    assert any(lock.objid == 5 for lock in taken.locks)

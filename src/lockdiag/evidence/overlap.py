@@ -1,12 +1,16 @@
 """Imports made while the server works: the modules an answer needs only once its snapshot is
 read (the analysis, the findings, the views), imported on a thread of their own while the main
 thread waits for the server (libpq waits with the GIL released): at 100k locks the server
-works some 200 ms, the imports take some 30.
+works some 170 ms, the imports take some 30.
 
-No two threads import at once: the main thread's read needs no module it has not loaded
-before (a test says so), and it waits for the thread before it analyses. A module that fails to
-import here is left to the main thread, whose own import of it raises the error where it
-always did: nothing is lost, nothing waits for it. A read made on a thread of its own (a
+The thread starts when the query has gone out (:meth:`Overlap.sent`), not before: until then
+the main thread has the critical path to itself (building and sending the query, connecting),
+and a thread importing beside it would take turns with it for the interpreter (this cost some
+20 ms at 100k locks). No two threads import at once: the main thread's read needs no module it
+has not loaded before (a test says so), and it waits for the thread before it analyses. A
+module that fails to import here is left to the main thread, whose own import of it raises the
+error where it always did: nothing is lost, nothing waits for it. A read that never sends its
+query (the connection failed) imports nothing here. A read made on a thread of its own (a
 fleet's, the exporter's) imports them itself before it reads, one such thread at a time.
 """
 
@@ -25,27 +29,44 @@ SWITCH_INTERVAL = 0.0005
 _ONE_AT_A_TIME = threading.Lock()  # the import thread, or a reader's thread
 
 
+class Overlap:
+    """The imports of one read, made on a thread of their own once its query has gone out."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.thread: threading.Thread | None = None
+        self.interval = sys.getswitchinterval()
+
+    def sent(self) -> None:
+        """The query has gone out: the main thread has nothing to do until its rows come.
+        Starts the imports (once: a read that is made again starts none)."""
+        if self.thread is not None or not self.names:
+            return
+        self.thread = threading.Thread(
+            target=_import, args=(self.names,), name="lockdiag-imports", daemon=True
+        )
+        sys.setswitchinterval(SWITCH_INTERVAL)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            sys.setswitchinterval(self.interval)
+
+
 @contextmanager
-def importing(names: tuple[str, ...]) -> Iterator[None]:
-    """``names`` imported on a thread of their own while the body runs; the thread joined at
-    its end, whatever happened."""
+def importing(names: tuple[str, ...]) -> Iterator[Overlap]:
+    """``names`` imported on a thread of their own from the moment the body calls the
+    overlap's :meth:`~Overlap.sent`; the thread joined at the body's end, whatever happened."""
     names = tuple(name for name in names if name not in sys.modules)
-    if not names:  # imported already (a read over time, after its first)
-        yield
-        return
-    if threading.current_thread() is not threading.main_thread():
+    if names and threading.current_thread() is not threading.main_thread():
         import_now(names)  # a reader's thread (a fleet's, the exporter's): now, before it reads
-        yield
-        return
-    thread = threading.Thread(target=_import, args=(names,), name="lockdiag-imports", daemon=True)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    thread.start()
+        names = ()
+    overlap = Overlap(names)  # nothing to import: sent() does nothing
     try:
-        yield
+        yield overlap
     finally:
-        thread.join()
-        sys.setswitchinterval(interval)
+        overlap.join()
 
 
 def _import(names: tuple[str, ...]) -> None:

@@ -81,8 +81,8 @@ class Reader:
         names are imported while the server works (:mod:`.overlap`)."""
         started = time.monotonic()
         try:
-            with importing((*ANALYSIS_MODULES, *analysis.imports)):
-                taken = self.session.snapshot(scope, within)
+            with importing((*ANALYSIS_MODULES, *analysis.imports)) as overlap:
+                taken = self.session.snapshot(scope, within, sent=overlap.sent)
         except LockdiagError as error:
             return Reading.failed(self.target.label, error, time.monotonic() - started)
         diagnosis = diagnose(taken, self.target.registry, analysis)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -71,13 +71,16 @@ def capture(
     scope: Scope = "advisory",
     names: list[str] | None = None,
     registry: Registry | None = None,
+    sent: Callable[[], None] | None = None,
 ) -> Snapshot:
     """One query, one round trip: every lock (or every advisory lock, those of waits, or
     what an answer needs: :class:`Aggregated`) with its sessions, and the keys of ``names``
     as the server's hashtext() computes them. An aggregated read whose spans could hide a
     key the catalogue names alone (a database's, known only once read) is read again in
     full. Text that may be in another database's encoding comes as its bytes (raw_text.py); a
-    text no encoding explains is shown with U+FFFD, and a note says where."""
+    text no encoding explains is shown with U+FFFD, and a note says where. ``sent`` is called
+    as the query goes out: from then until its rows come the client only waits (an answer's
+    later imports are made meanwhile, lockdiag.evidence.overlap)."""
     sql, params = _snapshot_query(connection.info.server_version, scope, registry or Registry())
     started = time.perf_counter()
     locks: list[LockRow] = []
@@ -91,6 +94,8 @@ def capture(
     kind_at, lock_at, relation_at, name_at, detail_at = KIND, LOCK, RELATION, RELATION_NAME, DETAIL
     with connection.cursor() as cursor:
         params.update(names=names or [], **probe_params())
+        if sent is not None:
+            sent()
         for row in stream_rows(cursor, sql, params):
             kind = row[kind_at]
             if kind == "lock":
@@ -126,11 +131,11 @@ def capture(
     extent = extent_of(scope)
     taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived, members=members)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
-        return capture(connection, source, extent, names, registry)
+        return capture(connection, source, extent, names, registry, sent)
     if isinstance(scope, Aggregated) and scope.members and info.tables:
         # a dump names each key: the rows of a software's table (enrich) may name a key inside
         # a span, which its entry would not say; read in full, as before spans
-        return capture(connection, source, extent, names, registry)
+        return capture(connection, source, extent, names, registry, sent)
     if texts.replaced:
         taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken

@@ -238,25 +238,34 @@ class DiagnosticSession:
                 hint=_REFUSED_HINT,
             )
 
-    def snapshot(self, scope: Scope, within: float | None = None) -> Snapshot:
+    def snapshot(
+        self, scope: Scope, within: float | None = None, sent: Callable[[], None] | None = None
+    ) -> Snapshot:
         """One snapshot (one round trip; and one each for BEGIN and COMMIT when the settings
         go per transaction), completed with what the server can name; ``within``: seconds it
-        may take at most (each statement has the session's deadline anyway)."""
+        may take at most (each statement has the session's deadline anyway); ``sent``: called
+        as the snapshot query goes out (see :func:`capture`)."""
         names = hashed_names(self.registry.candidates) if self.registry is not None else []
         timeout = self.timeout if within is None else self.timeout.at_most(within)
         with timeout.budget():  # both reads below, the retry included
             try:
-                return self._snapshot(scope, names, within)
+                return self._snapshot(scope, names, within, sent)
             except ConfigurationLimit:
                 if not isinstance(scope, Aggregated):
                     raise
             # the aggregated read copies the lock table twice (pg_locks' own tuplestore and
             # its CTE's): where temp_file_limit refuses that, the full read's one copy may fit
-            return self._snapshot(extent_of(scope), names, within)
+            return self._snapshot(extent_of(scope), names, within, sent)
 
-    def _snapshot(self, scope: Scope, names: list[str], within: float | None) -> Snapshot:
+    def _snapshot(
+        self,
+        scope: Scope,
+        names: list[str],
+        within: float | None,
+        sent: Callable[[], None] | None,
+    ) -> Snapshot:
         with self.conversation(within) as connection:
-            taken = capture(connection, self.describe(), scope, names, self.registry)
+            taken = capture(connection, self.describe(), scope, names, self.registry, sent)
             if self.registry is None and self.poolers is None:
                 return taken
             taken = complete(connection, taken, self.registry, self.poolers, self.timeout)
