@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,10 +175,12 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     session = exporter.scraper.readers["one"].session
     original = session.snapshot
 
-    def counting(scope: str, within: float | None = None) -> object:
+    def counting(
+        scope: str, within: float | None = None, sent: Callable[[], None] | None = None
+    ) -> object:
         taken.append(scope)
         time.sleep(0.3)  # a slow server: the other scrapes arrive meanwhile
-        return original(scope, within)  # type: ignore[arg-type]
+        return original(scope, within, sent)  # type: ignore[arg-type]
 
     session.snapshot = counting  # type: ignore[assignment,method-assign]
     try:
@@ -209,9 +211,11 @@ def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
     session = exporter.scraper.readers["one"].session
     original = session.snapshot
 
-    def counting(scope: Any, within: float | None = None) -> object:
+    def counting(
+        scope: Any, within: float | None = None, sent: Callable[[], None] | None = None
+    ) -> object:
         taken.append(time.monotonic())
-        return original(scope, within)
+        return original(scope, within, sent)
 
     session.snapshot = counting  # type: ignore[assignment,method-assign]
     answered = 0

@@ -243,7 +243,7 @@ class SlowToConnect:
             time.sleep(0.4)
         return frozenset({(self.probes,)})
 
-    def snapshot(self, scope: object, within: float | None = None) -> Snapshot:
+    def snapshot(self, scope: object, within: float | None = None, sent: object = None) -> Snapshot:
         server = ServerInfo(
             150000, datetime.now(timezone.utc), "postgres", 1, False, True, {}, "app"
         )
