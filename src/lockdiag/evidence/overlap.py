@@ -1,7 +1,7 @@
 """Imports made while the server works: the modules an answer needs only once its snapshot is
 read (the analysis, the findings, the views), imported on a thread of their own while the main
 thread waits for the server (libpq waits with the GIL released): at 100k locks the server
-works some 170 ms, the imports take some 30.
+works some 150 to 175 ms, the imports take some 40.
 
 The thread starts when the query has gone out (:meth:`Overlap.sent`), not before: until then
 the main thread has the critical path to itself (building and sending the query, connecting),
