@@ -86,9 +86,12 @@ def _extract(tar: tarfile.TarFile, home: Path) -> None:
     root = home.resolve()
     for member in tar.getmembers():
         where = (root / member.name).resolve()
-        pointed = (where.parent / member.linkname).resolve() if member.issym() else where
-        if member.islnk():
+        if member.issym():  # relative to its own directory; a hard link, to the archive's root
+            pointed = (where.parent / member.linkname).resolve()
+        elif member.islnk():
             pointed = (root / member.linkname).resolve()
+        else:
+            pointed = where
         ordinary = member.isfile() or member.isdir() or member.issym() or member.islnk()
         if not ordinary or not where.is_relative_to(root) or not pointed.is_relative_to(root):
             raise SystemExit(f"refusing {member.name!r} of the PostgreSQL build: outside {home}")

@@ -337,3 +337,18 @@ def test_a_piece_that_fails_leaves_the_file_as_it_was(tmp_path: Path) -> None:
         snapshot_file.write_whole(path, pieces(), "snapshot file")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["kept.json"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "noted"),
+    [(["blockers"], True), (["check"], True), (["list", "--all"], True), (["list"], False)],
+)
+def test_a_file_of_advisory_locks_only_is_said_where_every_lock_is_read(
+    tmp_path: Path, arguments: list[str], noted: bool
+) -> None:
+    """A file saved with --advisory-only, read by a command that reads every lock type."""
+    saved = json.loads((EXAMPLES / "incident.json").read_text())
+    path = tmp_path / "advisory.json"
+    path.write_text(json.dumps(dict(saved, scope="advisory")))
+    result = CliRunner().invoke(cli, [*arguments, "--from", str(path)])
+    assert ("holds advisory locks only" in result.stderr) is noted, result.stderr

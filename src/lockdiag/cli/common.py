@@ -20,7 +20,7 @@ from click.shell_completion import CompletionItem
 from lockdiag import plugins
 from lockdiag.cli import COMMANDS
 from lockdiag.cli.ending import keep
-from lockdiag.core.model import Aggregated, Scope, Snapshot
+from lockdiag.core.model import Scope, Snapshot, extent_of
 from lockdiag.durations import parse_duration
 from lockdiag.errors import EXIT_SERVER, LockdiagError
 from lockdiag.pg.timeout import Timeout
@@ -348,8 +348,7 @@ def get_snapshot(scope: Scope, registry: Registry) -> Snapshot:
 def _note_advisory_only(where: Source, scope: Scope) -> None:
     assert where.from_file is not None
     loaded, _ = where.saved
-    advisory = scope == "advisory" or (isinstance(scope, Aggregated) and not scope.all_types)
-    if not advisory and loaded.scope != "all":
+    if extent_of(scope) == "all" and loaded.scope != "all":
         click.echo(
             f"lockdiag: note: {where.from_file} holds advisory locks only (saved with "
             "--advisory-only)",
