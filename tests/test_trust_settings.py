@@ -43,6 +43,8 @@ DATABASES = {
         "jit_inline_above_cost": "0",
         "jit_optimize_above_cost": "0",
     },
+    # the lock table's copies written to temp files, and read back, at every read
+    "set_work_mem": {"work_mem": "64kB"},
 }
 # the helper sessions' own settings, whatever the database says
 HELPER_OPTIONS = r"-c idle_session_timeout=0 -c default_transaction_deferrable=off -c role=none"
@@ -128,7 +130,7 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
             connection.execute(
                 "SELECT name, setting FROM pg_catalog.pg_settings WHERE name IN "
                 "('client_encoding', 'DateStyle', 'transaction_isolation', "
-                "'transaction_deferrable', 'idle_session_timeout', 'jit') "
+                "'transaction_deferrable', 'idle_session_timeout', 'jit', 'work_mem') "
                 "UNION ALL SELECT 'current_user', CURRENT_USER::text"
             ).fetchall()
         )
@@ -139,6 +141,7 @@ def test_lockdiag_sees_the_locks_whatever_the_database_sets(
         "transaction_deferrable": "off",
         "idle_session_timeout": "0",
         "jit": "off",
+        "work_mem": "32768",
         "current_user": "postgres",
     }
 
