@@ -59,8 +59,8 @@ def session_settings(timeout: Timeout, server_version: int = 0) -> dict[str, str
         "jit": "off",
         # the lock table's copies (pg_locks' own and the aggregated read's) kept in memory up
         # to 32 MB each (some 300k locks), in kB as pg_settings shows it: at the default 4 MB
-        # a read of 100k locks wrote and read back 14 MB of temp files (and took a tenth
-        # longer), and a database's work_mem of 64kB or 1GB is not lockdiag's to use
+        # a read of 100k locks wrote and read back 14 MB of temp files (a session's next read
+        # took a tenth longer), and a database's work_mem of 64kB or 1GB is not lockdiag's
         "work_mem": "32768",
         # a database's or role's `SET role = 'x'` makes a superuser's session that role's,
         # blind to other sessions' state: checked after connecting as current_user =
