@@ -58,19 +58,31 @@ def test_statement_timeout_on_a_huge_lock_table(cluster: Cluster, sessions: Sess
     assert_one_clear_error(result, 3, "cancelled", "raise it with --timeout")
 
 
-def test_a_low_temp_file_limit(cluster: Cluster, sessions: Sessions) -> None:
-    """A database whose temp_file_limit lets one copy of the lock table spill to disk but not
-    two: the answers that read spans (which copy it twice) read in full instead and answer
-    as before; with a limit no read fits, one clear error naming the limit, not a lost
-    connection. The settings are the database's: lockdiag's own session cannot change them."""
+def test_a_low_temp_file_limit(
+    cluster: Cluster, sessions: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database whose work_mem makes 5,000 locks spill to disk and whose temp_file_limit lets
+    one copy of the lock table spill but not two. lockdiag's own work_mem keeps them in memory:
+    every answer as usual, even under a limit no spill fits. Lowered to the database's (as a lock
+    table beyond lockdiag's work_mem would spill): the answers that read spans (which copy it
+    twice) read in full instead and answer as before; with a limit no read fits, one clear
+    error naming the limit, not a lost connection. temp_file_limit is the database's: only a
+    superuser may change it, lockdiag's session cannot."""
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
         admin.execute("CREATE DATABASE tempcap")
         # 64kB of work_mem: 5,000 locks spill, some 350 kB a copy
         admin.execute("ALTER DATABASE tempcap SET work_mem = '64kB'")
-        admin.execute("ALTER DATABASE tempcap SET temp_file_limit = '500kB'")
+        admin.execute("ALTER DATABASE tempcap SET temp_file_limit = '64kB'")
     holder = sessions.open("spiller")
     holder.run("SELECT count(pg_advisory_lock(991, g)) FROM generate_series(1, 5000) g")
     dsn = cluster.dsn(dbname="tempcap")
+    for command in ("blockers", "check"):  # lockdiag's work_mem: nothing spills
+        result = run(command, "--dsn", dsn, "--format", "json")
+        assert result.exit_code in (0, 1), result.stderr  # an answer, not UNKNOWN or an error
+
+    monkeypatch.setattr("lockdiag.pg.connection.WORK_MEM_KB", 64)
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("ALTER DATABASE tempcap SET temp_file_limit = '500kB'")
     with psycopg.connect(dsn, autocommit=True) as reader:
         with pytest.raises(psycopg.errors.ConfigurationLimitExceeded):
             reader.execute(  # the aggregated read's two copies, as the server keeps them

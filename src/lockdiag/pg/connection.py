@@ -32,6 +32,11 @@ APPLICATION_NAME = "lockdiag"
 # statement on: it cannot be SET LOCAL meaningfully (the transaction's own statements would be
 # encoded before the change), so it is only sent when connecting, and verified
 CLIENT_ENCODING = "UTF8"
+# work_mem, in kB as pg_settings shows it: a read's copies of the lock table (pg_locks' own and
+# the aggregated read's) stay in memory up to 32 MB each, some 200,000 locks; at the default
+# 4 MB a read of 100k locks wrote and read back 14 MB of temp files (a session's next read took
+# a tenth longer, and a temp_file_limit could refuse it); a database's 64kB or 1GB is not ours
+WORK_MEM_KB = 32768
 
 
 def session_settings(timeout: Timeout, server_version: int = 0) -> dict[str, str]:
@@ -57,11 +62,7 @@ def session_settings(timeout: Timeout, server_version: int = 0) -> dict[str, str
         # a database's jit_*_above_cost = 0 compiled (inlined, optimised) every statement of
         # lockdiag's: `check` at 100k locks took 3 s instead of 0.5 (PostgreSQL 15)
         "jit": "off",
-        # the lock table's copies (pg_locks' own and the aggregated read's) kept in memory up
-        # to 32 MB each (some 300k locks), in kB as pg_settings shows it: at the default 4 MB
-        # a read of 100k locks wrote and read back 14 MB of temp files (a session's next read
-        # took a tenth longer), and a database's work_mem of 64kB or 1GB is not lockdiag's
-        "work_mem": "32768",
+        "work_mem": str(WORK_MEM_KB),
         # a database's or role's `SET role = 'x'` makes a superuser's session that role's,
         # blind to other sessions' state: checked after connecting as current_user =
         # session_user (pg_settings does not list role)

@@ -39,6 +39,7 @@ from lockdiag.pg.capture import capture, complete
 from lockdiag.pg.connection import (
     APPLICATION_NAME,
     CLIENT_ENCODING,
+    WORK_MEM_KB,
     conninfo,
     one_line,
     scrub,
@@ -390,13 +391,13 @@ class ConnectionLost(ServerError):
 
 class ConfigurationLimit(ServerError):
     """A configured limit of the server ended a statement (SQLSTATE 53400): temp_file_limit,
-    when its copy of the lock table outgrew work_mem. The connection lives on."""
+    when its copy of the lock table outgrew lockdiag's work_mem. The connection lives on."""
 
 
 _LIMIT_HINT = (
-    "pg_locks is copied to a temporary file once it outgrows work_mem (some 7 MB per 100,000 "
-    "locks): where temp_file_limit stopped it, a superuser can raise it for lockdiag's role "
-    "(ALTER ROLE name SET temp_file_limit = ...)"
+    f"pg_locks is copied to a temporary file once it outgrows lockdiag's work_mem "
+    f"({WORK_MEM_KB // 1024} MB, some 200,000 locks): where temp_file_limit stopped it, a "
+    "superuser can raise it for lockdiag's role (ALTER ROLE name SET temp_file_limit = ...)"
 )
 
 
