@@ -34,8 +34,8 @@ APPLICATION_NAME = "lockdiag"
 CLIENT_ENCODING = "UTF8"
 # work_mem, in kB as pg_settings shows it: a read's copies of the lock table (pg_locks' own and
 # the aggregated read's) stay in memory up to 32 MB each, some 200,000 locks; at the default
-# 4 MB a read of 100k locks wrote and read back 14 MB of temp files (a session's next read took
-# a tenth longer, and a temp_file_limit could refuse it); a database's 64kB or 1GB is not ours
+# 4 MB a read of 100k locks wrote and read back 14 MB of temp files, which a temp_file_limit
+# could refuse (the aggregated read then reads in full); a database's 64kB or 1GB is not ours
 WORK_MEM_KB = 32768
 
 
