@@ -395,7 +395,7 @@ class ConfigurationLimit(ServerError):
 
 
 _LIMIT_HINT = (
-    f"pg_locks is copied to a temporary file once it outgrows lockdiag's work_mem "
+    "pg_locks is copied to a temporary file once it outgrows lockdiag's work_mem "
     f"({WORK_MEM_KB // 1024} MB, some 200,000 locks): where temp_file_limit stopped it, a "
     "superuser can raise it for lockdiag's role (ALTER ROLE name SET temp_file_limit = ...)"
 )
