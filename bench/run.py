@@ -30,8 +30,8 @@ from typing import Any, TextIO
 
 import psycopg
 
+from lockdiag.core import ahead
 from lockdiag.demo.cluster import Cluster, create_cluster
-from lockdiag.pg import capture as capturing
 from lockdiag.pg import queries
 
 FLOOR = Path(__file__).with_name("floor.py")
@@ -245,7 +245,7 @@ def measure_server(
             "pg_locks_ms": lambda: server_ms(cluster, "SELECT * FROM pg_locks"),
             "snapshot_ms": lambda: server_ms(cluster, snapshot_sql,
                                              {"all_types": True, "names": [],
-                                              **capturing.probe_params()}),
+                                              **ahead.probe_params()}),
             "wiki_self_join_ms": lambda: server_ms(cluster, WIKI_SELF_JOIN),
         })  # fmt: skip
     return {

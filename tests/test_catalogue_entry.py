@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from lockdiag.core import catalogue
+from lockdiag.core.ahead import probe_params
 from lockdiag.core.catalogue import (
     FIXED,
     SOFTWARE,
@@ -29,7 +30,6 @@ from lockdiag.core.catalogue import (
 from lockdiag.core.catalogue.entry import Hashed, Hold, Rows, Space, withdraw
 from lockdiag.demo.cluster import Cluster
 from lockdiag.keys import LockTriple, from_bigint, from_pair
-from lockdiag.pg.capture import probe_params
 from lockdiag.registry import Candidates, KnownList, Namespace, parse_registry
 
 from helpers.cli import list_json

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from lockdiag.core import ahead
 from lockdiag.core.diagnosis import Diagnosis
 from lockdiag.core.model import LockRow
 from lockdiag.core.sort_key import sort_key
@@ -62,7 +63,7 @@ def test_the_snapshot_is_streamed_in_batches_with_every_row(
                        (LOCKS,))  # fmt: skip
         with psycopg.connect(cluster.dsn(), autocommit=True) as reader:
             sql = queries.query("snapshot", reader.info.server_version)
-            params = {"all_types": False, "names": [], **capturing.probe_params()}
+            params = {"all_types": False, "names": [], **ahead.probe_params()}
             whole = reader.execute(sql.encode(), params).fetchall()  # the result held whole
             sizes: list[int] = []
             streamed = psycopg.Cursor.stream

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from lockdiag.core.findings import CheckPolicy, Threshold
 from lockdiag.demo.cluster import Cluster, free_port
 from lockdiag.evidence import Target
 from lockdiag.exporter import Exporter
+from lockdiag.pg.capture import Meanwhile
 from lockdiag.pg.timeout import Timeout
 from lockdiag.registry import Registry, parse_registry
 from lockdiag.worker import PrometheusEvents
@@ -176,11 +177,11 @@ def test_concurrent_scrapes_share_one_snapshot(cluster: Cluster) -> None:
     original = session.snapshot
 
     def counting(
-        scope: str, within: float | None = None, sent: Callable[[], None] | None = None
+        scope: str, within: float | None = None, meanwhile: Meanwhile | None = None
     ) -> object:
         taken.append(scope)
         time.sleep(0.3)  # a slow server: the other scrapes arrive meanwhile
-        return original(scope, within, sent)  # type: ignore[arg-type]
+        return original(scope, within, meanwhile)  # type: ignore[arg-type]
 
     session.snapshot = counting  # type: ignore[assignment,method-assign]
     try:
@@ -212,10 +213,10 @@ def test_a_burst_of_scrapes_reads_the_lock_table_once_an_interval(
     original = session.snapshot
 
     def counting(
-        scope: Any, within: float | None = None, sent: Callable[[], None] | None = None
+        scope: Any, within: float | None = None, meanwhile: Meanwhile | None = None
     ) -> object:
         taken.append(time.monotonic())
-        return original(scope, within, sent)
+        return original(scope, within, meanwhile)
 
     session.snapshot = counting  # type: ignore[assignment,method-assign]
     answered = 0

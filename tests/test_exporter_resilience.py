@@ -136,7 +136,7 @@ def test_a_snapshot_past_its_deadline_is_timed_out_and_never_doubled(cluster: Cl
     release = threading.Event()
     taken: list[Scope] = []
 
-    def hanging(scope: Scope, within: float | None = None, sent: object = None) -> object:
+    def hanging(scope: Scope, within: float | None = None, meanwhile: object = None) -> object:
         taken.append(scope)
         release.wait(60)
         raise ServerError("connection lost: released by the test")

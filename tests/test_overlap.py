@@ -1,7 +1,8 @@
-"""The imports an answer needs only after its query (the analysis, the findings, the views) are
-made on a thread of their own while the server works (lockdiag.evidence.overlap): the command
-modules do not load them, the main thread imports nothing while that thread does, and a module
-that fails to import there fails where it always did."""
+"""The imports an answer needs only after its query (the catalogue, the analysis, the findings,
+the views) are made on a thread of their own while the server works
+(lockdiag.evidence.overlap): the command modules do not load them, the main thread imports
+nothing while that thread does, and a module that fails to import there fails where it always
+did."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from lockdiag.pg.session import DiagnosticSession
 
 from helpers.servers import Sessions
 
-# what check, blockers and who-holds need only once the snapshot is read
+# what check, blockers and who-holds need only once the snapshot is read (the catalogue too:
+# the query is built from lockdiag.core.ahead's table)
 AFTER_THE_QUERY = (
     "lockdiag.core.analysis",
+    "lockdiag.core.catalogue",
     "lockdiag.core.diagnosis",
     "lockdiag.core.findings",
     "lockdiag.core.graph",
@@ -87,6 +90,7 @@ def test_the_answers_modules_are_imported_while_the_server_works_and_only_there(
     # (importlib.import_module raises no audit event: the modules the thread names are not
     # listed, those they import are)
     assert "'lockdiag.core.findings'" in said, said
+    assert "'lockdiag.core.catalogue.entry'" in said, said  # the catalogue, after the query
 
 
 def test_a_module_that_fails_to_import_on_the_thread_is_left_to_the_main_thread() -> None:
@@ -161,22 +165,27 @@ def test_a_read_that_never_sends_imports_nothing_on_the_side(
     assert "overlap_unsent_module" not in sys.modules
 
 
-def test_the_session_says_sent_once_connected_and_before_the_rows(
+def test_the_session_says_sent_once_connected_and_waits_once_the_rows_are_in(
     cluster: Cluster, sessions: Sessions
 ) -> None:
     sessions.open("holder").run("SELECT pg_advisory_lock(5)")
     watcher = sessions.open("watcher")
     seen: list[tuple[str, str]] = []
+    joined: list[int] = []
 
-    def sent() -> None:  # lockdiag's backend is there, idle: connected and its settings checked
-        seen.extend(watcher.run(
-            "SELECT state, query FROM pg_stat_activity "
-            f"WHERE application_name = '{APPLICATION_NAME}'"
-        ))  # fmt: skip
+    class Meanwhile:
+        def sent(self) -> None:  # lockdiag's backend is there, idle: connected, settings checked
+            seen.extend(watcher.run(
+                "SELECT state, query FROM pg_stat_activity "
+                f"WHERE application_name = '{APPLICATION_NAME}'"
+            ))  # fmt: skip
+
+        def join(self) -> None:  # the rows are in
+            joined.append(len(seen))
 
     with DiagnosticSession(cluster.dsn()) as session:
-        taken = session.snapshot(Aggregated(), sent=sent)
-    assert len(seen) == 1, seen
+        taken = session.snapshot(Aggregated(), meanwhile=Meanwhile())
+    assert len(seen) == 1 and joined == [1], (seen, joined)
     state, query = seen[0]
     assert state == "idle" and "pg_settings" in query, seen
     assert any(lock.objid == 5 for lock in taken.locks)

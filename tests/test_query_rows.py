@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from lockdiag.core import ahead
 from lockdiag.core.catalogue import KeyRow
 from lockdiag.core.model import Aggregated, LockRow
 from lockdiag.core.pacing import Backend
@@ -33,7 +34,7 @@ def snapshot(scope: Any) -> Statement:
 
     def statement(version: int) -> tuple[str, dict[str, Any]]:
         text, params = capture._snapshot_query(version, scope, Registry())
-        return text, {**params, "names": ["x"], **capture.probe_params()}
+        return text, {**params, "names": ["x"], **ahead.probe_params()}
 
     return statement
 

@@ -243,7 +243,9 @@ class SlowToConnect:
             time.sleep(0.4)
         return frozenset({(self.probes,)})
 
-    def snapshot(self, scope: object, within: float | None = None, sent: object = None) -> Snapshot:
+    def snapshot(
+        self, scope: object, within: float | None = None, meanwhile: object = None
+    ) -> Snapshot:
         server = ServerInfo(
             150000, datetime.now(timezone.utc), "postgres", 1, False, True, {}, "app"
         )

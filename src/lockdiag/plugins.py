@@ -204,6 +204,12 @@ def loaded() -> tuple[Plugin, ...]:
     return tuple(plugins)
 
 
+@cache
+def installed() -> bool:
+    """Whether any plugin is installed (loaded or not: none is imported to say so)."""
+    return bool(_entry_points())
+
+
 # -- finding the entry points, cached --------------------------------------------------------
 
 

@@ -82,7 +82,7 @@ class Reader:
         started = time.monotonic()
         try:
             with importing((*ANALYSIS_MODULES, *analysis.imports)) as overlap:
-                taken = self.session.snapshot(scope, within, sent=overlap.sent)
+                taken = self.session.snapshot(scope, within, meanwhile=overlap)
         except LockdiagError as error:
             return Reading.failed(self.target.label, error, time.monotonic() - started)
         diagnosis = diagnose(taken, self.target.registry, analysis)

@@ -19,8 +19,15 @@ if TYPE_CHECKING:  # the analysis is imported when a snapshot is analysed (see .
     from lockdiag.core.analysis import Seen
     from lockdiag.core.diagnosis import Diagnosis
 
-# what diagnose imports: a one-off read has them imported while the server works
-ANALYSIS_MODULES = ("lockdiag.core.diagnosis",)
+# what a read needs once its rows are in (the catalogue, first: the snapshot's keys are named
+# with it, lockdiag.core.ahead) and what diagnose imports: a one-off read has them imported
+# while the server works
+ANALYSIS_MODULES = (
+    "lockdiag.core.catalogue",
+    "lockdiag.core.decoding",
+    "lockdiag.pg.enrichment",
+    "lockdiag.core.diagnosis",
+)
 
 
 class Looking(Protocol):

@@ -1,21 +1,21 @@
-"""Capturing a snapshot: the one snapshot query, then what only the server (or a pooler) can add.
+"""Capturing a snapshot: the one snapshot query.
 
-:func:`capture` is the single round trip (pg_locks read once, pg_stat_activity, server facts).
-:func:`complete` adds, only when something is left to name, one bounded enrichment query
-(hashtext() of listed names, keys of well-known software's rows) and the PgBouncer consoles.
+:func:`capture` is the single round trip (pg_locks read once, pg_stat_activity, server facts);
+what only the server (or a pooler) can add after it is :mod:`lockdiag.pg.enrichment`'s. The
+query is built and sent without the catalogue (:mod:`lockdiag.core.ahead`), which is imported
+while the server works and used once the rows are in.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import psycopg
 
-from lockdiag.core import catalogue
-from lockdiag.core.decoding import singles, spans_decodable
+from lockdiag.core import ahead
 from lockdiag.core.model import (
     Aggregated,
     LockRow,
@@ -27,16 +27,10 @@ from lockdiag.core.model import (
     space_of,
 )
 from lockdiag.core.records import build_record, server_info
-from lockdiag.errors import ServerError
-from lockdiag.keys import PAIR_SUBID
-from lockdiag.pg import pgbouncer, queries, trust
-from lockdiag.pg.connection import one_line
-from lockdiag.pg.raw_text import Texts, relation_names, undecodable_note
-from lockdiag.pg.timeout import Timeout
-from lockdiag.registry import Poolers, Registry
+from lockdiag.pg import queries
+from lockdiag.pg.raw_text import Texts, undecodable_note
+from lockdiag.registry import Registry
 
-ROW_LIMIT = 10000  # rows of a software's table hashed at most, per table
-KEY_LIMIT = 10000  # unnamed keys sent to the server at most
 BATCH = 2000  # rows of the snapshot turned into records at a time
 # an aggregated read's smallest span: a backend's smaller groups come as their rows, so that
 # on a small lock table the read is the full read row for row (every answer the same, labels
@@ -65,22 +59,32 @@ RELATION_NAME = SNAPSHOT_COLUMNS.index("relation_name")
 DETAIL = SNAPSHOT_COLUMNS.index("detail")
 
 
+class Meanwhile(Protocol):
+    """What goes on beside a read (lockdiag.evidence.overlap's imports): told when the query
+    has gone out, and waited for once its rows are in, before what it imported is used."""
+
+    def sent(self) -> None: ...
+
+    def join(self) -> None: ...
+
+
 def capture(
     connection: psycopg.Connection[Any],
     source: str,
     scope: Scope = "advisory",
     names: list[str] | None = None,
     registry: Registry | None = None,
-    sent: Callable[[], None] | None = None,
+    meanwhile: Meanwhile | None = None,
 ) -> Snapshot:
     """One query, one round trip: every lock (or every advisory lock, those of waits, or
     what an answer needs: :class:`Aggregated`) with its sessions, and the keys of ``names``
     as the server's hashtext() computes them. An aggregated read whose spans could hide a
     key the catalogue names alone (a database's, known only once read) is read again in
     full. Text that may be in another database's encoding comes as its bytes (raw_text.py); a
-    text no encoding explains is shown with U+FFFD, and a note says where. ``sent`` is called
-    as the query goes out: from then until its rows come the client only waits (an answer's
-    later imports are made meanwhile, lockdiag.evidence.overlap)."""
+    text no encoding explains is shown with U+FFFD, and a note says where. ``meanwhile`` is
+    told as the query goes out: from then until its rows come the client only waits (an
+    answer's later imports, the catalogue's first, are made meanwhile), and waited for once
+    the rows are in."""
     sql, params = _snapshot_query(connection.info.server_version, scope, registry or Registry())
     started = time.perf_counter()
     locks: list[LockRow] = []
@@ -93,9 +97,9 @@ def capture(
     # the columns' positions as locals: the loop below runs once per lock
     kind_at, lock_at, relation_at, name_at, detail_at = KIND, LOCK, RELATION, RELATION_NAME, DETAIL
     with connection.cursor() as cursor:
-        params.update(names=names or [], **probe_params())
-        if sent is not None:
-            sent()
+        params.update(names=names or [], **ahead.probe_params())
+        if meanwhile is not None:
+            meanwhile.sent()
         for row in stream_rows(cursor, sql, params):
             kind = row[kind_at]
             if kind == "lock":
@@ -120,6 +124,11 @@ def capture(
     # after the first rows, and the pacing of watch, sample and the exporter must not count
     # a read as cheaper than it was (an overstatement only makes them read less often)
     elapsed = time.perf_counter() - started
+    if meanwhile is not None:
+        meanwhile.join()  # imported while the server worked, needed from here on
+    from lockdiag.core import catalogue
+    from lockdiag.core.decoding import spans_decodable
+
     hashed = server.pop("hashed", None) or {}
     own = texts.server(server)
     for oid, name in relations.items():
@@ -131,27 +140,14 @@ def capture(
     extent = extent_of(scope)
     taken = Snapshot(info, source, extent, sessions, locks, elapsed, derived, members=members)
     if isinstance(scope, Aggregated) and not spans_decodable(taken, registry or Registry()):
-        return capture(connection, source, extent, names, registry, sent)
+        return capture(connection, source, extent, names, registry, meanwhile)
     if isinstance(scope, Aggregated) and scope.members and info.tables:
         # a dump names each key: the rows of a software's table (enrich) may name a key inside
         # a span, which its entry would not say; read in full, as before spans
-        return capture(connection, source, extent, names, registry, sent)
+        return capture(connection, source, extent, names, registry, meanwhile)
     if texts.replaced:
         taken = dataclasses.replace(taken, notes=[*taken.notes, undecodable_note(taken)])
     return taken
-
-
-def probe_params() -> dict[str, Any]:
-    """What the snapshot query looks for in the connected database, as the catalogue's
-    programs declare it: tables that confirm a guess (by name), tables whose rows name keys
-    (schema and name), extensions."""
-    tables = [table.split(".") for table in catalogue.row_tables()]
-    return {
-        "software_tables": catalogue.SIGN_TABLES,
-        "row_schemas": [schema for schema, _ in tables],
-        "row_names": [name for _, name in tables],
-        "extensions": catalogue.extension_names(),
-    }
 
 
 def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str, dict[str, Any]]:
@@ -161,13 +157,13 @@ def _snapshot_query(version: int, scope: Scope, registry: Registry) -> tuple[str
     if not isinstance(scope, Aggregated):
         return full, {"all_types": scope == "all"}
     _, rest = full.split("\nUNION ALL\n", 1)  # the full read's rows of kind 'lock' come first
-    keys, spaces = singles(registry, scope.key)
+    keys, spaces = ahead.singles(registry, scope.key)
     params = {
         "all_types": scope.all_types,
         "group_min": GROUP_MIN,
-        "key_classids": [k.classid for k in keys],
-        "key_objids": [k.objid for k in keys],
-        "key_subids": [k.objsubid for k in keys],
+        "key_classids": [classid for classid, _, _ in keys],
+        "key_objids": [objid for _, objid, _ in keys],
+        "key_subids": [objsubid for _, _, objsubid in keys],
         "space_subids": [objsubid for objsubid, _ in spaces],
         "space_classids": [classid for _, classid in spaces],
     }
@@ -187,154 +183,3 @@ def stream_rows(
     is a round trip the session's deadline watches (:mod:`lockdiag.pg.deadline`)."""
     size = BATCH if psycopg.pq.version() >= 170000 else 1
     yield from cursor.stream(sql.encode(), params, size=size)
-
-
-def complete(
-    connection: psycopg.Connection[Any],
-    snapshot: Snapshot,
-    registry: Registry | None,
-    poolers: Poolers | None,
-    timeout: Timeout,
-) -> Snapshot:
-    """What the snapshot query alone cannot say: names of well-known keys computed on the
-    server (with a registry), and which backends are a pooler's server connections (read in
-    the same run)."""
-    if registry is not None:
-        snapshot = enrich(connection, snapshot, registry)
-    if poolers is None or not (poolers.pgbouncer or poolers.addresses):
-        return snapshot
-    links = pgbouncer.address_links(poolers.addresses, snapshot.sessions)
-    consoles, notes = [], list(snapshot.notes)
-    for console_dsn in poolers.pgbouncer:
-        try:
-            consoles.append(pgbouncer.read_console(console_dsn, timeout))
-        except ServerError as error:
-            notes.append(str(error))
-    links.update(pgbouncer.links(consoles, snapshot.sessions))
-    return dataclasses.replace(snapshot, pool=links, notes=notes)
-
-
-def enrich(connection: psycopg.Connection[Any], snapshot: Snapshot, registry: Registry) -> Snapshot:
-    """Keys named by the rows of well-known software's tables (GoodJob, Que, pgmq, pg-boss
-    queue tables: every table a catalogue entry declares), and the tables pg_repack is
-    repacking by name; the rows only when such a table is present and some advisory key has
-    no name yet. Every table goes through
-    :mod:`lockdiag.pg.trust` first (locked against DDL, checked in the catalog) inside one
-    read-only transaction; one that fails is skipped with a note that says why."""
-    snapshot = _repacked_tables(connection, snapshot)
-    listed = snapshot.server.tables
-    if not listed:
-        return snapshot  # nothing to ask and nothing to say: no work at all
-    unmatched = catalogue.unmatched_keys(snapshot, registry)
-    if not unmatched:
-        return snapshot
-    notes = list(snapshot.notes)
-    unreadable = [t[1:] for t in listed if t.startswith("!")]
-    unlockable = [t[1:] for t in listed if t.startswith("?")]
-    tables = catalogue.row_tables()
-    candidates = [t for t in listed if t in tables]
-    if unreadable:
-        notes.append(
-            f"{', '.join(unreadable)} cannot be read by {snapshot.server.current_user}: keys "
-            f"named by their rows ({_software_of(unreadable)}) stay unregistered; GRANT SELECT "
-            "to see them"
-        )
-    if unlockable:
-        notes.append(
-            f"{', '.join(unlockable)} not read: lockdiag locks a table against DDL before "
-            "reading it (so no one can swap in code between its check and its read), which "
-            f"needs UPDATE, DELETE or TRUNCATE on it; {snapshot.server.current_user} has none"
-        )
-    if candidates and snapshot.server.in_recovery:
-        notes.append(
-            f"{', '.join(candidates)} not read: a standby cannot lock a table against DDL "
-            "before reading it; run lockdiag on the primary to name these keys"
-        )
-        candidates = []
-    if not candidates:
-        return dataclasses.replace(snapshot, notes=notes)
-    try:
-        with connection.transaction():  # the locks last until the rows are read
-            trust.lock(connection, candidates)
-            verdicts = trust.vet(connection, {t: tables[t] for t in candidates})
-            notes += [trust.note(v) for v in verdicts if not v.readable]
-            readable = [v.table for v in verdicts if v.readable]
-            rows = []
-            if readable:
-                sql, params = enrichment_query(snapshot, readable, unmatched)
-                rows = connection.execute(sql.encode(), params).fetchall()
-    except psycopg.errors.LockNotAvailable:
-        notes.append(
-            f"{', '.join(candidates)} not read this time: being vacuumed or altered right now "
-            "(lockdiag does not wait for a lock on them)"
-        )
-        return dataclasses.replace(snapshot, notes=notes)
-    except psycopg.Error as error:
-        if connection.broken:
-            raise
-        reason = error.diag.message_primary or one_line(str(error))
-        notes.append(f"well-known keys from their rows not read: {reason}")
-        return dataclasses.replace(snapshot, notes=notes)
-    derived = catalogue.derived_keys(rows, snapshot.server.database)
-    return dataclasses.replace(snapshot, derived=[*snapshot.derived, *derived], notes=notes)
-
-
-def _repacked_tables(connection: psycopg.Connection[Any], snapshot: Snapshot) -> Snapshot:
-    """The names of the tables pg_repack locks in this database (its key carries the table's
-    OID), added to the snapshot's relation names; only the catalog pg_class is read."""
-    server = snapshot.server
-    here = server.database_oid
-    prefix = catalogue.REPACK_LOCK_PREFIX
-    oids = sorted(
-        {
-            catalogue.repack_table_oid(key)
-            for lock in snapshot.locks
-            # the classid's test first: it tells nearly every lock apart without making a key
-            if lock.classid == prefix
-            and lock.database == here
-            and (key := lock.advisory_key) is not None
-            and key.objsubid == PAIR_SUBID
-        }
-        - set(server.relations)
-    )[:KEY_LIMIT]
-    if not oids:
-        return snapshot
-    sql = queries.query("relation_names", server.version_num)
-    try:
-        with connection.transaction():
-            rows = connection.execute(sql.encode(), {"oids": oids}).fetchall()
-    except psycopg.Error as error:
-        if connection.broken:
-            raise
-        reason = error.diag.message_primary or one_line(str(error))
-        notes = [*snapshot.notes, f"tables pg_repack is repacking not named: {reason}"]
-        return dataclasses.replace(snapshot, notes=notes)
-    relations = {**server.relations, **relation_names(rows)}
-    return dataclasses.replace(snapshot, server=dataclasses.replace(server, relations=relations))
-
-
-def _software_of(tables: list[str]) -> str:
-    """The programs whose keys the rows of these tables name, in the catalogue's order."""
-    names = {
-        program.name: None for program, rows in catalogue.row_sources() if rows.table in tables
-    }
-    return ", ".join(names) or "well-known software"
-
-
-def enrichment_query(
-    snapshot: Snapshot, tables: list[str], unmatched: set[int]
-) -> tuple[str, dict[str, Any]]:
-    """The one extra query: the part of each table of well-known software that may be read,
-    as its program declares it, each row led by the part's number (catalogue.row_parts)."""
-    parts = [
-        f"SELECT {number} AS part, p.* FROM (\n{_without_comments(sql)}\n) AS p"
-        for number, (table, sql) in enumerate(catalogue.row_parts())
-        if table in tables
-    ]
-    sql = "\nUNION ALL\n".join(parts)
-    return sql, {"keys": sorted(unmatched)[:KEY_LIMIT], "row_limit": ROW_LIMIT}
-
-
-def _without_comments(sql: str) -> str:
-    """A query file's text without its leading comment lines (they would end the UNION)."""
-    return "\n".join(line for line in sql.splitlines() if not line.startswith("--")).strip()

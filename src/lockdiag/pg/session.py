@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import psycopg
 from psycopg import sql
 
-from lockdiag.core.catalogue import KeyRow, derived_keys, hashed_names
+from lockdiag.core import ahead
 from lockdiag.core.model import Aggregated, extent_of
 from lockdiag.core.pacing import Activity, Backend
 from lockdiag.core.pool_memory import PoolMemory
 from lockdiag.errors import ServerError
 from lockdiag.pg import deadline, queries
-from lockdiag.pg.capture import capture, complete
+from lockdiag.pg.capture import Meanwhile, capture
 from lockdiag.pg.connection import (
     APPLICATION_NAME,
     CLIENT_ENCODING,
@@ -240,35 +240,37 @@ class DiagnosticSession:
             )
 
     def snapshot(
-        self, scope: Scope, within: float | None = None, sent: Callable[[], None] | None = None
+        self, scope: Scope, within: float | None = None, meanwhile: Meanwhile | None = None
     ) -> Snapshot:
         """One snapshot (one round trip; and one each for BEGIN and COMMIT when the settings
         go per transaction), completed with what the server can name; ``within``: seconds it
-        may take at most (each statement has the session's deadline anyway); ``sent``: called
-        as the snapshot query goes out (see :func:`capture`)."""
-        names = hashed_names(self.registry.candidates) if self.registry is not None else []
+        may take at most (each statement has the session's deadline anyway); ``meanwhile``: told
+        as the snapshot query goes out, waited for once its rows are in (see :func:`capture`)."""
+        names = ahead.hashed_names(self.registry) if self.registry is not None else []
         timeout = self.timeout if within is None else self.timeout.at_most(within)
         with timeout.budget():  # both reads below, the retry included
             try:
-                return self._snapshot(scope, names, within, sent)
+                return self._snapshot(scope, names, within, meanwhile)
             except ConfigurationLimit:
                 if not isinstance(scope, Aggregated):
                     raise
             # the aggregated read copies the lock table twice (pg_locks' own tuplestore and
             # its CTE's): where temp_file_limit refuses that, the full read's one copy may fit
-            return self._snapshot(extent_of(scope), names, within, sent)
+            return self._snapshot(extent_of(scope), names, within, meanwhile)
 
     def _snapshot(
         self,
         scope: Scope,
         names: list[str],
         within: float | None,
-        sent: Callable[[], None] | None,
+        meanwhile: Meanwhile | None,
     ) -> Snapshot:
         with self.conversation(within) as connection:
-            taken = capture(connection, self.describe(), scope, names, self.registry, sent)
+            taken = capture(connection, self.describe(), scope, names, self.registry, meanwhile)
             if self.registry is None and self.poolers is None:
                 return taken
+            from lockdiag.pg.enrichment import complete  # imported with the catalogue meanwhile
+
             taken = complete(connection, taken, self.registry, self.poolers, self.timeout)
             return self.memory.recall(taken) if self.poolers is not None else taken
 
@@ -311,6 +313,8 @@ class DiagnosticSession:
         with self.conversation() as connection:
             sql = queries.query("enrich_hashtext", connection.info.server_version)
             rows = connection.execute(sql.encode(), {"strings": strings}).fetchall()
+        from lockdiag.core.catalogue import KeyRow, derived_keys
+
         return derived_keys(map(KeyRow._make, rows), "")
 
     def interrupt(self) -> None:
