@@ -44,7 +44,7 @@ def singles(
     the server computes those) in spaces no namespace names, and the spaces of a pair prefix
     (where ``Decoder.listed`` tells keys apart before the read knows its databases); ``key``:
     a key asked for by itself (who-holds), last."""
-    keys, spaces = listed(registry.candidates) if not from_table(registry) else _table()
+    keys, spaces = _table() if from_table(registry) else listed(registry.candidates)
     keys = [k for k in keys if unnamed(registry, k[2], k[0])]
     spaces = [s for s in spaces if unnamed(registry, *s)]
     if key is not None:

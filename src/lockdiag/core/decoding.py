@@ -8,18 +8,16 @@ span) rely on.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 from lockdiag.core.catalogue import (
-    REPACK_LOCK_PREFIX,
     Catalogue,
     Known,
     build_catalogue,
     snapshot_catalogue,
 )
 from lockdiag.core.model import LockRow, Snapshot
-from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, AdvisoryTag, LockTriple, is_key_form, to_int4
+from lockdiag.keys import BIGINT_SUBID, PAIR_SUBID, LockTriple, is_key_form, to_int4
 from lockdiag.registry import Namespace, Registry
 
 
@@ -163,32 +161,11 @@ class Decoder:
         return self.catalogue.listed(objsubid, classid)
 
 
-class Singles(NamedTuple):
-    """What an aggregated read must send as rows, not spans: keys, and key spaces (objsubid,
-    classid) of which every key."""
-
-    keys: list[LockTriple | AdvisoryTag]
-    spaces: list[tuple[int, int]]
-
-
-def singles(registry: Registry, key: LockTriple | AdvisoryTag | None = None) -> Singles:
-    """The keys the catalogue lists (the registry's [known] ones included, hashtext's aside:
-    the server computes those) in spaces no namespace names, and the spaces of a pair prefix:
-    where ``Decoder.listed`` tells keys apart before the read knows its databases. ``key``:
-    a key asked for by itself (who-holds)."""
-    catalogue = build_catalogue(registry.candidates)
-    unnamed = partial(_unnamed, registry)
-    keys: list[LockTriple | AdvisoryTag]
-    keys = [k for k in catalogue.anywhere if unnamed(k.objsubid, k.classid)]
-    spaces = [(PAIR_SUBID, classid) for _, classid in catalogue.prefixes]
-    spaces = [s for s in [*spaces, (PAIR_SUBID, REPACK_LOCK_PREFIX)] if unnamed(*s)]
-    return Singles([*keys, *([key] if key is not None else [])], spaces)
-
-
 def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
     """Whether every span of an aggregated read decodes as its lowest key does: no key its
     snapshot's catalogue lists (per database, derived) lies inside one unless it was sent
-    as a row (:func:`singles`, and hashtext's keys). Else the read must be a full one."""
+    as a row (lockdiag.core.ahead.singles, and hashtext's keys). Else the read must be a full
+    one."""
     spans = [r for r in snapshot.locks if r.keys > 1]
     if not spans:
         return True
@@ -206,11 +183,6 @@ def spans_decodable(snapshot: Snapshot, registry: Registry) -> bool:
         if any(k not in sent.anywhere for k in inside):
             return False
     return True
-
-
-def _unnamed(registry: Registry, objsubid: int, classid: int) -> bool:
-    """Whether no namespace names the key space (the registry comes first)."""
-    return registry.decode(LockTriple.of_row(classid, 0, objsubid)) is None
 
 
 def key_resource(triple: LockTriple) -> int:
