@@ -1,8 +1,8 @@
-"""What the snapshot query alone cannot say, added after it: names of well-known keys that only
-the server computes (hashtext() of listed names, keys of well-known software's rows, the
-tables pg_repack is repacking) and the PgBouncer consoles. At most one bounded enrichment
-query, and only when something is left to name; imported while the snapshot query runs
-(lockdiag.evidence.reading), since it needs the catalogue.
+"""What the snapshot query alone cannot say, added after it: names that only the server's
+other tables give (keys named by well-known software's rows, the tables pg_repack is
+repacking) and the PgBouncer consoles. At most one bounded enrichment query, and only when
+something is left to name; imported while the snapshot query runs (lockdiag.evidence.reading),
+since it needs the catalogue.
 """
 
 from __future__ import annotations
