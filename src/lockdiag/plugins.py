@@ -204,7 +204,6 @@ def loaded() -> tuple[Plugin, ...]:
     return tuple(plugins)
 
 
-@cache
 def installed() -> bool:
     """Whether any plugin is installed (loaded or not: none is imported to say so)."""
     return bool(_entry_points())
@@ -213,7 +212,8 @@ def installed() -> bool:
 # -- finding the entry points, cached --------------------------------------------------------
 
 
-def _entry_points() -> list[tuple[str, str]]:
+@cache  # once per process: installed() asks before the query goes out, loaded() after it
+def _entry_points() -> tuple[tuple[str, str], ...]:
     """The group's entry points as (name, "module:attribute"), in name order. Looking them up
     reads the metadata of every installed distribution (50 to 70 ms in a virtualenv of 90), so
     the answer is kept in a cache file, valid while every directory on ``sys.path`` keeps its
@@ -224,7 +224,7 @@ def _entry_points() -> list[tuple[str, str]]:
     try:
         cached = json.loads(where.read_text(encoding="utf-8"))
         if cached["stamp"] == stamp:
-            return [(str(name), str(value)) for name, value in cached["points"]]
+            return tuple((str(name), str(value)) for name, value in cached["points"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no cache, or another environment's, or damaged: look them up
     from importlib.metadata import entry_points
@@ -237,7 +237,7 @@ def _entry_points() -> list[tuple[str, str]]:
         part.replace(where)  # whole or not at all, for a process reading it meanwhile
     except OSError:
         pass  # a read-only home: looked up again next time
-    return points
+    return tuple(points)
 
 
 def _path_stamp() -> list[list[object]]:
